@@ -1,0 +1,217 @@
+"""Command line: `python -m specviz generate|prepare ...`.
+
+Bad input prints one line to stderr and exits with code 2, before any model loads where
+possible, and without a traceback. With --json, stdout carries one JSON trace per sample,
+one per line, and nothing else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+from specviz.config import DRAFTERS, Settings
+from specviz.trace import Trace
+
+PRESET_PROMPT = "Explain in three sentences why the sky is blue."
+
+# Terminal colours by token status, with a cue beyond colour for each.
+ANSI = {
+    "accepted": "\x1b[32m",  # green
+    "rejected": "\x1b[31;9m",  # red, struck through
+    "resampled": "\x1b[33;4m",  # orange/yellow, underlined
+    "bonus": "\x1b[34;1;4m",  # blue, bold, underlined
+}
+RESET = "\x1b[0m"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pair", default=None, help="registered pair name (default: the offline pair)")
+    p.add_argument("--draft", default=None, help="draft model id (a custom pair, with --target)")
+    p.add_argument("--target", default=None, help="target model id (a custom pair, with --draft)")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+
+
+def _add_sampling_args(p: argparse.ArgumentParser) -> None:
+    d = Settings()
+    p.add_argument("--drafter", default=d.drafter, choices=DRAFTERS)
+    p.add_argument("--gamma", type=int, default=d.gamma, help="tokens drafted per round (1..32)")
+    p.add_argument("--adaptive-gamma", action="store_true", help="grow/shrink gamma per round")
+    p.add_argument("--temperature", type=float, default=d.temperature)
+    p.add_argument("--draft-temperature", type=float, default=None, help="changes q only")
+    p.add_argument("--top-p", type=float, default=d.top_p)
+    p.add_argument("--top-k", type=int, default=d.top_k, help="0 disables top-k")
+    p.add_argument("--greedy", action="store_true", help="argmax decoding (one-hot p and q)")
+    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--top-n", type=int, default=d.top_n, help="tokens listed per position")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m specviz", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    g = sub.add_parser("generate", help="generate text and print the trace")
+    g.add_argument("--prompt", required=True)
+    g.add_argument("--method", default="spec", choices=["spec", "ar"])
+    g.add_argument("--samples", type=int, default=1, help="N runs with seeds S..S+N-1")
+    g.add_argument("--raw", action="store_true", help="do not apply the chat template")
+    g.add_argument("--json", action="store_true", help="one JSON trace per line on stdout")
+    _add_model_args(g)
+    _add_sampling_args(g)
+    g.set_defaults(func=cmd_generate)
+
+    pr = sub.add_parser("prepare", help="convert the offline model once (the set-up step)")
+    pr.set_defaults(func=cmd_prepare)
+    for register in EXTRA_COMMANDS:
+        register(sub)
+    return parser
+
+
+# Other modules add subcommands here: each entry takes the subparsers object.
+EXTRA_COMMANDS: list[Callable[[Any], None]] = []
+
+
+def settings_from_args(args: argparse.Namespace, method: str = "spec") -> Settings:
+    """Validated Settings from parsed arguments (raises ValueError)."""
+    from specviz.config import Limits
+
+    return Settings(
+        method=method,
+        drafter=args.drafter,
+        gamma=args.gamma,
+        adaptive_gamma=args.adaptive_gamma,
+        temperature=args.temperature,
+        draft_temperature=args.draft_temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        greedy=args.greedy,
+        max_new_tokens=args.max_new_tokens,
+        seed=args.seed,
+        top_n=args.top_n,
+        limits=Limits.from_env(),
+    )
+
+
+def load_pair_from_args(args: argparse.Namespace) -> Any:
+    from specviz.models import load_pair, resolve_pair
+
+    resolve_pair(args.pair, args.draft, args.target)  # fail fast, before any load
+    return load_pair(
+        args.pair, draft=args.draft, target=args.target, dtype=args.dtype, device=args.device
+    )
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args, args.method)
+    if not args.prompt.strip():
+        raise ValueError("prompt is empty")
+    if not 1 <= args.samples <= 100_000:
+        raise ValueError(f"samples must be in 1..100000, got {args.samples}")
+    pair = load_pair_from_args(args)
+    from specviz.engine import Run
+
+    runs = [
+        Run(pair, args.prompt, settings.with_(seed=args.seed + i), raw=args.raw)
+        for i in range(args.samples)
+    ]  # every prompt check passes before any output
+    for run in runs:
+        for _ in run:
+            pass
+        if args.json:
+            sys.stdout.write(run.trace.to_json() + "\n")
+            sys.stdout.flush()
+        else:
+            print_trace(run.trace, color=_use_color())
+    return 0
+
+
+def cmd_prepare(args: argparse.Namespace) -> int:
+    from specviz.models import prepare_offline
+
+    print(prepare_offline())
+    return 0
+
+
+def _use_color() -> bool:
+    return sys.stdout.isatty() and "NO_COLOR" not in os.environ
+
+
+def colored_text(trace: Trace, color: bool) -> str:
+    """The output with each token marked by status; rejected drafts stay visible."""
+    parts: list[str] = []
+
+    def put(text: str, status: str) -> None:
+        if color:
+            parts.append(f"{ANSI[status]}{text}{RESET}")
+        elif status == "rejected":
+            parts.append(f"[-{text}-]")
+        else:
+            parts.append(text)
+
+    if trace.method == "ar":
+        return trace.text
+    for r in trace.rounds:
+        for d in r.drafted:
+            if d.status != "discarded":
+                put(d.text, d.status)
+        if r.added is not None:
+            put(r.added.text, r.added.status)
+    return "".join(parts)
+
+
+def print_trace(trace: Trace, color: bool) -> None:
+    from specviz import metrics
+
+    print(colored_text(trace, color))
+    print()
+    if color and trace.method == "spec":
+        legend = "  ".join(f"{ANSI[s]}{s}{RESET}" for s in ANSI)
+        print(f"legend: {legend}")
+    s = trace.stats
+    rows = [
+        ("method", trace.method),
+        ("new tokens", s.new_tokens),
+        ("target calls", s.target_calls),
+        ("tokens per call", f"{s.tokens_per_call:.2f}"),
+    ]
+    if trace.method == "spec":
+        rows += [
+            ("rounds", s.rounds),
+            ("drafted / verified / accepted", f"{s.drafted} / {s.verified} / {s.accepted}"),
+            (
+                "acceptance rate",
+                f"{s.acceptance_rate:.3f}  ({metrics.DEFINITIONS['acceptance rate']})",
+            ),
+            ("alpha", f"{s.alpha:.3f}  ({metrics.DEFINITIONS['alpha']})"),
+            ("draft ms / verify ms", f"{s.draft_ms:.0f} / {s.verify_ms:.0f}"),
+        ]
+    rows += [
+        ("wall s", f"{s.wall_s:.2f}"),
+        ("ms per token", f"{s.ms_per_token:.1f}"),
+        ("stop", trace.stop_reason),
+    ]
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"{k:<{width}}  {v}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ValueError as exc:
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,166 @@
+"""Validated settings for one generation.
+
+Everything a user can set lives in :class:`Settings`, a frozen dataclass that checks itself
+on construction and raises ``ValueError`` with a one-line message. No torch here, so the
+CLI, the app and the tests can validate input before any model is touched.
+
+Deployment limits (the largest gamma, max_new_tokens and prompt length a public app
+accepts) come from environment variables, read when a :class:`Limits` is built, never at
+import time.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+METHODS = ("spec", "ar")
+DRAFTERS = ("model", "ngram")
+# "exact" is the rule of both papers. The others are deliberately wrong, kept so that the
+# distribution check (tests, CLI, app) can show that it catches a broken algorithm.
+RULES = ("exact", "resample-from-p", "accept-without-draw")
+TRACE_LEVELS = ("full", "minimal")
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ValueError(f"environment variable {name} must be an integer, got {raw!r}") from exc
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Upper bounds on user input; public deployments lower them by environment variables."""
+
+    max_gamma: int = 32
+    max_new_tokens: int = 2048
+    max_prompt_tokens: int = 4096
+
+    @classmethod
+    def from_env(cls) -> Limits:
+        """Read SPECVIZ_MAX_GAMMA, SPECVIZ_MAX_NEW_TOKENS and SPECVIZ_MAX_PROMPT_TOKENS."""
+        base = cls()
+        return cls(
+            max_gamma=min(base.max_gamma, _env_int("SPECVIZ_MAX_GAMMA", base.max_gamma)),
+            max_new_tokens=min(
+                base.max_new_tokens, _env_int("SPECVIZ_MAX_NEW_TOKENS", base.max_new_tokens)
+            ),
+            max_prompt_tokens=_env_int("SPECVIZ_MAX_PROMPT_TOKENS", base.max_prompt_tokens),
+        )
+
+
+@dataclass(frozen=True)
+class Warp:
+    """How logits become a distribution: the same transformation is applied to p and q."""
+
+    temperature: float
+    top_k: int
+    top_p: float
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One generation's settings. Invalid values raise ValueError with a one-line message."""
+
+    method: str = "spec"
+    drafter: str = "model"
+    gamma: int = 4
+    adaptive_gamma: bool = False
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    greedy: bool = False
+    # Temperature of the draft's q only (None: the target's). The output stays exact: the
+    # rule corrects any q, a mis-calibrated one just gets accepted less often.
+    draft_temperature: float | None = None
+    max_new_tokens: int = 128
+    seed: int = 0
+    top_n: int = 10
+    ngram_size: int = 3
+    rule: str = "exact"
+    trace_level: str = "full"
+    limits: Limits = field(default_factory=Limits, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        lim = self.limits
+        _choice("method", self.method, METHODS)
+        _choice("drafter", self.drafter, DRAFTERS)
+        _choice("rule", self.rule, RULES)
+        _choice("trace_level", self.trace_level, TRACE_LEVELS)
+        _int_range("gamma", self.gamma, 1, lim.max_gamma)
+        _int_range("max_new_tokens", self.max_new_tokens, 1, lim.max_new_tokens)
+        _int_range("top_k", self.top_k, 0, None)
+        _int_range("top_n", self.top_n, 1, 100)
+        _int_range("ngram_size", self.ngram_size, 1, 16)
+        _int_range("seed", self.seed, 0, 2**63 - 1)
+        _temperature("temperature", self.temperature)
+        if self.draft_temperature is not None:
+            _temperature("draft_temperature", self.draft_temperature)
+        if not _is_number(self.top_p) or not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+
+    @property
+    def is_greedy(self) -> bool:
+        return bool(self.greedy) or self.temperature == 0.0
+
+    def target_warp(self) -> Warp:
+        """The warp that defines p (and the output distribution)."""
+        temperature = 0.0 if self.is_greedy else float(self.temperature)
+        return Warp(temperature, int(self.top_k), float(self.top_p))
+
+    def draft_warp(self) -> Warp:
+        """The warp that defines q: the target's, except for an optional draft temperature."""
+        if self.is_greedy or self.draft_temperature is None:
+            return self.target_warp()
+        return Warp(float(self.draft_temperature), int(self.top_k), float(self.top_p))
+
+    def with_(self, **changes: Any) -> Settings:
+        """A validated copy with some fields changed."""
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain values for the trace (limits are deployment state, not a setting)."""
+        d = asdict(self)
+        d.pop("limits")
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], limits: Limits | None = None) -> Settings:
+        """Inverse of to_dict; unknown keys are an error."""
+        known = {f for f in cls.__dataclass_fields__ if f != "limits"}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown setting(s): {', '.join(unknown)}")
+        return cls(**d, limits=limits or Limits())
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _choice(name: str, value: Any, options: tuple[str, ...]) -> None:
+    if value not in options:
+        raise ValueError(f"{name} must be one of {', '.join(options)}; got {value!r}")
+
+
+def _int_range(name: str, value: Any, lo: int, hi: int | None) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if value < lo or (hi is not None and value > hi):
+        bound = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+        raise ValueError(f"{name} must be in {bound}, got {value}")
+
+
+def _temperature(name: str, value: Any) -> None:
+    if not _is_number(value) or value < 0:
+        raise ValueError(f"{name} must be a number >= 0, got {value!r}")

@@ -1,0 +1,99 @@
+"""Drafters propose the tokens a round verifies; the rule (specviz.sampling) judges them.
+
+A drafter returns the drafted ids and, for each, the exact distribution q it was drawn from.
+Two drafters: a small model (q is its warped softmax) and n-gram prompt lookup (q is
+one-hot on the copied token). Both are per-request objects: they own their state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from specviz.config import Warp
+from specviz.lm import CachedLM
+from specviz.sampling import draw, warp
+
+
+@dataclass
+class Draft:
+    """k drafted tokens and the rows they were drawn from."""
+
+    ids: list[int]  # [k]
+    q: torch.Tensor  # [k, Vq] float32
+
+
+class Drafter(Protocol):
+    name: str
+
+    def propose(self, seq: list[int], gamma: int, gen: torch.Generator) -> Draft:
+        """Up to gamma tokens to follow seq; stops early after an EOS token."""
+        ...
+
+    def rollback(self, seq: list[int]) -> None:
+        """The round is over and seq is the accepted sequence: drop state beyond it."""
+        ...
+
+
+class ModelDrafter:
+    """Drafts autoregressively from a small model with its own KV cache."""
+
+    name = "model"
+
+    def __init__(self, lm: CachedLM, w: Warp, eos_ids: frozenset[int]) -> None:
+        self.lm, self.w, self.eos_ids = lm, w, eos_ids
+
+    def propose(self, seq: list[int], gamma: int, gen: torch.Generator) -> Draft:
+        ids: list[int] = []
+        rows: list[torch.Tensor] = []
+        ctx = list(seq)
+        for _ in range(gamma):
+            q = warp(self.lm.logits(ctx)[-1], self.w)  # [Vq]
+            x = int(draw(q, gen, self.w.greedy))
+            ids.append(x)
+            rows.append(q)
+            if x in self.eos_ids:
+                break
+            ctx.append(x)
+        return Draft(ids, torch.stack(rows) if rows else torch.empty(0, self.lm.vocab_size))
+
+    def rollback(self, seq: list[int]) -> None:
+        self.lm.rollback(seq)
+
+
+class NgramDrafter:
+    """Prompt lookup: copy what followed the latest earlier match of the last n tokens.
+
+    Tries n = ngram_size down to 1 and copies up to gamma tokens. q is one-hot on each copied
+    token, so the rule accepts it with probability p(x) and a rejection resamples from p
+    with x removed. No match proposes nothing; the round is then a plain target step.
+    """
+
+    name = "ngram"
+
+    def __init__(self, vocab_size: int, ngram_size: int, eos_ids: frozenset[int]) -> None:
+        self.vocab_size, self.ngram_size, self.eos_ids = vocab_size, ngram_size, eos_ids
+
+    def lookup(self, seq: list[int], gamma: int) -> list[int]:
+        for n in range(min(self.ngram_size, len(seq) - 1), 0, -1):
+            tail = seq[-n:]
+            for start in range(len(seq) - n - 1, -1, -1):  # latest match first
+                if seq[start : start + n] == tail:
+                    found = seq[start + n : start + n + gamma]
+                    for i, x in enumerate(found):
+                        if x in self.eos_ids:
+                            return found[: i + 1]
+                    return found
+        return []
+
+    def propose(self, seq: list[int], gamma: int, gen: torch.Generator) -> Draft:
+        ids = self.lookup(seq, gamma)
+        q = torch.zeros(len(ids), self.vocab_size)
+        if ids:
+            q[torch.arange(len(ids)), torch.tensor(ids)] = 1.0
+        return Draft(ids, q)
+
+    def rollback(self, seq: list[int]) -> None:
+        pass

@@ -1,0 +1,364 @@
+"""Speculative sampling and the autoregressive baseline, one record at a time.
+
+``Run`` is one generation. Iterating it yields an :class:`Update` per target call (a round
+for "spec", a token for "ar") as soon as it completes, while ``run.trace`` fills in; a
+consumer may stop iterating at any moment and still hold a consistent partial trace.
+``generate`` runs to the end and returns the trace.
+
+Both methods share the warp and draw code, the clock and the prefill, so a comparison
+between them measures the method and nothing else. Knows nothing of gradio or plotly.
+
+One speculative round (Leviathan et al. 2022, Algorithm 1; Chen et al. 2023, Algorithm 2):
+draft k <= gamma tokens from q, score them with one target forward (k + 1 rows of p), accept
+x_i while u_i < p(x_i)/q(x_i), then draw one token from the residual norm(max(0, p - q)) at
+the first rejection, or from p after a full accept (the bonus token). Both KV caches are
+then cropped to the accepted prefix.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from specviz.config import Settings
+from specviz.drafters import Draft, Drafter, ModelDrafter, NgramDrafter
+from specviz.lm import CachedLM
+from specviz.models import ModelPair
+from specviz.sampling import Verdict, draw, overlap, verify, warp
+from specviz.trace import Added, Drafted, Round, Stats, Trace
+
+
+@dataclass
+class Update:
+    """What one target call produced."""
+
+    round: Round | None  # the completed round (spec); None for an ar step
+    new_ids: list[int]
+    n_tokens: int  # output tokens so far
+    t_s: float  # seconds since the start
+
+
+def clock(device: torch.device) -> float:
+    """perf_counter after the device has finished its queued work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def prompt_ids_for(
+    pair: ModelPair, prompt: Any, settings: Settings, raw: bool = False
+) -> list[int]:
+    """Tokenise and check one prompt: batch size 1, non-empty, within the context."""
+    if isinstance(prompt, (list, tuple)) or (isinstance(prompt, torch.Tensor) and prompt.dim() > 1):
+        raise ValueError(
+            "batch size must be 1: pass one prompt string (both papers measure batch 1)"
+        )
+    ids = pair.encode_prompt(prompt, raw=raw)
+    lim = settings.limits.max_prompt_tokens
+    if len(ids) > lim:
+        raise ValueError(f"prompt is {len(ids)} tokens; this deployment accepts at most {lim}")
+    if len(ids) + settings.max_new_tokens > pair.context_len:
+        raise ValueError(
+            f"prompt ({len(ids)} tokens) plus max_new_tokens ({settings.max_new_tokens}) "
+            f"exceeds the model's context of {pair.context_len} tokens"
+        )
+    return ids
+
+
+class Run:
+    """One generation. Iterate for live updates; read ``trace`` at any point."""
+
+    def __init__(self, pair: ModelPair, prompt: str, settings: Settings, raw: bool = False) -> None:
+        if settings.method == "spec" and settings.drafter == "model" and pair.draft is None:
+            raise ValueError(f"pair {pair.name!r} has no draft model; use the ngram drafter")
+        self.pair, self.settings = pair, settings
+        self.prompt_ids = prompt_ids_for(pair, prompt, settings, raw)
+        self.device = pair.device
+        models = pair.describe()
+        models["drafter"] = settings.drafter if settings.method == "spec" else "none"
+        self.trace = Trace(
+            method=settings.method,
+            prompt=prompt,
+            prompt_ids=list(self.prompt_ids),
+            settings=settings.to_dict(),
+            models=models,
+        )
+        self._started = False
+
+    def __iter__(self) -> Iterator[Update]:
+        if self._started:
+            raise RuntimeError("a Run can be iterated once")
+        self._started = True
+        return self._spec() if self.settings.method == "spec" else self._ar()
+
+    # --- shared pieces ---------------------------------------------------------------
+
+    def _prefill(self, lm: CachedLM, seq: list[int]) -> None:
+        """Cache every prompt token but the last; each step then feeds what is new."""
+        if len(seq) > 1:
+            lm.logits(seq[:-1])
+
+    def _generator(self) -> torch.Generator:
+        return torch.Generator(device=self.device).manual_seed(self.settings.seed)
+
+    def _emit(self, new_ids: list[int], t_s: float) -> None:
+        tr = self.trace
+        tr.token_ids.extend(new_ids)
+        tr.timeline.append([t_s, float(len(tr.token_ids))])
+
+    def _finish(self, reason: str, t0: float, prefill_ms: float) -> None:
+        tr = self.trace
+        tr.stop_reason = reason
+        tr.text = self.pair.decode(tr.token_ids)
+        tr.stats = summarize(tr, wall_s=clock(self.device) - t0, prefill_ms=prefill_ms)
+
+    # --- autoregressive baseline -------------------------------------------------------
+
+    @torch.inference_mode()
+    def _ar(self) -> Iterator[Update]:
+        s, eos = self.settings, self.pair.eos_ids
+        pw = s.target_warp()
+        target = CachedLM(self.pair.target.model, self.pair.target.vocab_size)
+        gen = self._generator()
+        seq = list(self.prompt_ids)
+        t0 = clock(self.device)
+        self._prefill(target, seq)
+        prefill_ms = (clock(self.device) - t0) * 1e3
+        reason = "stopped"
+        try:
+            while len(self.trace.token_ids) < s.max_new_tokens:
+                p = warp(target.logits(seq)[-1], pw)  # [V]
+                x = int(draw(p, gen, pw.greedy))
+                seq.append(x)
+                t_s = clock(self.device) - t0
+                self._emit([x], t_s)
+                yield Update(None, [x], len(self.trace.token_ids), t_s)
+                if x in eos:
+                    reason = "eos"
+                    break
+            else:
+                reason = "max_new_tokens"
+        finally:
+            self._finish(reason, t0, prefill_ms)
+
+    # --- speculative sampling ----------------------------------------------------------
+
+    def _drafter(self) -> Drafter:
+        s, pair = self.settings, self.pair
+        if s.drafter == "ngram":
+            return NgramDrafter(pair.target.vocab_size, s.ngram_size, pair.eos_ids)
+        assert pair.draft is not None
+        lm = CachedLM(pair.draft.model, pair.draft.vocab_size)
+        return ModelDrafter(lm, s.draft_warp(), pair.eos_ids)
+
+    @torch.inference_mode()
+    def _spec(self) -> Iterator[Update]:
+        s, eos, dev = self.settings, self.pair.eos_ids, self.device
+        pw = s.target_warp()
+        target = CachedLM(self.pair.target.model, self.pair.target.vocab_size)
+        drafter = self._drafter()
+        gen = self._generator()
+        seq = list(self.prompt_ids)
+        out = self.trace.token_ids
+        gamma = s.gamma
+        t0 = clock(dev)
+        self._prefill(target, seq)
+        if isinstance(drafter, ModelDrafter):
+            self._prefill(drafter.lm, seq)
+        prefill_ms = (clock(dev) - t0) * 1e3
+        reason = "stopped"
+        try:
+            while len(out) < s.max_new_tokens:
+                # Never draft past the budget: a round emits at most k + 1 tokens.
+                k_max = min(gamma, s.max_new_tokens - len(out) - 1)
+                ta = clock(dev)
+                draft = (
+                    drafter.propose(seq, k_max, gen) if k_max > 0 else Draft([], torch.empty(0, 1))
+                )
+                tb = clock(dev)
+                k = len(draft.ids)
+                p = warp(target.logits(seq + draft.ids, keep=k + 1), pw)  # [k+1, Vp]
+                p, q = _same_width(p, draft.q.to(dev))  # q: [k, V]
+                drafts = torch.tensor(draft.ids, dtype=torch.long, device=dev)  # [k]
+                u = None if pw.greedy or k == 0 else torch.rand(k, generator=gen, device=dev)
+                verdict = verify(p, q, drafts, u, s.rule)
+                accepted = draft.ids[: verdict.n_accepted]
+                ends_on_eos = bool(accepted) and accepted[-1] in eos
+                added = None if ends_on_eos else int(draw(verdict.dist, gen, pw.greedy))
+                new = accepted + ([] if added is None else [added])
+                seq.extend(new)
+                target.rollback(seq)
+                drafter.rollback(seq)
+                tc = clock(dev)
+                rnd = self._round(gamma, len(out), draft, p, q, verdict, u, added)
+                rnd.draft_ms, rnd.verify_ms = (tb - ta) * 1e3, (tc - tb) * 1e3
+                rnd.t_s = clock(dev) - t0
+                self.trace.rounds.append(rnd)
+                self._emit(new, rnd.t_s)
+                yield Update(rnd, new, len(out), rnd.t_s)
+                if added is None or added in eos:
+                    reason = "eos"
+                    break
+                if s.adaptive_gamma:
+                    gamma = next_gamma(gamma, k, verdict.n_accepted, s.limits.max_gamma)
+            else:
+                reason = "max_new_tokens"
+        finally:
+            self._finish(reason, t0, prefill_ms)
+
+    def _round(
+        self,
+        gamma: int,
+        start: int,
+        draft: Draft,
+        p: torch.Tensor,  # [k+1, V]
+        q: torch.Tensor,  # [k, V]
+        verdict: Verdict,
+        u: torch.Tensor | None,
+        added: int | None,
+    ) -> Round:
+        """The round's record: plain values, one transfer per tensor."""
+        k, n, full = len(draft.ids), verdict.n_accepted, self.settings.trace_level == "full"
+        top_n, text = self.settings.top_n, self.pair.token_text
+        idx = torch.arange(k, device=p.device)
+        drafts = torch.tensor(draft.ids, dtype=torch.long, device=p.device)
+        p_x, q_x = p[idx, drafts].tolist(), q[idx, drafts].tolist()
+        ratio = verdict.ratio.clamp(max=1.0).tolist()
+        u_list = u.tolist() if u is not None else [None] * k
+        overlaps = overlap(p[:k], q).tolist() if full else [0.0] * k
+        tops: list[list[dict[str, Any]]] = [[] for _ in range(k)]
+        if full and k:
+            tops = _tops(torch.maximum(p[:k], q), p[:k], q, draft.ids, top_n, "q", text)
+        drafted = []
+        for i, x in enumerate(draft.ids):
+            status = "accepted" if i < n else "rejected" if i == n else "discarded"
+            drafted.append(
+                Drafted(
+                    id=x,
+                    text=text(x),
+                    p=p_x[i],
+                    q=q_x[i],
+                    accept_prob=ratio[i],
+                    u=u_list[i] if i <= n else None,
+                    status=status,
+                    overlap=overlaps[i],
+                    top=tops[i],
+                )
+            )
+        rec = None
+        if added is not None:
+            dist, p_row = verdict.dist, p[n]
+            top = []
+            if full:
+                top = _tops(
+                    torch.maximum(p_row, dist)[None],
+                    p_row[None],
+                    dist[None],
+                    [added],
+                    top_n,
+                    "residual",
+                    text,
+                )[0]
+            rec = Added(
+                id=added,
+                text=text(added),
+                status="resampled" if verdict.resampled else "bonus",
+                p=float(p_row[added]),
+                prob=float(dist[added]),
+                top=top,
+            )
+        return Round(
+            index=len(self.trace.rounds),
+            start=start,
+            gamma=gamma,
+            drafted=drafted,
+            added=rec,
+            draft_ms=0.0,
+            verify_ms=0.0,
+            t_s=0.0,
+        )
+
+
+def _same_width(p: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pad p or q with zero columns to one vocabulary width (padded embeddings differ)."""
+    vp, vq = p.shape[-1], q.shape[-1]
+    if vq < vp:
+        q = torch.nn.functional.pad(q, (0, vp - vq))
+    elif vp < vq:
+        p = torch.nn.functional.pad(p, (0, vq - vp))
+    return p, q
+
+
+def _tops(
+    score: torch.Tensor,  # [m, V] what orders the list
+    first: torch.Tensor,  # [m, V] p
+    second: torch.Tensor,  # [m, V] q or the residual
+    chosen: list[int],  # [m] the token of each row, always listed
+    top_n: int,
+    second_key: str,
+    text: Any,
+) -> list[list[dict[str, Any]]]:
+    ids = torch.topk(score, min(top_n, score.shape[-1]), dim=-1).indices  # [m, n]
+    ids = torch.cat([ids, torch.tensor(chosen, device=ids.device)[:, None]], dim=1)
+    a, b, ids_l = first.gather(1, ids).tolist(), second.gather(1, ids).tolist(), ids.tolist()
+    rows = []
+    for r, row in enumerate(ids_l):
+        chosen_listed = row[-1] in row[:-1]
+        rows.append(
+            [
+                {"id": t, "text": text(t), "p": a[r][j], second_key: b[r][j]}
+                for j, t in enumerate(row)
+                # tokens with no mass under either distribution are noise in a top list
+                if (a[r][j] > 0 or b[r][j] > 0 or t == row[-1])
+                and not (chosen_listed and j == len(row) - 1)
+            ]
+        )
+    return rows
+
+
+def next_gamma(gamma: int, k: int, n_accepted: int, max_gamma: int) -> int:
+    """Adaptive gamma, as transformers' heuristic: +2 after a full accept, -1 after a rejection."""
+    if k == 0:
+        return gamma
+    if n_accepted == k:
+        return min(gamma + 2, max_gamma)
+    return max(1, gamma - 1)
+
+
+def summarize(trace: Trace, wall_s: float, prefill_ms: float) -> Stats:
+    """Stats of a (possibly partial) trace; definitions in specviz.metrics."""
+    from specviz import metrics
+
+    n = len(trace.token_ids)
+    rounds = trace.rounds
+    verified = [d for r in rounds for d in r.drafted if d.status != "discarded"]
+    calls = len(rounds) if trace.method == "spec" else n
+    accepted = sum(d.status == "accepted" for d in verified)
+    return Stats(
+        new_tokens=n,
+        rounds=len(rounds),
+        target_calls=calls,
+        drafted=sum(len(r.drafted) for r in rounds),
+        verified=len(verified),
+        accepted=accepted,
+        acceptance_rate=accepted / len(verified) if verified else 0.0,
+        alpha=metrics.alpha(trace),
+        tokens_per_call=n / calls if calls else 0.0,
+        prefill_ms=prefill_ms,
+        draft_ms=sum(r.draft_ms for r in rounds),
+        verify_ms=sum(r.verify_ms for r in rounds),
+        wall_s=wall_s,
+        ms_per_token=wall_s * 1e3 / n if n else 0.0,
+    )
+
+
+def generate(pair: ModelPair, prompt: str, settings: Settings, raw: bool = False) -> Trace:
+    """Run one generation to the end and return its trace."""
+    run = Run(pair, prompt, settings, raw=raw)
+    for _ in run:
+        pass
+    return run.trace

@@ -1,0 +1,63 @@
+"""A causal LM plus the KV cache of one request.
+
+Both the target and the model drafter keep a cache of the tokens they have already seen.
+``CachedLM.logits`` feeds only what the cache lacks; ``CachedLM.rollback`` crops the cache
+to the longest prefix it shares with the accepted sequence. The model itself is shared
+read-only between requests; the cache belongs to one request.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix of two token lists."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    i = 0
+    while a[i] == b[i]:
+        i += 1
+    return i
+
+
+class CachedLM:
+    """One request's view of a model: its KV cache and the tokens that cache holds."""
+
+    def __init__(self, model: torch.nn.Module, vocab_size: int) -> None:
+        self.model = model
+        self.vocab_size = vocab_size
+        self.device = next(model.parameters(), torch.empty(0)).device
+        self.cache = DynamicCache()
+        self.tokens: list[int] = []  # the tokens whose keys and values the cache holds
+        self.calls = 0
+
+    @property
+    def cached(self) -> int:
+        return self.cache.get_seq_length()
+
+    def rollback(self, seq: list[int]) -> None:
+        """Crop the cache to the longest prefix it shares with seq."""
+        keep = common_prefix(self.tokens, seq)
+        self._crop(keep)
+
+    def _crop(self, keep: int) -> None:
+        drop = len(self.tokens) - keep
+        if drop > 0:
+            self.cache.crop(-drop)
+            del self.tokens[keep:]
+
+    @torch.inference_mode()
+    def logits(self, seq: list[int], keep: int = 1) -> torch.Tensor:
+        """Logits [keep, V] for the last `keep` positions of seq, feeding only uncached tokens."""
+        start = min(common_prefix(self.tokens, seq), len(seq) - keep)
+        self._crop(start)
+        ids = torch.tensor([seq[start:]], dtype=torch.long, device=self.device)
+        out = self.model(
+            input_ids=ids, past_key_values=self.cache, use_cache=True, logits_to_keep=keep
+        )
+        self.tokens.extend(seq[start:])
+        self.calls += 1
+        return out.logits[0, -keep:]  # [keep, V]

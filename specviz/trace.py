@@ -1,0 +1,271 @@
+"""The trace: the engine's record of a generation, one Round per target call.
+
+This is the contract that the app, the exports and the benchmarks read. Plain Python values
+only (no tensors), so a trace survives a JSON round trip unchanged; ``Trace.from_dict``
+checks a loaded file against the schema and raises ValueError with a one-line message.
+
+p is the target's distribution and q the draft's, both after temperature, top-k and top-p:
+exactly the distributions the acceptance rule used.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SCHEMA = "specviz-trace/1"
+DRAFT_STATUSES = ("accepted", "rejected", "discarded")
+ADDED_STATUSES = ("resampled", "bonus")
+TOKEN_STATUSES = ("accepted", "rejected", "resampled", "bonus")
+STOP_REASONS = ("eos", "max_new_tokens", "stopped", "running")
+
+
+@dataclass
+class Drafted:
+    """One drafted token and the decision the rule made about it."""
+
+    id: int
+    text: str
+    p: float  # target probability of this token
+    q: float  # draft probability it was drawn with
+    accept_prob: float  # min(1, p/q)
+    u: float | None  # the uniform draw; None when not drawn (greedy, or discarded)
+    status: str  # accepted | rejected | discarded
+    overlap: float  # sum_x min(p(x), q(x)) over the whole vocabulary
+    top: list[dict[str, Any]]  # [{"id", "text", "p", "q"}], most likely under p or q first
+
+
+@dataclass
+class Added:
+    """The token the target adds at the end of a round."""
+
+    id: int
+    text: str
+    status: str  # resampled (from the residual after a rejection) | bonus (from p)
+    p: float  # target probability of this token
+    prob: float  # its probability under the distribution it was drawn from
+    # [{"id", "text", "p", "residual"}]; "residual" is the distribution the token was drawn
+    # from: norm(max(0, p - q)) for a resampled token, p itself for a bonus token.
+    top: list[dict[str, Any]]
+
+
+@dataclass
+class Round:
+    """One round: drafts, one target call, verdicts and the added token."""
+
+    index: int
+    start: int  # position in the output of the round's first token
+    gamma: int  # drafts asked for (the drafter may propose fewer)
+    drafted: list[Drafted]
+    added: Added | None  # None only when an accepted draft was EOS
+    draft_ms: float
+    verify_ms: float
+    t_s: float  # seconds since the start of the generation when the round ended
+
+    @property
+    def n_accepted(self) -> int:
+        return sum(d.status == "accepted" for d in self.drafted)
+
+    @property
+    def emitted(self) -> int:
+        """Tokens this round appended to the output."""
+        return self.n_accepted + (self.added is not None)
+
+
+@dataclass
+class Stats:
+    """Summary figures; the definitions are in specviz.metrics."""
+
+    new_tokens: int = 0
+    rounds: int = 0
+    target_calls: int = 0  # target forwards while decoding (the prompt's prefill excluded)
+    drafted: int = 0  # drafted tokens, discarded ones included
+    verified: int = 0  # drafted tokens the rule tested: accepted + rejected
+    accepted: int = 0
+    acceptance_rate: float = 0.0  # accepted / verified
+    alpha: float = 0.0  # mean overlap sum_x min(p, q) over verified positions
+    tokens_per_call: float = 0.0  # new_tokens / target_calls
+    prefill_ms: float = 0.0
+    draft_ms: float = 0.0
+    verify_ms: float = 0.0
+    wall_s: float = 0.0  # prefill to last token, trace building included
+    ms_per_token: float = 0.0  # wall_s / new_tokens
+
+
+@dataclass
+class Trace:
+    """A whole generation: settings, output, one Round per target call, stats."""
+
+    method: str
+    prompt: str
+    prompt_ids: list[int]
+    settings: dict[str, Any]
+    models: dict[str, Any]  # target, draft, device, dtype: what produced this trace
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    rounds: list[Round] = field(default_factory=list)
+    # [[seconds since start, tokens so far]] after every round (spec) or token (ar)
+    timeline: list[list[float]] = field(default_factory=list)
+    stats: Stats = field(default_factory=Stats)
+    stop_reason: str = "running"
+    schema: str = SCHEMA
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False, allow_nan=False)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Trace:
+        try:
+            data = json.loads(text)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ValueError(f"not a JSON trace: {exc}") from None
+        return cls.from_dict(data)
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Trace:
+        """Build a Trace from plain values, checking every field against the schema."""
+        _expect(d, dict, "trace")
+        if d.get("schema", SCHEMA) != SCHEMA:
+            raise ValueError(f"unsupported trace schema {d.get('schema')!r}, expected {SCHEMA}")
+        method = _get(d, "method", str, "trace")
+        if method not in ("spec", "ar"):
+            raise ValueError(f"trace.method must be 'spec' or 'ar', got {method!r}")
+        rounds = [_round(r, i) for i, r in enumerate(_get(d, "rounds", list, "trace"))]
+        stop = d.get("stop_reason", "running")
+        if stop not in STOP_REASONS:
+            raise ValueError(f"trace.stop_reason must be one of {', '.join(STOP_REASONS)}")
+        return cls(
+            method=method,
+            prompt=_get(d, "prompt", str, "trace"),
+            prompt_ids=_ints(_get(d, "prompt_ids", list, "trace"), "trace.prompt_ids"),
+            settings=_get(d, "settings", dict, "trace"),
+            models=_get(d, "models", dict, "trace"),
+            text=_get(d, "text", str, "trace"),
+            token_ids=_ints(_get(d, "token_ids", list, "trace"), "trace.token_ids"),
+            rounds=rounds,
+            timeline=[_point(x) for x in _get(d, "timeline", list, "trace")],
+            stats=_stats(_get(d, "stats", dict, "trace")),
+            stop_reason=stop,
+        )
+
+
+# --- schema checking -------------------------------------------------------------------
+
+
+def _expect(value: Any, kind: type, where: str) -> Any:
+    if kind is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        ok = ok and math.isfinite(value)
+    elif kind is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, kind)
+    if not ok:
+        name = "number" if kind is float else kind.__name__
+        raise ValueError(f"{where} must be {name}, got {type(value).__name__}")
+    return value
+
+
+def _get(d: dict[str, Any], key: str, kind: type, where: str) -> Any:
+    if key not in d:
+        raise ValueError(f"{where} is missing the key {key!r}")
+    return _expect(d[key], kind, f"{where}.{key}")
+
+
+def _ints(values: list[Any], where: str) -> list[int]:
+    for v in values:
+        _expect(v, int, where)
+    return list(values)
+
+
+def _num(d: dict[str, Any], key: str, where: str) -> float:
+    return float(_get(d, key, float, where))
+
+
+def _point(x: Any) -> list[float]:
+    _expect(x, list, "trace.timeline entry")
+    if len(x) != 2:
+        raise ValueError("trace.timeline entries must be [seconds, tokens]")
+    return [float(_expect(v, float, "trace.timeline value")) for v in x]
+
+
+def _top(entries: Any, second: str, where: str) -> list[dict[str, Any]]:
+    _expect(entries, list, where)
+    out = []
+    for e in entries:
+        _expect(e, dict, where)
+        out.append(
+            {
+                "id": _get(e, "id", int, where),
+                "text": _get(e, "text", str, where),
+                "p": _num(e, "p", where),
+                second: _num(e, second, where),
+            }
+        )
+    return out
+
+
+def _round(r: Any, i: int) -> Round:
+    where = f"trace.rounds[{i}]"
+    _expect(r, dict, where)
+    drafted = []
+    for j, x in enumerate(_get(r, "drafted", list, where)):
+        w = f"{where}.drafted[{j}]"
+        _expect(x, dict, w)
+        status = _get(x, "status", str, w)
+        if status not in DRAFT_STATUSES:
+            raise ValueError(f"{w}.status must be one of {', '.join(DRAFT_STATUSES)}")
+        u = x.get("u")
+        drafted.append(
+            Drafted(
+                id=_get(x, "id", int, w),
+                text=_get(x, "text", str, w),
+                p=_num(x, "p", w),
+                q=_num(x, "q", w),
+                accept_prob=_num(x, "accept_prob", w),
+                u=None if u is None else float(_expect(u, float, f"{w}.u")),
+                status=status,
+                overlap=_num(x, "overlap", w),
+                top=_top(x.get("top", []), "q", f"{w}.top"),
+            )
+        )
+    added = r.get("added")
+    if added is not None:
+        w = f"{where}.added"
+        _expect(added, dict, w)
+        status = _get(added, "status", str, w)
+        if status not in ADDED_STATUSES:
+            raise ValueError(f"{w}.status must be one of {', '.join(ADDED_STATUSES)}")
+        added = Added(
+            id=_get(added, "id", int, w),
+            text=_get(added, "text", str, w),
+            status=status,
+            p=_num(added, "p", w),
+            prob=_num(added, "prob", w),
+            top=_top(added.get("top", []), "residual", f"{w}.top"),
+        )
+    return Round(
+        index=_get(r, "index", int, where),
+        start=_get(r, "start", int, where),
+        gamma=_get(r, "gamma", int, where),
+        drafted=drafted,
+        added=added,
+        draft_ms=_num(r, "draft_ms", where),
+        verify_ms=_num(r, "verify_ms", where),
+        t_s=_num(r, "t_s", where),
+    )
+
+
+def _stats(d: dict[str, Any]) -> Stats:
+    values = {}
+    for name, f in Stats.__dataclass_fields__.items():
+        kind = int if f.type == "int" else float
+        values[name] = _get(d, name, kind, "trace.stats")
+        if kind is float:
+            values[name] = float(values[name])
+    return Stats(**values)
