@@ -1,0 +1,378 @@
+"""Plotly figures built from traces alone: no model call, no gradio import.
+
+The decision inspector (p and q over the top tokens, min(1, p/q) against u, the residual),
+the live speedup chart, the acceptance charts, and Leviathan's expected speedup against
+gamma, measured and projected. Colours come from specviz.render.COLORS.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from specviz import metrics
+from specviz.render import COLORS, Decision
+from specviz.trace import Trace
+
+_LAYOUT: dict[str, Any] = {
+    "template": "plotly_white",
+    "margin": {"l": 50, "r": 20, "t": 50, "b": 40},
+    "legend": {"orientation": "h", "y": -0.15},
+    "font": {"size": 12},
+}
+
+
+def label(text: str) -> str:
+    """A token as an axis label: whitespace visible, markup characters neutralised."""
+    shown = text.replace(" ", "·").replace("\n", "↵").replace("\t", "→") or "∅"
+    return shown.replace("&", "＆").replace("<", "‹").replace(">", "›")
+
+
+def _labels(entries: list[dict[str, Any]]) -> list[str]:
+    """Unique labels for a top list (two tokens may decode to the same text)."""
+    names = [label(e["text"]) for e in entries]
+    return [
+        f"{n} #{e['id']}" if names.count(n) > 1 else n for n, e in zip(names, entries, strict=True)
+    ]
+
+
+def _highlight(ids: list[int], chosen: int) -> list[float]:
+    return [3.0 if i == chosen else 0.0 for i in ids]
+
+
+def empty_figure(message: str) -> go.Figure:
+    """A blank figure carrying one line of text."""
+    fig = go.Figure(layout=_LAYOUT)
+    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return fig.update_layout(height=260)
+
+
+# --- decision inspector ----------------------------------------------------------------
+
+
+def _pq_bars(fig: go.Figure, row: int, top: list[dict[str, Any]], chosen: int) -> None:
+    """p and q over the top tokens, the drafted token outlined and annotated."""
+    names, ids = _labels(top), [e["id"] for e in top]
+    width = _highlight(ids, chosen)
+    for key, name in (("p", "p (target)"), ("q", "q (draft)")):
+        fig.add_bar(
+            x=names,
+            y=[e[key] for e in top],
+            name=name,
+            marker={"color": COLORS[key], "line": {"color": "#000", "width": width}},
+            row=row,
+            col=1,
+        )
+    if chosen in ids:
+        j = ids.index(chosen)
+        fig.add_annotation(
+            x=names[j],
+            y=max(top[j]["p"], top[j]["q"]),
+            text="drafted",
+            showarrow=True,
+            arrowhead=2,
+            row=row,
+            col=1,
+        )
+
+
+def _accept_bar(fig: go.Figure, row: int, accept_prob: float, u: float | None) -> None:
+    """min(1, p/q) as a bar on [0, 1] and the drawn u as a marker on it."""
+    fig.add_bar(
+        x=[accept_prob],
+        y=["min(1, p/q)"],
+        orientation="h",
+        name="min(1, p/q)",
+        marker={
+            "color": COLORS["accepted"] if u is None or u < accept_prob else COLORS["rejected"]
+        },
+        row=row,
+        col=1,
+    )
+    if u is not None:
+        fig.add_scatter(
+            x=[u, u],
+            y=["min(1, p/q)", "min(1, p/q)"],
+            mode="markers+text",
+            marker={
+                "symbol": "line-ns-open",
+                "size": 28,
+                "color": COLORS["u"],
+                "line": {"width": 3},
+            },
+            text=["", f"u = {u:.2f}"],
+            textposition="top center",
+            name="u (draw)",
+            row=row,
+            col=1,
+        )
+    fig.update_xaxes(range=[0, 1], row=row, col=1)
+
+
+def _residual_bars(
+    fig: go.Figure, row: int, top: list[dict[str, Any]], chosen: int, resampled: bool
+) -> None:
+    """p and the distribution the added token came from, the chosen token marked."""
+    names, ids = _labels(top), [e["id"] for e in top]
+    width = _highlight(ids, chosen)
+    fig.add_bar(
+        x=names,
+        y=[e["p"] for e in top],
+        name="p (target)",
+        marker={"color": COLORS["p"], "opacity": 0.45},
+        row=row,
+        col=1,
+        showlegend=False,
+    )
+    if resampled:
+        fig.add_bar(
+            x=names,
+            y=[e["residual"] for e in top],
+            name="residual norm(max(0, p − q))",
+            marker={"color": COLORS["residual"], "line": {"color": "#000", "width": width}},
+            row=row,
+            col=1,
+        )
+    if chosen in ids:
+        j = ids.index(chosen)
+        y = max(top[j]["p"], top[j]["residual"])
+        fig.add_annotation(
+            x=names[j], y=y, text="chosen", showarrow=True, arrowhead=2, row=row, col=1
+        )
+
+
+def decision_figure(dec: Decision) -> go.Figure:
+    """The inspector chart for one decision, from the stored trace only."""
+    panels: list[str] = []
+    if dec.drafted is not None:
+        panels += ["pq", "accept"]
+    if dec.added is not None:
+        panels.append("added")
+    titles = {
+        "pq": f"p and q over the top tokens (drafted: {label(dec.drafted.text)!r})"
+        if dec.drafted
+        else "",
+        "accept": "acceptance probability min(1, p/q) against the draw u",
+        "added": (
+            "residual norm(max(0, p − q)) the token was drawn from"
+            if dec.added is not None and dec.added.status == "resampled"
+            else "bonus: drawn from p"
+        ),
+    }
+    heights = {"pq": 0.5, "accept": 0.15, "added": 0.45}
+    fig = make_subplots(
+        rows=len(panels),
+        cols=1,
+        subplot_titles=[titles[p] for p in panels],
+        row_heights=[heights[p] for p in panels],
+        vertical_spacing=0.12,
+    )
+    for row, panel in enumerate(panels, start=1):
+        if panel == "pq":
+            _pq_bars(fig, row, dec.drafted.top, dec.drafted.id)
+        elif panel == "accept":
+            _accept_bar(fig, row, dec.drafted.accept_prob, dec.drafted.u)
+        else:
+            _residual_bars(fig, row, dec.added.top, dec.added.id, dec.added.status == "resampled")
+    fig.update_layout(
+        _LAYOUT,
+        barmode="group",
+        height=220 + 170 * len(panels),
+        title=f"round {dec.round.index}, position {dec.pos}",
+    )
+    return fig
+
+
+# --- live speedup ----------------------------------------------------------------------
+
+
+def time_to(trace: Trace, n: int) -> float | None:
+    """Seconds until the trace first held at least n tokens (None if it never did)."""
+    for t_s, tokens in trace.timeline:
+        if tokens >= n:
+            return t_s
+    return None
+
+
+def matched_speedup(spec: Trace, ar: Trace | None) -> float | None:
+    """AR seconds / speculative seconds to reach the same token count, so far."""
+    if ar is None or not ar.timeline or not spec.timeline:
+        return None
+    n = int(min(ar.timeline[-1][1], spec.timeline[-1][1]))
+    t_ar, t_spec = time_to(ar, n), time_to(spec, n)
+    return t_ar / t_spec if t_ar and t_spec else None
+
+
+def speedup_spec(spec: Trace | None, ar: Trace | None) -> dict[str, Any]:
+    """The live chart as a plain plotly JSON spec: cheap enough to rebuild every round."""
+    data = []
+    for trace, name, key in ((spec, "speculative", "spec"), (ar, "autoregressive", "ar")):
+        if trace is not None and trace.timeline:
+            data.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines",
+                    "name": name,
+                    "line": {"color": COLORS[key], "shape": "hv"},
+                    "x": [0.0] + [t for t, _ in trace.timeline],
+                    "y": [0.0] + [n for _, n in trace.timeline],
+                }
+            )
+    s = matched_speedup(spec, ar) if spec is not None else None
+    title = "tokens against wall-clock seconds (same prompt, settings, seed)"
+    if s is not None:
+        title += f": speedup so far {s:.2f}x"
+    grid = {"gridcolor": "#eaeef2", "zerolinecolor": "#d0d7de"}
+    layout = {
+        "title": {"text": title},
+        "height": 330,
+        "margin": _LAYOUT["margin"],
+        "legend": _LAYOUT["legend"],
+        "plot_bgcolor": "white",
+        "xaxis": {"title": {"text": "seconds"}, **grid},
+        "yaxis": {"title": {"text": "output tokens"}, **grid},
+    }
+    return {"data": data, "layout": layout}
+
+
+def speedup_figure(spec: Trace | None, ar: Trace | None) -> go.Figure:
+    """Tokens against wall-clock seconds, speculative and autoregressive, with the speedup."""
+    return go.Figure(speedup_spec(spec, ar))
+
+
+# --- acceptance ------------------------------------------------------------------------
+
+
+def acceptance_per_round_figure(trace: Trace) -> go.Figure:
+    """Accepted drafts / drafted tokens in each round."""
+    rounds = trace.rounds
+    fig = go.Figure()
+    fig.add_bar(
+        x=[r.index for r in rounds],
+        y=[r.n_accepted / len(r.drafted) if r.drafted else 0.0 for r in rounds],
+        marker={"color": COLORS["accepted"]},
+        name="accepted / drafted",
+        customdata=[[r.n_accepted, len(r.drafted)] for r in rounds],
+        hovertemplate="round %{x}: %{customdata[0]} of %{customdata[1]}<extra></extra>",
+    )
+    fig.update_layout(
+        _LAYOUT,
+        title="acceptance per round",
+        height=300,
+        xaxis_title="round",
+        yaxis_title="accepted / drafted",
+        yaxis_range=[0, 1],
+    )
+    return fig
+
+
+def accepted_histogram_figure(trace: Trace) -> go.Figure:
+    """How many rounds accepted 0, 1, 2, ... drafts."""
+    hist = metrics.accepted_histogram(trace)
+    fig = go.Figure()
+    fig.add_bar(x=list(hist), y=list(hist.values()), marker={"color": COLORS["p"]}, name="rounds")
+    fig.update_layout(
+        _LAYOUT,
+        title="accepted drafts per round (histogram)",
+        height=300,
+        xaxis_title="drafts accepted in the round",
+        yaxis_title="rounds",
+        xaxis_dtick=1,
+    )
+    return fig
+
+
+def acceptance_by_position_figure(trace: Trace) -> go.Figure:
+    """Acceptance rate at draft position 1, 2, ... (verified drafts only)."""
+    rates = metrics.acceptance_by_position(trace)
+    fig = go.Figure()
+    fig.add_bar(
+        x=list(range(1, len(rates) + 1)),
+        y=rates,
+        marker={"color": COLORS["accepted"]},
+        name="acceptance rate",
+    )
+    fig.update_layout(
+        _LAYOUT,
+        title="acceptance by draft position",
+        height=300,
+        xaxis_title="draft position",
+        yaxis_title="accepted / verified",
+        yaxis_range=[0, 1],
+        xaxis_dtick=1,
+    )
+    return fig
+
+
+# --- theory ----------------------------------------------------------------------------
+
+
+def _expected_curve(alpha: float, c: float, max_gamma: int) -> tuple[list[int], list[float]]:
+    gammas = list(range(1, max_gamma + 1))
+    return gammas, [metrics.expected_speedup(alpha, g, c) for g in gammas]
+
+
+def theory_figure(
+    alpha: float, c: float, gamma: int, measured: float | None, max_gamma: int = 16
+) -> go.Figure:
+    """Leviathan's expected walltime improvement against gamma, with the measured point."""
+    gammas, ys = _expected_curve(alpha, c, max_gamma)
+    fig = go.Figure()
+    fig.add_scatter(
+        x=gammas,
+        y=ys,
+        mode="lines+markers",
+        name="expected (Leviathan)",
+        line={"color": COLORS["p"]},
+    )
+    if measured is not None:
+        fig.add_scatter(
+            x=[gamma],
+            y=[measured],
+            mode="markers",
+            name="measured",
+            marker={"color": COLORS["rejected"], "size": 14, "symbol": "star"},
+        )
+    best = metrics.best_gamma(alpha, c, max_gamma)
+    fig.update_layout(
+        _LAYOUT,
+        height=340,
+        xaxis_title="gamma (drafts per round)",
+        yaxis_title="speedup",
+        title=f"theory against measurement: alpha = {alpha:.2f}, c = {c:.2f}, best gamma = {best}",
+    )
+    return fig
+
+
+def projection_figure(alpha: float, c: float, gamma: int, max_gamma: int = 16) -> go.Figure:
+    """Projected speedup for a chosen cost ratio c: a projection, not a measurement."""
+    gammas, ys = _expected_curve(alpha, c, max_gamma)
+    fig = go.Figure()
+    fig.add_scatter(
+        x=gammas,
+        y=ys,
+        mode="lines+markers",
+        name="projection",
+        line={"color": COLORS["resampled"], "dash": "dash"},
+    )
+    if 1 <= gamma <= max_gamma:
+        fig.add_scatter(
+            x=[gamma],
+            y=[ys[gamma - 1]],
+            mode="markers",
+            name="your gamma",
+            marker={"color": COLORS["resampled"], "size": 12},
+        )
+    fig.add_hline(y=1.0, line={"color": COLORS["ar"], "dash": "dot"})
+    fig.update_layout(
+        _LAYOUT,
+        height=340,
+        xaxis_title="gamma",
+        yaxis_title="projected speedup",
+        title=f"PROJECTION, not a measurement: measured alpha = {alpha:.2f}, assumed c = {c:.2f}",
+    )
+    return fig

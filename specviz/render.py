@@ -1,0 +1,311 @@
+"""HTML for the app: token spans, the per-round view, the legend, verdicts and small tables.
+
+Colours are defined here once (``COLORS``) and read by the CSS variables and by
+specviz.plots. Every piece of text that comes from a model, a user or a file goes through
+:func:`esc` (html.escape plus the characters that client-side templates treat specially)
+before it becomes part of a page. No gradio import.
+
+Token spans carry data-status (accepted|rejected|resampled|bonus), data-round and data-pos
+(the output position the token was proposed for; a rejected draft shares its position
+with the resampled token that replaced it).
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from specviz.trace import Added, Drafted, Round, Trace
+
+# Status and chart colours, with a cue beyond colour for each status (see assets/specviz.css).
+COLORS: dict[str, str] = {
+    "accepted": "#1a7f37",  # green, plain
+    "rejected": "#cf222e",  # red, struck through
+    "resampled": "#c2410c",  # orange, wavy underline and a small marker
+    "bonus": "#0550ae",  # blue, double underline and a small marker
+    "discarded": "#8c959f",  # grey, per-round view only
+    "p": "#0550ae",  # the target's distribution
+    "q": "#bf8700",  # the draft's distribution
+    "residual": "#c2410c",  # norm(max(0, p - q))
+    "spec": "#1a7f37",
+    "ar": "#57606a",
+    "u": "#6f42c1",  # the uniform draw
+}
+TOKEN_STATUSES = ("accepted", "rejected", "resampled", "bonus")
+LEGEND: dict[str, str] = {
+    "accepted": "draft token accepted: u < min(1, p/q)",
+    "rejected": "draft token rejected (kept visible, struck through)",
+    "resampled": "drawn from the residual norm(max(0, p - q)) after a rejection",
+    "bonus": "drawn from p after all drafts were accepted",
+}
+MARKERS = {"resampled": "↻", "bonus": "+"}
+
+# Characters escaped beyond html.escape: client-side template syntax (${...}, {{...}}, `).
+_EXTRA = str.maketrans({"{": "&#123;", "}": "&#125;", "$": "&#36;", "`": "&#96;"})
+
+
+def esc(text: object) -> str:
+    """Escape any text for HTML content or a quoted attribute."""
+    return html.escape(str(text), quote=True).translate(_EXTRA)
+
+
+def visible_text(text: str) -> str:
+    """Escaped token text with spaces, tabs and newlines made visible."""
+    out = esc(text)
+    out = out.replace(" ", '<span class="sv-ws">·</span>')
+    out = out.replace("\t", '<span class="sv-ws">→</span>\t')
+    out = out.replace("\r", "")
+    out = out.replace("\n", '<span class="sv-ws">↵</span>\n')
+    return out or '<span class="sv-ws">∅</span>'
+
+
+def css_variables() -> str:
+    """The colours as CSS custom properties, for assets/specviz.css."""
+    body = "".join(f"--sv-{name}: {color};" for name, color in COLORS.items())
+    return f":root{{{body}}}"
+
+
+# --- token view ------------------------------------------------------------------------
+
+
+def token_span(text: str, status: str, round_index: int, pos: int) -> str:
+    """One token as a focusable span with its status, round and output position."""
+    if status not in TOKEN_STATUSES:
+        raise ValueError(f"unknown token status {status!r}")
+    marker = MARKERS.get(status)
+    mark = f'<sup class="sv-mark" aria-hidden="true">{marker}</sup>' if marker else ""
+    title = esc(f"{status} · round {round_index} · position {pos} · click to inspect")
+    return (
+        f'<span class="sv-tok sv-{status}" data-status="{status}" data-round="{round_index}" '
+        f'data-pos="{pos}" tabindex="0" role="button" title="{title}">'
+        f"{visible_text(text)}{mark}</span>"
+    )
+
+
+def round_spans(rnd: Round) -> str:
+    """The token-view spans of one round: accepted, rejected, then the added token."""
+    parts = []
+    for i, d in enumerate(rnd.drafted):
+        if d.status != "discarded":
+            parts.append(token_span(d.text, d.status, rnd.index, rnd.start + i))
+    if rnd.added is not None:
+        parts.append(
+            token_span(rnd.added.text, rnd.added.status, rnd.index, rnd.start + rnd.n_accepted)
+        )
+    return "".join(parts)
+
+
+def tokens_html(parts: list[str], prompt: str = "") -> str:
+    """The token view from cached per-round span strings."""
+    head = f'<div class="sv-prompt" title="prompt">{visible_text(prompt)}</div>' if prompt else ""
+    body = "".join(parts) or '<span class="sv-empty">Press Run or Step to generate.</span>'
+    return f'<div class="sv-tokens">{head}<div class="sv-output">{body}</div></div>'
+
+
+def trace_tokens_html(trace: Trace | None) -> str:
+    """The whole token view of a trace (an AR trace has no statuses: plain escaped text)."""
+    if trace is None:
+        return tokens_html([])
+    if trace.method == "ar":
+        body = f'<span class="sv-ar">{visible_text(trace.text)}</span>'
+        return tokens_html([body], trace.prompt)
+    return tokens_html([round_spans(r) for r in trace.rounds], trace.prompt)
+
+
+def legend_html() -> str:
+    """The legend: swatch, name and meaning per status."""
+    items = "".join(
+        f'<span class="sv-legend-item"><span class="sv-tok sv-{s}">{esc(s)}'
+        f"{MARKERS.get(s) and f'<sup class=sv-mark>{MARKERS[s]}</sup>' or ''}</span> "
+        f"{esc(LEGEND[s])}</span>"
+        for s in TOKEN_STATUSES
+    )
+    ws = '<span class="sv-legend-item"><span class="sv-ws">·</span> space, '
+    ws += '<span class="sv-ws">↵</span> newline</span>'
+    return f'<div class="sv-legend">{items}{ws}</div>'
+
+
+# --- per-round view --------------------------------------------------------------------
+
+
+def _chip(text: str, status: str, round_index: int, pos: int | None) -> str:
+    where = f' data-round="{round_index}" data-pos="{pos}"' if pos is not None else ""
+    return (
+        f'<span class="sv-chip sv-{status}" data-kind="{status}"{where}>{visible_text(text)}</span>'
+    )
+
+
+def round_row(rnd: Round) -> str:
+    """One row: round number, drafts with verdicts, then the added token."""
+    drafts = "".join(
+        _chip(d.text, d.status, rnd.index, rnd.start + i if d.status != "discarded" else None)
+        for i, d in enumerate(rnd.drafted)
+    )
+    drafts = drafts or '<span class="sv-none">no drafts</span>'
+    if rnd.added is not None:
+        pos = rnd.start + rnd.n_accepted
+        added = _chip(rnd.added.text, rnd.added.status, rnd.index, pos)
+        added += f' <span class="sv-kind">{esc(rnd.added.status)}</span>'
+    else:
+        added = '<span class="sv-none">(EOS accepted)</span>'
+    counts = f"{rnd.n_accepted}/{len(rnd.drafted)}"
+    return (
+        f'<tr><td class="sv-rn">{rnd.index}</td><td>{drafts}</td>'
+        f'<td class="sv-counts">{counts}</td><td>{added}</td></tr>'
+    )
+
+
+def rounds_html(rows: list[str]) -> str:
+    """The per-round table from cached rows."""
+    head = "<tr><th>round</th><th>drafts → verdicts</th><th>acc.</th><th>added</th></tr>"
+    body = "".join(rows) or '<tr><td colspan="4" class="sv-none">no rounds yet</td></tr>'
+    return f'<div class="sv-rounds"><table>{head}{body}</table></div>'
+
+
+# --- the decision at one position ------------------------------------------------------
+
+
+@dataclass
+class Decision:
+    """What the rule decided at one output position of one round."""
+
+    round: Round
+    pos: int
+    drafted: Drafted | None  # the draft tested at this position, if any
+    added: Added | None  # the token the target added here, if any
+
+
+def round_of(trace: Trace, pos: int) -> int | None:
+    """The round that placed output position pos (None if out of range)."""
+    for r in trace.rounds:
+        if r.start <= pos < r.start + max(1, r.emitted):
+            return r.index
+    return None
+
+
+def decision_at(trace: Trace, round_index: int | None, pos: int) -> Decision:
+    """The decision at (round, pos); round None means the round that placed pos."""
+    if round_index is None:
+        round_index = round_of(trace, pos)
+    if round_index is None or not 0 <= round_index < len(trace.rounds):
+        raise ValueError(
+            f"no round placed position {pos}"
+            if round_index is None
+            else f"round {round_index} does not exist (0..{len(trace.rounds) - 1})"
+        )
+    rnd = trace.rounds[round_index]
+    i = pos - rnd.start
+    drafted = rnd.drafted[i] if 0 <= i < len(rnd.drafted) else None
+    if drafted is not None and drafted.status == "discarded":
+        drafted = None
+    added = rnd.added if rnd.added is not None and i == rnd.n_accepted else None
+    if drafted is None and added is None:
+        raise ValueError(f"round {round_index} placed no token at position {pos}")
+    return Decision(rnd, pos, drafted, added)
+
+
+def _pair_fmt(a: float, b: float) -> tuple[str, str]:
+    """Format two numbers with enough digits to tell them apart."""
+    for digits in (2, 3, 4, 6):
+        sa, sb = f"{a:.{digits}f}", f"{b:.{digits}f}"
+        if sa != sb or a == b:
+            return sa, sb
+    return f"{a:.3g}", f"{b:.3g}"
+
+
+def num(x: float) -> str:
+    """A probability, readable whatever its size."""
+    return f"{x:.2f}" if x >= 0.01 or x == 0 else f"{x:.2g}"
+
+
+def draft_verdict(d: Drafted) -> str:
+    """One plain sentence saying why the rule accepted or rejected a draft."""
+    ratio = d.p / d.q if d.q > 0 else float("inf")
+    if d.u is None:
+        same = "equals" if d.status == "accepted" else "differs from"
+        return f"{d.status} (greedy): the draft's argmax {same} the target's argmax"
+    a = d.accept_prob
+    if d.status == "accepted":
+        if ratio >= 1:
+            return (
+                f"accepted: p/q = {num(d.p)}/{num(d.q)} ≥ 1, so min(1, p/q) = 1 "
+                f"and any u = {d.u:.2f} passes"
+            )
+        su, sa = _pair_fmt(d.u, a)
+        return f"accepted: u = {su} < p/q = {sa}"
+    su, sa = _pair_fmt(d.u, a)
+    return (
+        f"rejected: u = {su} ≥ p/q = {sa} (p = {num(d.p)}, q = {num(d.q)}); "
+        "the target then drew from the residual norm(max(0, p − q))"
+    )
+
+
+def added_verdict(a: Added) -> str:
+    """One plain sentence saying where an added token came from."""
+    if a.status == "resampled":
+        return (
+            f"resampled: after the rejection the target drew {a.text!r} from the residual "
+            f"norm(max(0, p − q)), where it had probability {num(a.prob)} (p = {num(a.p)})"
+        )
+    return (
+        f"bonus: every draft was accepted, so the same target call drew {a.text!r} "
+        f"from p (p = {num(a.p)}) at no extra cost"
+    )
+
+
+def verdict_html(dec: Decision) -> str:
+    """The inspector's sentences for one decision, escaped."""
+    lines = []
+    head = f"round {dec.round.index}, position {dec.pos}"
+    if dec.drafted is not None:
+        lines.append(f"draft {dec.drafted.text!r}: {draft_verdict(dec.drafted)}")
+    if dec.added is not None:
+        lines.append(added_verdict(dec.added))
+    items = "".join(f"<li>{esc(x)}</li>" for x in lines)
+    return f'<div class="sv-verdict"><b>{esc(head)}</b><ul>{items}</ul></div>'
+
+
+# --- small panels ----------------------------------------------------------------------
+
+
+def status_html(message: str, kind: str = "info") -> str:
+    """A one-line status message (kind: info, busy, error)."""
+    return f'<div class="sv-status sv-status-{esc(kind)}">{esc(message)}</div>'
+
+
+def models_html(described: dict[str, str]) -> str:
+    """Which model runs where and in which dtype."""
+    rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in described.items())
+    return f'<table class="sv-models">{rows}</table>'
+
+
+def table_html(rows: list[tuple[str, str]], caption: str = "") -> str:
+    """A two-column table of escaped labels and values."""
+    cap = f"<caption>{esc(caption)}</caption>" if caption else ""
+    body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
+    return f'<table class="sv-table">{cap}{body}</table>'
+
+
+def greedy_check(spec: Trace, ar: Trace, decode: Callable[[list[int]], str] | None = None) -> str:
+    """Plain text: do greedy speculative and greedy AR produce the same tokens?"""
+    a, b = spec.token_ids, ar.token_ids
+    n = min(len(a), len(b))
+    first = next((i for i in range(n) if a[i] != b[i]), None)
+    if first is None and len(a) == len(b):
+        return f"identical: speculative and autoregressive greedy text agree on all {n} tokens"
+    if first is None:
+        return (
+            f"the first {n} tokens agree; the runs stopped at different lengths "
+            f"({len(a)} speculative, {len(b)} autoregressive)"
+        )
+    where = f"token {first} (speculative id {a[first]}, autoregressive id {b[first]})"
+    if decode is not None:
+        where += (
+            f": after {decode(a[max(0, first - 8) : first])!r} speculative continues "
+            f"{decode(a[first : first + 6])!r}, autoregressive {decode(b[first : first + 6])!r}"
+        )
+    return (
+        f"different from {where}. Different computation graphs give different numerics "
+        "(as in bf16), and one flipped argmax changes everything after it"
+    )

@@ -1,0 +1,966 @@
+"""The Gradio app: layout and thin handlers. The only module that imports gradio.
+
+Handlers are plain functions over a per-session :class:`Session` (held in ``gr.State``) and
+a :class:`Form` of control values; they yield dicts keyed by view names ("tokens",
+"speed", ...), which :func:`build_app` maps onto components. That keeps them testable
+without a browser.
+
+Live runs: the speculative run and then the autoregressive baseline (same prompt, settings
+and seed) execute back to back in one worker thread that never waits for the page, so each
+trace's own clock (t_s) measures generation only. The handler polls the live traces,
+renders only the rounds that are new (span HTML is cached per round) and yields. Models
+load once per process (specviz.models caches them); every event that runs a model shares
+one queue, ``concurrency_id="model"``, with a concurrency limit (SPECVIZ_CONCURRENCY,
+default 1). Nothing loads at import time.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+from gradio.components.plot import PlotData
+
+from specviz import metrics, plots, render
+from specviz.config import DRAFTERS, Limits, Settings
+from specviz.engine import Run, Update
+from specviz.models import PAIRS, ModelPair, load_pair
+from specviz.trace import Trace
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+MAX_IMPORT_BYTES = 64 * 1024 * 1024
+REPLAY_SECONDS = 3.0  # an imported trace replays in at most this long
+
+Loader = Callable[[str, str], ModelPair]
+View = dict[str, Any]
+
+# --- presets ---------------------------------------------------------------------------
+
+_ARTICLE = (
+    "The city council voted on Tuesday to turn the old railway yard into a public park. "
+    "The site has been empty for twenty years. Residents collected more than 4,000 "
+    "signatures asking for green space, and the plan includes a playground, a community "
+    "garden and a cycle path linking two neighbourhoods. Work is expected to start next "
+    "spring and to cost about 3 million pounds, paid partly by a national grant."
+)
+_CODE = '''def running_max(values: list[int]) -> list[int]:
+    """Return a list whose i-th item is the largest of values[0..i].
+
+    >>> running_max([1, 3, 2, 5, 4])
+    [1, 3, 3, 5, 5]
+    """
+'''
+_EDIT = (
+    "The colour of the sky depends on the scattering of sunlight. Short wavelengths "
+    "scatter more than long ones, so the sky looks blue at noon and red at sunset. "
+    "The colour of the sea follows the colour of the sky."
+)
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "chat": {
+        "prompt": "Explain in three sentences why the sky is blue.",
+        "drafter": "model",
+        "gamma": 4,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": 0,
+        "greedy": False,
+        "draft_temperature": None,
+    },
+    "XSum-style summary": {
+        "prompt": f"Summarise this article in one sentence.\n\n{_ARTICLE}",
+        "drafter": "model",
+        "gamma": 4,
+        "temperature": 1.0,
+        "top_p": 0.8,
+        "top_k": 0,
+        "greedy": False,
+        "draft_temperature": None,
+    },
+    "HumanEval-style code completion": {
+        "prompt": f"Complete this Python function. Reply with code only.\n\n{_CODE}",
+        "drafter": "model",
+        "gamma": 4,
+        "temperature": 0.8,
+        "top_p": 0.95,
+        "top_k": 0,
+        "greedy": False,
+        "draft_temperature": None,
+    },
+    "copy-and-edit (n-gram drafter)": {
+        "prompt": "Repeat this text exactly, but write 'color' instead of 'colour':\n\n" + _EDIT,
+        "drafter": "ngram",
+        "gamma": 8,
+        "temperature": 0.0,
+        "top_p": 1.0,
+        "top_k": 0,
+        "greedy": True,
+        "draft_temperature": None,
+    },
+}
+PRESET_FIELDS = (
+    "prompt",
+    "drafter",
+    "gamma",
+    "temperature",
+    "top_p",
+    "top_k",
+    "greedy",
+    "draft_temperature",
+)
+
+HOW_TO_READ = (
+    """
+**p** is the target model's distribution, **q** the draft's (Leviathan et al. 2022;
+Chen et al. 2023). Each round the draft proposes gamma tokens; one target call scores them
+all; draft *x* is accepted when a uniform draw *u* < min(1, p(x)/q(x)). At the first
+rejection the target draws from the residual norm(max(0, p − q)); after a full accept it
+draws a bonus token from p. Every round adds between 1 and gamma + 1 tokens.
+
+- **The output distribution is unchanged.** Whatever q is (try a draft temperature far
+  from the target's), the text is distributed exactly as sampling from p. A poor draft
+  only costs speed: it gets rejected more often.
+- **Bit-identical text is a narrower claim.** In greedy mode the two methods should agree
+  token for token, and they do in fp32 here; in bf16 the different computation graphs give
+  different numerics and a near-tie can flip, after which the texts differ (Chen et al.
+  say as much). The greedy check shows where.
+- **More arithmetic, not less.** Speculative decoding does extra work (draft steps and
+  rejected tokens). It wins because decoding at batch size 1 is limited by memory
+  bandwidth, so one target call over gamma + 1 positions costs about as much as one over a
+  single position.
+- **Latency at batch size 1.** Both papers measure the time per token of one request, and
+  so does this page. The speedup is measured here: speculative and autoregressive decoding
+  of the same prompt, settings and seed, back to back in the same process after a warm-up.
+  The projection tab is a formula, not a measurement.
+
+**Definitions.** """
+    + "; ".join(f"*{k}* = {v}" for k, v in metrics.DEFINITIONS.items())
+    + "."
+)
+
+# Clicking (or pressing Enter on) a token selects it: its round and position go to Python.
+TOKEN_JS = """
+const pick = (e) => {
+  const s = e.target.closest('[data-pos]');
+  if (!s || !element.contains(s)) return;
+  element.querySelectorAll('.sv-selected').forEach((x) => x.classList.remove('sv-selected'));
+  s.classList.add('sv-selected');
+  trigger('click', {round: Number(s.dataset.round), pos: Number(s.dataset.pos)});
+};
+element.addEventListener('click', pick);
+element.addEventListener('keydown', (e) => { if (e.key === 'Enter' || e.key === ' ') pick(e); });
+"""
+
+
+# --- form and session ------------------------------------------------------------------
+
+
+@dataclass
+class Form:
+    """The control values of one request, as the widgets deliver them."""
+
+    prompt: str = ""
+    pair: str = "default"
+    dtype: str = "auto"
+    drafter: str = "model"
+    gamma: float = 4
+    adaptive_gamma: bool = False
+    temperature: float = 1.0
+    draft_temperature: float | None = None
+    top_p: float = 1.0
+    top_k: float = 0
+    greedy: bool = False
+    max_new_tokens: float = 64
+    seed: float = 0
+    compare: bool = True
+
+    def settings(self, limits: Limits) -> Settings:
+        """Validated settings (raises ValueError with the engine's one-line message)."""
+        return Settings(
+            drafter=self.drafter,
+            gamma=_as_int("gamma", self.gamma),
+            adaptive_gamma=bool(self.adaptive_gamma),
+            temperature=_as_float("temperature", self.temperature),
+            draft_temperature=None
+            if self.draft_temperature in (None, "")
+            else _as_float("draft_temperature", self.draft_temperature),
+            top_p=_as_float("top_p", self.top_p),
+            top_k=_as_int("top_k", self.top_k),
+            greedy=bool(self.greedy),
+            max_new_tokens=_as_int("max_new_tokens", self.max_new_tokens),
+            seed=_as_int("seed", self.seed),
+            limits=limits,
+        )
+
+
+FORM_FIELDS = tuple(f.name for f in fields(Form))
+
+
+def _as_int(name: str, x: Any) -> Any:
+    """Whole floats from number widgets become ints; anything else is left to Settings."""
+    if isinstance(x, float) and x.is_integer():
+        return int(x)
+    if x is None:
+        raise ValueError(f"{name} is empty")
+    return x
+
+
+def _as_float(name: str, x: Any) -> Any:
+    if x is None:
+        raise ValueError(f"{name} is empty")
+    return float(x) if isinstance(x, int) and not isinstance(x, bool) else x
+
+
+@dataclass
+class Session:
+    """One browser tab's state: its traces, the cached HTML, the stepper and timings."""
+
+    spec: Trace | None = None
+    ar: Trace | None = None
+    parts: list[str] = field(default_factory=list)  # token-view spans, one string per round
+    rows: list[str] = field(default_factory=list)  # per-round view rows
+    stop: threading.Event = field(default_factory=threading.Event)
+    stepper: Iterator[Update] | None = None
+    step_key: tuple[Any, ...] | None = None
+    decode: Callable[[list[int]], str] | None = None
+    ui_ms: list[float] = field(default_factory=list)  # cost of each live page update
+    first_round_s: float | None = None  # Run pressed -> first round ready to send
+    mode: str = "idle"  # idle | run | step | replay
+
+    def start(self, spec: Trace | None, ar: Trace | None, mode: str) -> None:
+        """Forget the previous generation and hold new (possibly live) traces."""
+        self.close_stepper()
+        self.spec, self.ar, self.mode = spec, ar, mode
+        self.parts, self.rows, self.ui_ms = [], [], []
+        self.first_round_s = None
+        self.stop = threading.Event()
+
+    def sync_rounds(self, upto: int | None = None) -> int:
+        """Render the rounds not yet cached (up to `upto`); return how many were new."""
+        if self.spec is None:
+            return 0
+        rounds = self.spec.rounds[: upto if upto is not None else len(self.spec.rounds)]
+        new = rounds[len(self.parts) :]
+        for r in new:
+            self.parts.append(render.round_spans(r))
+            self.rows.append(render.round_row(r))
+        return len(new)
+
+    def close_stepper(self) -> None:
+        if self.stepper is not None:
+            try:
+                self.stepper.close()  # type: ignore[attr-defined]
+            except ValueError:  # a step is executing in another thread right now
+                pass
+        self.stepper, self.step_key = None, None
+
+
+def new_session() -> Session:
+    return Session()
+
+
+def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn ValueError into gr.Error (escaped, one line) for plain and generator handlers."""
+
+    def error(exc: ValueError) -> gr.Error:
+        return gr.Error(render.esc(str(exc).splitlines()[0] if str(exc) else "invalid input"))
+
+    if _is_generator(fn):
+
+        @functools.wraps(fn)
+        def gen_wrapper(*args: Any, **kwargs: Any) -> Iterator[Any]:
+            try:
+                yield from fn(*args, **kwargs)
+            except ValueError as exc:
+                raise error(exc) from None
+
+        return gen_wrapper
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ValueError as exc:
+            raise error(exc) from None
+
+    return wrapper
+
+
+def _is_generator(fn: Callable[..., Any]) -> bool:
+    import inspect
+
+    return inspect.isgeneratorfunction(fn)
+
+
+# --- models ----------------------------------------------------------------------------
+
+_warm_lock = threading.Lock()
+_warmed: dict[int, ModelPair] = {}  # pairs that have run once in this process
+
+
+def default_loader(pair: str, dtype: str) -> ModelPair:
+    """The registry's pairs through specviz.models (cached once per process)."""
+    return load_pair(pair, dtype=dtype)
+
+
+def warm_pair(loader: Loader, form: Form, limits: Limits) -> ModelPair:
+    """Load a pair and run it once on this prompt, so no timed run pays first-call costs."""
+    pair = loader(form.pair, form.dtype)
+    with _warm_lock:
+        if id(pair) not in _warmed:
+            s = form.settings(limits).with_(max_new_tokens=2, gamma=2)
+            for method in ("spec", "ar"):
+                if method == "spec" and pair.draft is None and s.drafter == "model":
+                    continue
+                for _ in Run(pair, form.prompt, s.with_(method=method)):
+                    pass
+            _warmed[id(pair)] = pair
+    return pair
+
+
+# --- the live run ----------------------------------------------------------------------
+
+
+class Worker(threading.Thread):
+    """Runs the speculative run, then the baseline, without ever waiting for the page."""
+
+    def __init__(self, runs: list[Run], stop: threading.Event) -> None:
+        super().__init__(daemon=True, name="specviz-run")
+        self.runs, self.stop = runs, stop
+        self.tick = threading.Event()  # set after every update
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            for r in self.runs:
+                it = iter(r)
+                for _ in it:
+                    self.tick.set()
+                    if self.stop.is_set():
+                        it.close()  # finalises the trace as "stopped"
+                        break
+                if self.stop.is_set():
+                    break
+        except BaseException as exc:  # reported by the handler
+            self.error = exc
+        finally:
+            self.tick.set()
+
+
+def run_updates(session: Session, form: Form, loader: Loader, limits: Limits) -> Iterator[View]:
+    """Run: load, warm, then stream the speculative run and the baseline; end with all views."""
+    t_click = time.perf_counter()
+    settings = form.settings(limits)
+    session.start(None, None, "run")
+    yield {"status": render.status_html(f"loading pair {form.pair!r} ...", "busy")}
+    pair = warm_pair(loader, form, limits)
+    spec_run = Run(pair, form.prompt, settings)
+    ar_run = Run(pair, form.prompt, settings.with_(method="ar")) if form.compare else None
+    session.start(spec_run.trace, ar_run.trace if ar_run else None, "run")
+    session.decode = pair.decode
+    worker = Worker([spec_run] + ([ar_run] if ar_run else []), session.stop)
+    worker.start()
+    yield {"models": render.models_html(pair.describe()), "tokens": render.tokens_html([])}
+    last_speed = 0.0
+    try:
+        while worker.is_alive():
+            worker.tick.wait(0.5)
+            worker.tick.clear()
+            frame, last_speed = live_frame(session, last_speed)
+            if frame:
+                if session.first_round_s is None and session.parts:
+                    session.first_round_s = time.perf_counter() - t_click
+                yield frame
+    finally:
+        session.stop.set()  # the page went away or the handler was cancelled
+    worker.join()
+    if worker.error is not None:
+        raise ValueError(f"generation failed: {worker.error}")
+    yield final_frame(session, settings.gamma)
+
+
+def live_frame(session: Session, last_speed: float) -> tuple[View, float]:
+    """The cheap per-round update: new spans, new rows, the speedup chart, a status line."""
+    t0 = time.perf_counter()
+    new = session.sync_rounds()
+    spec, ar = session.spec, session.ar
+    out: View = {}
+    if new:
+        out["tokens"] = render.tokens_html(session.parts, spec.prompt if spec else "")
+        out["rounds"] = render.rounds_html(session.rows)
+    # The baseline runs token by token: redraw its curve at most ~6 times a second.
+    if new or (ar is not None and ar.timeline and t0 - last_speed > 0.15):
+        out["speed"] = live_plot(plots.speedup_spec(spec, ar))
+        out["status"] = render.status_html(_progress(spec, ar), "busy")
+        last_speed = t0
+    if out:
+        session.ui_ms.append((time.perf_counter() - t0) * 1e3)
+    return out, last_speed
+
+
+def live_plot(spec: dict[str, Any]) -> PlotData:
+    """A plotly JSON spec handed to gr.Plot as is, skipping figure validation."""
+    return PlotData(type="plotly", plot=json.dumps(spec))
+
+
+def _progress(spec: Trace | None, ar: Trace | None) -> str:
+    text = ""
+    if spec is not None:
+        text = f"speculative: round {len(spec.rounds)}, {len(spec.token_ids)} tokens"
+    if ar is not None and ar.token_ids:
+        text += f" · autoregressive baseline: {len(ar.token_ids)} tokens"
+    return text or "generating ..."
+
+
+def final_frame(session: Session, gamma: int) -> View:
+    """Every view, from the session's traces alone."""
+    session.sync_rounds()
+    spec, ar = session.spec, session.ar
+    main = spec or ar
+    out: View = {
+        "tokens": render.trace_tokens_html(main)
+        if spec is None
+        else render.tokens_html(session.parts, spec.prompt),
+        "rounds": render.rounds_html(session.rows),
+        "speed": plots.speedup_figure(spec, ar),
+        "summary": summary_html(session),
+        "table1": table1_html(spec, ar),
+        "greedy": greedy_html(session),
+        "status": render.status_html(_done_message(main), "info"),
+    }
+    if main is not None:
+        out["models"] = render.models_html({k: str(v) for k, v in main.models.items()})
+    out.update(charts(spec, ar, gamma))
+    out.update(default_inspection(spec))
+    return out
+
+
+def _done_message(trace: Trace | None) -> str:
+    if trace is None:
+        return "nothing generated"
+    s = trace.stats
+    return (
+        f"done ({trace.stop_reason}): {s.new_tokens} tokens in {s.wall_s:.2f} s; "
+        "click any token to inspect its decision"
+    )
+
+
+def charts(spec: Trace | None, ar: Trace | None, gamma: int, c_user: float = 0.1) -> View:
+    """Acceptance charts, theory against measurement, and the projection."""
+    if spec is None or not spec.rounds:
+        blank = plots.empty_figure("no speculative rounds")
+        return {k: blank for k in ("acc_round", "acc_hist", "acc_pos", "theory", "projection")}
+    alpha = metrics.alpha(spec)
+    c = metrics.cost_ratio(spec, ar) if ar is not None and ar.token_ids else 0.0
+    measured = metrics.speedup(ar, spec) if ar is not None and ar.token_ids else None
+    return {
+        "acc_round": plots.acceptance_per_round_figure(spec),
+        "acc_hist": plots.accepted_histogram_figure(spec),
+        "acc_pos": plots.acceptance_by_position_figure(spec),
+        "theory": plots.theory_figure(alpha, c, gamma, measured)
+        if c
+        else plots.empty_figure(
+            "theory needs c, measured against the autoregressive baseline (tick Compare)"
+        ),
+        "projection": plots.projection_figure(alpha, c_user, gamma),
+    }
+
+
+def default_inspection(spec: Trace | None) -> View:
+    """Open the inspector on the first rejection (else the first token)."""
+    if spec is None or not spec.rounds:
+        return {}
+    target = next(
+        (
+            (r.index, r.start + i)
+            for r in spec.rounds
+            for i, d in enumerate(r.drafted)
+            if d.status == "rejected"
+        ),
+        (0, 0),
+    )
+    try:
+        return inspect_view(spec, *target)
+    except ValueError:
+        return {}
+
+
+def inspect_view(trace: Trace | None, round_index: int | None, pos: int | None) -> View:
+    """Inspector views for (round, pos) from the stored trace: no model call."""
+    if trace is None or not trace.rounds:
+        raise ValueError("no speculative trace yet: press Run or Step, or import a trace")
+    if pos is None:
+        raise ValueError("choose a position")
+    r = None if round_index is None or round_index < 0 else int(round_index)
+    dec = render.decision_at(trace, r, int(pos))
+    return {
+        "insp_round": dec.round.index,
+        "insp_pos": dec.pos,
+        "insp_plot": plots.decision_figure(dec),
+        "verdict": render.verdict_html(dec),
+    }
+
+
+# --- summaries -------------------------------------------------------------------------
+
+
+def summary_html(session: Session) -> str:
+    """The run's figures, each with its definition where it has one."""
+    spec, ar = session.spec, session.ar
+    rows: list[tuple[str, str]] = []
+    if spec is not None and spec.rounds:
+        s = spec.stats
+        d = metrics.DEFINITIONS
+        rows += [
+            ("new tokens / rounds", f"{s.new_tokens} / {s.rounds}"),
+            ("tokens per target call", f"{s.tokens_per_call:.2f}  ({d['tokens per call']})"),
+            ("acceptance rate", f"{s.acceptance_rate:.3f}  ({d['acceptance rate']})"),
+            ("alpha", f"{s.alpha:.3f}  ({d['alpha']})"),
+            (
+                "mean accepted per round",
+                f"{metrics.mean_accepted(spec):.2f} drafts, "
+                f"{metrics.mean_accepted(spec, with_added=True):.2f} with the added token",
+            ),
+            ("draft ms / verify ms", f"{s.draft_ms:.0f} / {s.verify_ms:.0f}"),
+            ("speculative ms/token", f"{s.ms_per_token:.1f}"),
+        ]
+    if ar is not None and ar.token_ids:
+        rows.append(("autoregressive ms/token", f"{ar.stats.ms_per_token:.1f}"))
+        if spec is not None and spec.rounds:
+            rows.append(("c", f"{metrics.cost_ratio(spec, ar):.3f}  ({metrics.DEFINITIONS['c']})"))
+    rows += _ui_cost_rows(session)
+    return render.table_html(rows, "this run") if rows else ""
+
+
+def _ui_cost_rows(session: Session) -> list[tuple[str, str]]:
+    """First-round latency and the page-update cost next to the round it follows."""
+    rows = []
+    if session.first_round_s is not None:
+        rows.append(("first round shown after Run", f"{session.first_round_s:.2f} s"))
+    spec = session.spec
+    if session.ui_ms and spec is not None and spec.rounds:
+        round_ms = statistics.median(r.draft_ms + r.verify_ms for r in spec.rounds)
+        rows.append(
+            (
+                "page update per round (median)",
+                f"{statistics.median(session.ui_ms):.1f} ms, against {round_ms:.1f} ms "
+                "per round of generation",
+            )
+        )
+    return rows
+
+
+def table1_html(spec: Trace | None, ar: Trace | None) -> str:
+    """Chen et al.'s Table 1 row for this prompt: ms/token both ways and the speedup."""
+    if spec is None or ar is None or not spec.token_ids or not ar.token_ids:
+        return render.status_html("Table 1 needs both runs: tick Compare and press Run.")
+    row = metrics.table1_row(ar, spec)
+    return render.table_html(
+        [
+            ("ArS (autoregressive) ms/token", f"{row['ar_ms_per_token']:.1f}  (1x)"),
+            ("SpS (speculative) ms/token", f"{row['spec_ms_per_token']:.1f}"),
+            ("speedup", f"{row['speedup']:.2f}x"),
+        ],
+        "Chen et al. Table 1 columns, measured here (batch size 1)",
+    )
+
+
+def greedy_html(session: Session) -> str:
+    """In greedy mode: do both methods give the same text, and if not, where do they part?"""
+    spec, ar = session.spec, session.ar
+    if spec is None or ar is None:
+        return render.status_html("The greedy check compares both runs: tick Compare.")
+    s = spec.settings
+    if not (s.get("greedy") or s.get("temperature") == 0):
+        return render.status_html(
+            "Greedy check: switch on Greedy (or temperature 0). When sampling, the two runs "
+            "consume random numbers differently, so only their distributions agree."
+        )
+    verdict = render.greedy_check(spec, ar, session.decode)
+    kind = "info" if verdict.startswith("identical") else "error"
+    return render.status_html(f"Greedy check: {verdict}", kind)
+
+
+# --- step, stop, replay, import, export ------------------------------------------------
+
+
+def step_update(session: Session, form: Form, loader: Loader, limits: Limits) -> View:
+    """Step: one round of a speculative run (a new one when the controls changed)."""
+    settings = form.settings(limits)
+    key = (form.pair, form.dtype, form.prompt, settings)
+    out: View = {}
+    if session.stepper is None or session.step_key != key or session.mode != "step":
+        pair = loader(form.pair, form.dtype)
+        run = Run(pair, form.prompt, settings)
+        session.start(run.trace, None, "step")
+        session.stepper, session.step_key = iter(run), key
+        session.decode = pair.decode
+        out["models"] = render.models_html(pair.describe())
+    assert session.stepper is not None and session.spec is not None
+    upd = next(session.stepper, None)
+    if upd is not None and (upd.round is None or _is_last(upd, settings, session.spec)):
+        next(session.stepper, None)  # let the run finish and record its stop reason
+        upd = upd if upd.round is not None else None
+    done = session.spec.stop_reason != "running"
+    if done:
+        session.stepper = None
+    session.sync_rounds()
+    out["tokens"] = render.tokens_html(session.parts, session.spec.prompt)
+    out["rounds"] = render.rounds_html(session.rows)
+    if upd is not None and upd.round is not None:
+        r = upd.round
+        out.update(inspect_view(session.spec, r.index, r.start + min(r.n_accepted, r.emitted)))
+    n = len(session.spec.rounds)
+    msg = f"step mode: round {n} done, {len(session.spec.token_ids)} tokens"
+    msg += " (finished: Step again starts over)" if done else " (timings include the pauses)"
+    out["status"] = render.status_html(msg, "info")
+    if done:
+        out.update(final_frame(session, settings.gamma))
+        out["status"] = render.status_html(msg, "info")
+    return out
+
+
+def _is_last(upd: Update, settings: Settings, spec: Trace) -> bool:
+    r = upd.round
+    assert r is not None
+    return (
+        upd.n_tokens >= settings.max_new_tokens or r.added is None or spec.stop_reason != "running"
+    )
+
+
+def stop_session(session: Session) -> str:
+    """Stop: the worker finishes its current round and the run is shown as it stands."""
+    session.stop.set()
+    if session.mode == "step":
+        session.close_stepper()
+    return render.status_html("stopping ...", "busy")
+
+
+def read_trace(path: str | None) -> Trace:
+    """A trace from an uploaded JSON file (ValueError with one line when it is not one)."""
+    if not path:
+        raise ValueError("choose a JSON trace file first")
+    p = Path(path)
+    if p.stat().st_size > MAX_IMPORT_BYTES:
+        raise ValueError(f"trace file is larger than {MAX_IMPORT_BYTES // 2**20} MiB")
+    return Trace.from_json(p.read_bytes())
+
+
+def replay_updates(session: Session, trace: Trace | None = None) -> Iterator[View]:
+    """Replay a stored trace round by round at its recorded pace (capped), no model call."""
+    if trace is not None:
+        spec, ar = (trace, None) if trace.method == "spec" else (None, trace)
+        session.start(spec, ar, "replay")
+        session.decode = None
+    spec = session.spec
+    if spec is None and session.ar is None:
+        raise ValueError("nothing to replay: press Run, or import a JSON trace")
+    gamma = int((spec or session.ar).settings.get("gamma", 4))  # type: ignore[union-attr]
+    if spec is not None and spec.rounds:
+        session.parts, session.rows = [], []
+        delay = min(0.25, REPLAY_SECONDS / len(spec.rounds))
+        for i in range(1, len(spec.rounds) + 1):
+            session.sync_rounds(upto=i)
+            yield {
+                "tokens": render.tokens_html(session.parts, spec.prompt),
+                "rounds": render.rounds_html(session.rows),
+                "status": render.status_html(f"replaying round {i} of {len(spec.rounds)}", "busy"),
+            }
+            time.sleep(delay)
+    yield final_frame(session, gamma)
+
+
+def import_updates(session: Session, path: str | None) -> Iterator[View]:
+    """Import a JSON trace and replay it."""
+    yield from replay_updates(session, read_trace(path))
+
+
+def export_files(session: Session) -> list[str]:
+    """The speculative trace as JSON and CSV, and the baseline trace as JSON."""
+    if session.spec is None and session.ar is None:
+        raise ValueError("nothing to export yet: press Run first")
+    out = Path(tempfile.mkdtemp(prefix="specviz-export-"))
+    files = []
+    if session.spec is not None:
+        files.append(out / "specviz-trace.json")
+        files[-1].write_text(session.spec.to_json(indent=1), encoding="utf-8")
+        files.append(out / "specviz-rounds.csv")
+        metrics.rounds_frame(session.spec).to_csv(files[-1], index=False)
+    if session.ar is not None:
+        files.append(out / "specviz-ar-trace.json")
+        files[-1].write_text(session.ar.to_json(indent=1), encoding="utf-8")
+    return [str(f) for f in files]
+
+
+def projection_update(session: Session, c: float) -> Any:
+    """The projection for a user-chosen cost ratio c from the measured alpha."""
+    spec = session.spec
+    if spec is None or not spec.rounds:
+        return plots.empty_figure("run first: the projection uses the measured alpha")
+    c = _as_float("c", c)
+    if not 0 < c <= 10:
+        raise ValueError(f"c must be in (0, 10], got {c}")
+    return plots.projection_figure(metrics.alpha(spec), c, int(spec.settings.get("gamma", 4)))
+
+
+def pair_updates(loader: Loader, form: Form, limits: Limits) -> Iterator[View]:
+    """Load (and warm) a pair with visible progress, then show where each model runs."""
+    pair = form.pair
+    yield {
+        "status": render.status_html(
+            f"loading pair {pair!r} (the first load takes a while) ...", "busy"
+        ),
+        "models": render.status_html("loading ...", "busy"),
+    }
+    loaded = loader(form.pair, form.dtype)
+    try:
+        warm_pair(loader, form, limits)
+    except ValueError:
+        pass  # the form is not valid yet; the first Run warms the pair instead
+    yield {
+        "status": render.status_html(f"pair {pair!r} ready: press Run or Step"),
+        "models": render.models_html(loaded.describe()),
+    }
+
+
+def apply_preset(name: str) -> list[Any]:
+    """Control values for a preset, in PRESET_FIELDS order."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}")
+    return [PRESETS[name][f] for f in PRESET_FIELDS]
+
+
+# --- layout ----------------------------------------------------------------------------
+
+
+def launch_options() -> dict[str, Any]:
+    """What app.py passes to launch(): gradio 6 takes css and theme there."""
+    css = render.css_variables() + "\n" + (ASSETS / "specviz.css").read_text(encoding="utf-8")
+    return {"css": css, "theme": gr.themes.Soft()}
+
+
+def concurrency_limit() -> int:
+    """How many model-running events run at once (SPECVIZ_CONCURRENCY, default 1)."""
+    raw = os.environ.get("SPECVIZ_CONCURRENCY", "1").strip() or "1"
+    try:
+        n = int(raw)
+    except ValueError:
+        raise ValueError(f"SPECVIZ_CONCURRENCY must be an integer, got {raw!r}") from None
+    return max(1, n)
+
+
+def build_app(
+    loader: Loader | None = None, pairs: list[str] | None = None, limits: Limits | None = None
+) -> gr.Blocks:
+    """The Blocks app. Loads nothing: models load on the first event that needs them."""
+    loader = loader or default_loader
+    pairs = pairs or list(PAIRS)
+    limits = limits or Limits.from_env()
+    model_queue = {"concurrency_id": "model", "concurrency_limit": concurrency_limit()}
+    d = Settings()
+
+    with gr.Blocks(title="specviz: speculative decoding, decision by decision") as demo:
+        session = gr.State(new_session, time_to_live=3600)
+        gr.HTML(
+            "<h1>specviz</h1><p>Speculative decoding, decision by decision: "
+            "<b>p</b> is the target's distribution, <b>q</b> the draft's.</p>",
+            js_on_load=None,
+        )
+        with gr.Row():
+            with gr.Column(scale=1, min_width=320):
+                c = _controls(pairs, limits, d)
+            with gr.Column(scale=3):
+                v = _views(limits)
+        views = {**v, "models": c["models"]}
+        inputs = [c[name] for name in FORM_FIELDS]
+
+        def form_of(values: tuple[Any, ...]) -> Form:
+            return Form(**dict(zip(FORM_FIELDS, values, strict=True)))
+
+        def keyed(out: View) -> dict[Any, Any]:
+            return {views[k]: val for k, val in out.items() if k in views}
+
+        out_all = list(views.values())
+
+        @user_errors
+        def on_run(sess: Session, *values: Any) -> Iterator[dict[Any, Any]]:
+            for out in run_updates(sess, form_of(values), loader, limits):
+                yield keyed(out)
+
+        @user_errors
+        def on_step(sess: Session, *values: Any) -> dict[Any, Any]:
+            return keyed(step_update(sess, form_of(values), loader, limits))
+
+        @user_errors
+        def on_pick(sess: Session, rnd: Any, pos: Any) -> dict[Any, Any]:
+            return keyed({**inspect_view(sess.spec, rnd, pos), "tabs": gr.Tabs(selected="insp")})
+
+        def on_click(sess: Session, evt: gr.EventData) -> dict[Any, Any]:
+            data = getattr(evt, "_data", None) or {}
+            if "pos" not in data:
+                return {}
+            try:
+                out = inspect_view(sess.spec, data.get("round"), data["pos"])
+            except (ValueError, TypeError):
+                return {}
+            return keyed({**out, "tabs": gr.Tabs(selected="insp")})
+
+        @user_errors
+        def on_import(sess: Session, path: str | None) -> Iterator[dict[Any, Any]]:
+            for out in import_updates(sess, path):
+                yield keyed(out)
+
+        @user_errors
+        def on_replay(sess: Session) -> Iterator[dict[Any, Any]]:
+            for out in replay_updates(sess):
+                yield keyed(out)
+
+        @user_errors
+        def on_pair(*values: Any) -> Iterator[dict[Any, Any]]:
+            for out in pair_updates(loader, form_of(values), limits):
+                yield keyed(out)
+
+        c["run"].click(on_run, [session, *inputs], out_all, **model_queue)
+        c["step"].click(on_step, [session, *inputs], out_all, **model_queue)
+        c["stop"].click(stop_session, [session], [views["status"]], concurrency_limit=None)
+        c["preset"].change(user_errors(apply_preset), [c["preset"]], [c[f] for f in PRESET_FIELDS])
+        for comp in (c["pair"], c["dtype"]):
+            comp.change(on_pair, inputs, out_all, **model_queue)
+        demo.load(on_pair, inputs, out_all, **model_queue)
+        views["tokens"].click(on_click, [session], out_all, concurrency_limit=None)
+        views["rounds"].click(on_click, [session], out_all, concurrency_limit=None)
+        views["inspect"].click(on_pick, [session, views["insp_round"], views["insp_pos"]], out_all)
+        views["c_user"].change(
+            user_errors(projection_update), [session, views["c_user"]], [views["projection"]]
+        )
+        views["export"].click(user_errors(export_files), [session], [views["files"]])
+        views["upload"].upload(on_import, [session, views["upload"]], out_all)
+        views["replay"].click(on_replay, [session], out_all)
+    return demo
+
+
+def _controls(pairs: list[str], limits: Limits, d: Settings) -> dict[str, Any]:
+    """The left column: presets, prompt, model and sampling controls, buttons."""
+    c: dict[str, Any] = {}
+    c["preset"] = gr.Dropdown(list(PRESETS), value=None, label="preset")
+    c["prompt"] = gr.Textbox(
+        PRESETS["chat"]["prompt"], label="prompt", lines=4, max_lines=12, elem_id="sv-prompt"
+    )
+    with gr.Row():
+        c["run"] = gr.Button("Run", variant="primary", elem_id="sv-run")
+        c["step"] = gr.Button("Step", elem_id="sv-step")
+        c["stop"] = gr.Button("Stop", variant="stop", elem_id="sv-stop")
+    c["compare"] = gr.Checkbox(
+        True, label="compare with autoregressive decoding (measured speedup)"
+    )
+    with gr.Accordion("models", open=True):
+        c["pair"] = gr.Dropdown(pairs, value=pairs[0], label="pair (draft -> target)")
+        c["dtype"] = gr.Dropdown(["auto", "float32", "bfloat16"], value="auto", label="dtype")
+        c["drafter"] = gr.Radio(list(DRAFTERS), value=d.drafter, label="drafter")
+        c["models"] = gr.HTML(
+            render.status_html("models load when the page opens"),
+            js_on_load=None,
+            elem_id="sv-models",
+        )
+    with gr.Accordion("sampling", open=True):
+        c["gamma"] = gr.Slider(1, limits.max_gamma, d.gamma, step=1, label="gamma (drafts/round)")
+        c["adaptive_gamma"] = gr.Checkbox(False, label="adaptive gamma")
+        c["temperature"] = gr.Slider(0, 2, d.temperature, step=0.05, label="temperature")
+        c["draft_temperature"] = gr.Number(
+            None,
+            label="draft temperature (changes q only; empty = same as target)",
+            minimum=0,
+            elem_id="sv-draft-temp",
+        )
+        c["top_p"] = gr.Slider(0.05, 1, d.top_p, step=0.05, label="top-p")
+        c["top_k"] = gr.Number(d.top_k, precision=0, minimum=0, label="top-k (0 = off)")
+        c["greedy"] = gr.Checkbox(False, label="greedy (argmax p and q)")
+        c["max_new_tokens"] = gr.Slider(
+            1,
+            min(512, limits.max_new_tokens),
+            64,
+            step=1,
+            label="max new tokens",
+            elem_id="sv-max-new",
+        )
+        c["seed"] = gr.Number(d.seed, precision=0, minimum=0, label="seed")
+    return c
+
+
+def _views(limits: Limits) -> dict[str, Any]:
+    """The right column: status, token view, per-round view and the tabs."""
+    v: dict[str, Any] = {}
+    v["status"] = gr.HTML(render.status_html("ready"), js_on_load=None, elem_id="sv-status")
+    gr.HTML(render.legend_html(), js_on_load=None)
+    with gr.Row():
+        v["tokens"] = gr.HTML(
+            render.tokens_html([]),
+            js_on_load=TOKEN_JS,
+            elem_id="sv-tokens",
+            max_height=420,
+            scale=3,
+            autoscroll=True,
+        )
+        v["rounds"] = gr.HTML(
+            render.rounds_html([]),
+            js_on_load=TOKEN_JS,
+            elem_id="sv-rounds",
+            max_height=420,
+            scale=2,
+            autoscroll=True,
+        )
+    with gr.Tabs() as tabs:
+        v["tabs"] = tabs
+        with gr.Tab("Decision inspector", id="insp"):
+            with gr.Row():
+                v["insp_round"] = gr.Number(None, precision=0, label="round (empty: from position)")
+                v["insp_pos"] = gr.Number(None, precision=0, minimum=0, label="output position")
+                v["inspect"] = gr.Button("Inspect", elem_id="sv-inspect")
+            v["verdict"] = gr.HTML(
+                render.status_html("click a token, or choose a round and position"),
+                js_on_load=None,
+                elem_id="sv-verdict",
+            )
+            v["insp_plot"] = gr.Plot(label="p and q", elem_id="sv-insp-plot")
+        with gr.Tab("Live speedup", id="speed"):
+            v["speed"] = gr.Plot(label="tokens against seconds", elem_id="sv-speed")
+            v["table1"] = gr.HTML(js_on_load=None)
+            v["greedy"] = gr.HTML(js_on_load=None, elem_id="sv-greedy")
+            v["summary"] = gr.HTML(js_on_load=None, elem_id="sv-summary")
+        with gr.Tab("Acceptance", id="acc"):
+            v["acc_round"] = gr.Plot(label="acceptance per round")
+            with gr.Row():
+                v["acc_hist"] = gr.Plot(label="accepted per round")
+                v["acc_pos"] = gr.Plot(label="acceptance by draft position")
+        with gr.Tab("Theory and projection", id="theory"):
+            v["theory"] = gr.Plot(label="expected speedup against gamma (Leviathan)")
+            v["c_user"] = gr.Slider(
+                0.01,
+                1.0,
+                0.1,
+                step=0.01,
+                label="projection: cost ratio c of a draft step to a bigger target's step",
+            )
+            v["projection"] = gr.Plot(label="projection (not a measurement)")
+        with gr.Tab("Export and import", id="io"):
+            v["export"] = gr.Button("Export trace (JSON) and rounds (CSV)")
+            v["files"] = gr.File(label="exported files", file_count="multiple", interactive=False)
+            v["upload"] = gr.File(
+                label="import a JSON trace (replayed with no model)",
+                file_types=[".json"],
+                type="filepath",
+            )
+            v["replay"] = gr.Button("Replay the current trace")
+        with gr.Tab("How to read this", id="how"):
+            gr.Markdown(HOW_TO_READ)
+    return v
