@@ -247,24 +247,29 @@ def speedup_figure(spec: Trace | None, ar: Trace | None) -> go.Figure:
 # --- acceptance ------------------------------------------------------------------------
 
 
+def _verified(r: Any) -> int:
+    return sum(d.status != "discarded" for d in r.drafted)
+
+
 def acceptance_per_round_figure(trace: Trace) -> go.Figure:
-    """Accepted drafts / drafted tokens in each round."""
+    """Accepted drafts / verified drafts in each round (the acceptance-rate definition)."""
     rounds = trace.rounds
     fig = go.Figure()
     fig.add_bar(
         x=[r.index for r in rounds],
-        y=[r.n_accepted / len(r.drafted) if r.drafted else 0.0 for r in rounds],
+        y=[r.n_accepted / _verified(r) if _verified(r) else 0.0 for r in rounds],
         marker={"color": COLORS["accepted"]},
-        name="accepted / drafted",
-        customdata=[[r.n_accepted, len(r.drafted)] for r in rounds],
-        hovertemplate="round %{x}: %{customdata[0]} of %{customdata[1]}<extra></extra>",
+        name="accepted / verified",
+        customdata=[[r.n_accepted, _verified(r), len(r.drafted)] for r in rounds],
+        hovertemplate="round %{x}: %{customdata[0]} accepted of %{customdata[1]} verified "
+        "(%{customdata[2]} drafted)<extra></extra>",
     )
     fig.update_layout(
         _LAYOUT,
         title="acceptance per round",
         height=300,
         xaxis_title="round",
-        yaxis_title="accepted / drafted",
+        yaxis_title="accepted / verified",
         yaxis_range=[0, 1],
     )
     return fig

@@ -16,6 +16,7 @@ default 1). Nothing loads at import time.
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import os
@@ -236,6 +237,19 @@ class Session:
     ui_ms: list[float] = field(default_factory=list)  # cost of each live page update
     first_round_s: float | None = None  # Run pressed -> first round ready to send
     mode: str = "idle"  # idle | run | step | replay
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Session:
+        """Copies hold copies of the traces; the live machinery (stop event, stepper) is new."""
+        return Session(
+            spec=copy.deepcopy(self.spec, memo),
+            ar=copy.deepcopy(self.ar, memo),
+            parts=list(self.parts),
+            rows=list(self.rows),
+            decode=self.decode,
+            ui_ms=list(self.ui_ms),
+            first_round_s=self.first_round_s,
+            mode="idle" if self.mode in ("run", "step") else self.mode,
+        )
 
     def start(self, spec: Trace | None, ar: Trace | None, mode: str) -> None:
         """Forget the previous generation and hold new (possibly live) traces."""
@@ -830,22 +844,42 @@ def build_app(
             for out in pair_updates(loader, form_of(values), limits):
                 yield keyed(out)
 
-        c["run"].click(on_run, [session, *inputs], out_all, **model_queue)
-        c["step"].click(on_step, [session, *inputs], out_all, **model_queue)
-        c["stop"].click(stop_session, [session], [views["status"]], concurrency_limit=None)
-        c["preset"].change(user_errors(apply_preset), [c["preset"]], [c[f] for f in PRESET_FIELDS])
-        for comp in (c["pair"], c["dtype"]):
-            comp.change(on_pair, inputs, out_all, **model_queue)
-        demo.load(on_pair, inputs, out_all, **model_queue)
-        views["tokens"].click(on_click, [session], out_all, concurrency_limit=None)
-        views["rounds"].click(on_click, [session], out_all, concurrency_limit=None)
-        views["inspect"].click(on_pick, [session, views["insp_round"], views["insp_pos"]], out_all)
-        views["c_user"].change(
-            user_errors(projection_update), [session, views["c_user"]], [views["projection"]]
+        live = {"show_progress": "minimal", **model_queue}
+        quiet: dict[str, Any] = {"show_progress": "hidden", "concurrency_limit": None}
+        c["run"].click(on_run, [session, *inputs], out_all, api_name="run", **live)
+        c["step"].click(on_step, [session, *inputs], out_all, api_name="step", **live)
+        c["stop"].click(stop_session, [session], [views["status"]], api_name="stop", **quiet)
+        c["preset"].change(
+            user_errors(apply_preset),
+            [c["preset"]],
+            [c[f] for f in PRESET_FIELDS],
+            api_name="preset",
+            **quiet,
         )
-        views["export"].click(user_errors(export_files), [session], [views["files"]])
-        views["upload"].upload(on_import, [session, views["upload"]], out_all)
-        views["replay"].click(on_replay, [session], out_all)
+        for comp in (c["pair"], c["dtype"]):
+            comp.change(on_pair, inputs, out_all, api_visibility="private", **live)
+        demo.load(on_pair, inputs, out_all, api_visibility="private", **live)
+        for view in (views["tokens"], views["rounds"]):
+            view.click(on_click, [session], out_all, api_visibility="private", **quiet)
+        views["inspect"].click(
+            on_pick,
+            [session, views["insp_round"], views["insp_pos"]],
+            out_all,
+            api_name="inspect",
+            **quiet,
+        )
+        views["c_user"].change(
+            user_errors(projection_update),
+            [session, views["c_user"]],
+            [views["projection"]],
+            api_name="projection",
+            **quiet,
+        )
+        views["export"].click(
+            user_errors(export_files), [session], [views["files"]], api_name="export", **quiet
+        )
+        views["upload"].upload(on_import, [session, views["upload"]], out_all, api_name="import")
+        views["replay"].click(on_replay, [session], out_all, api_name="replay")
     return demo
 
 
@@ -879,11 +913,10 @@ def _controls(pairs: list[str], limits: Limits, d: Settings) -> dict[str, Any]:
         c["draft_temperature"] = gr.Number(
             None,
             label="draft temperature (changes q only; empty = same as target)",
-            minimum=0,
             elem_id="sv-draft-temp",
         )
         c["top_p"] = gr.Slider(0.05, 1, d.top_p, step=0.05, label="top-p")
-        c["top_k"] = gr.Number(d.top_k, precision=0, minimum=0, label="top-k (0 = off)")
+        c["top_k"] = gr.Number(d.top_k, precision=0, label="top-k (0 = off)")
         c["greedy"] = gr.Checkbox(False, label="greedy (argmax p and q)")
         c["max_new_tokens"] = gr.Slider(
             1,
@@ -893,7 +926,7 @@ def _controls(pairs: list[str], limits: Limits, d: Settings) -> dict[str, Any]:
             label="max new tokens",
             elem_id="sv-max-new",
         )
-        c["seed"] = gr.Number(d.seed, precision=0, minimum=0, label="seed")
+        c["seed"] = gr.Number(d.seed, precision=0, label="seed")
     return c
 
 

@@ -1,0 +1,142 @@
+"""Token spans, escaping, verdicts and decision lookup in specviz.render."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from specviz import render
+from specviz.trace import Added, Drafted, Round, Trace
+
+NASTY = "<img src=x onerror=alert(1)><script>alert(1)</script>${1+1}{{x}}`"
+
+
+def drafted(text: str, status: str, p: float, q: float, u: float | None) -> Drafted:
+    top = [{"id": 1, "text": text, "p": p, "q": q}, {"id": 2, "text": "b", "p": 0.1, "q": 0.2}]
+    return Drafted(1, text, p, q, min(1.0, p / q), u, status, 0.5, top)
+
+
+def sample_trace() -> Trace:
+    r0 = Round(
+        index=0,
+        start=0,
+        gamma=3,
+        drafted=[
+            drafted("Hi", "accepted", 0.5, 0.4, 0.3),
+            drafted(NASTY, "rejected", 0.1, 0.5, 0.9),
+            drafted("x", "discarded", 0.1, 0.2, None),
+        ],
+        added=Added(
+            3,
+            " there\n",
+            "resampled",
+            0.3,
+            0.6,
+            [{"id": 3, "text": " there\n", "p": 0.3, "residual": 0.6}],
+        ),
+        draft_ms=3.0,
+        verify_ms=5.0,
+        t_s=0.01,
+    )
+    r1 = Round(
+        1,
+        2,
+        1,
+        [drafted("ok", "accepted", 0.3, 0.6, 0.1)],
+        Added(4, "!", "bonus", 0.7, 0.7, [{"id": 4, "text": "!", "p": 0.7, "residual": 0.7}]),
+        1.0,
+        2.0,
+        0.02,
+    )
+    return Trace(
+        "spec",
+        NASTY,
+        [1],
+        {"gamma": 3},
+        {"target": NASTY},
+        rounds=[r0, r1],
+        token_ids=[1, 3, 1, 4],
+        timeline=[[0.01, 2.0], [0.02, 4.0]],
+    )
+
+
+def test_every_text_is_escaped() -> None:
+    html = render.trace_tokens_html(sample_trace())
+    assert "<img" not in html and "<script" not in html
+    assert "&lt;img" in html and "&lt;script&gt;" in html
+    assert "${" not in html and "{{" not in html and "`" not in html
+    assert "<" not in render.esc(NASTY) and '"' not in render.esc('"')
+
+
+def test_spans_carry_status_round_and_position() -> None:
+    html = render.trace_tokens_html(sample_trace())
+    spans = re.findall(r'data-status="(\w+)" data-round="(\d+)" data-pos="(\d+)"', html)
+    assert spans == [
+        ("accepted", "0", "0"),
+        ("rejected", "0", "1"),  # stays visible, at the position it was proposed for
+        ("resampled", "0", "1"),
+        ("accepted", "1", "2"),
+        ("bonus", "1", "3"),
+    ]
+    assert "discarded" not in html  # never verified, never shown in the token view
+
+
+def test_whitespace_is_visible() -> None:
+    out = render.visible_text(" a\tb\n")
+    assert out.count("sv-ws") == 3 and "↵" in out and "→" in out and "·" in out
+    assert "sv-ws" in render.visible_text("")
+
+
+def test_round_rows_show_discarded_drafts_and_the_added_token() -> None:
+    row = render.round_row(sample_trace().rounds[0])
+    assert "sv-discarded" in row and "resampled" in row and "1/3" in row
+    assert "<script" not in row
+
+
+def test_verdicts_are_plain_sentences() -> None:
+    t = sample_trace()
+    acc = render.draft_verdict(drafted("a", "accepted", 0.3, 0.4, 0.31))
+    assert acc == "accepted: u = 0.31 < p/q = 0.75"
+    assert "≥ 1" in render.draft_verdict(t.rounds[0].drafted[0])
+    rej = render.draft_verdict(t.rounds[0].drafted[1])
+    assert rej.startswith("rejected: u = 0.90 ≥ p/q = 0.20")
+    assert "greedy" in render.draft_verdict(drafted("a", "accepted", 1.0, 1.0, None))
+    assert render.added_verdict(t.rounds[0].added).startswith("resampled:")
+    assert render.added_verdict(t.rounds[1].added).startswith("bonus:")
+    # close numbers get enough digits to tell them apart
+    assert render.draft_verdict(drafted("a", "accepted", 0.7445, 1.0, 0.7441)).startswith(
+        "accepted: u = 0.744 < p/q = 0.745"
+    )
+
+
+def test_decision_lookup() -> None:
+    t = sample_trace()
+    d = render.decision_at(t, 0, 1)
+    assert d.drafted is not None and d.drafted.status == "rejected" and d.added is not None
+    assert render.decision_at(t, None, 3).added.status == "bonus"
+    assert render.round_of(t, 2) == 1
+    with pytest.raises(ValueError):
+        render.decision_at(t, 5, 0)
+    with pytest.raises(ValueError):
+        render.decision_at(t, 0, 3)
+    html = render.verdict_html(d)
+    assert "<script" not in html and "resampled" in html
+
+
+def test_greedy_check() -> None:
+    a = sample_trace()
+    b = Trace("ar", "p", [1], {}, {}, token_ids=list(a.token_ids))
+    assert render.greedy_check(a, b).startswith("identical")
+    b.token_ids[2] = 7
+    msg = render.greedy_check(a, b, decode=lambda ids: " ".join(map(str, ids)))
+    assert msg.startswith("different from token 2") and "'1 4'" in msg
+
+
+def test_panels_escape() -> None:
+    assert "<script" not in render.models_html({"target": NASTY})
+    assert "<script" not in render.table_html([(NASTY, NASTY)], NASTY)
+    assert "<script" not in render.status_html(NASTY)
+    assert "--sv-accepted" in render.css_variables()
+    legend = render.legend_html()
+    assert all(s in legend for s in render.TOKEN_STATUSES)

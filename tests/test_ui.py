@@ -1,0 +1,271 @@
+"""The app's handlers on the tiny pair, and the launched app driven through gradio_client."""
+
+from __future__ import annotations
+
+import html
+import json
+import threading
+from pathlib import Path
+
+import gradio as gr
+import pandas as pd
+import pytest
+
+from specviz import ui
+from specviz.config import Limits
+from specviz.engine import generate
+from specviz.trace import Trace
+
+PROMPT = "1 2 3"
+LIMITS = Limits()
+
+
+@pytest.fixture()
+def loader(tiny):
+    return lambda pair, dtype: tiny
+
+
+def form(**changes) -> ui.Form:
+    base = {"prompt": PROMPT, "pair": "tiny", "max_new_tokens": 20, "gamma": 3}
+    return ui.Form(**{**base, **changes})
+
+
+def run_all(loader, f: ui.Form) -> tuple[ui.Session, list[dict]]:
+    session = ui.new_session()
+    return session, list(ui.run_updates(session, f, loader, LIMITS))
+
+
+def test_run_streams_rounds_then_shows_everything(tiny, loader) -> None:
+    session, frames = run_all(loader, form(seed=3))
+    live = [f for f in frames[:-1] if "tokens" in f and "data-status" in f["tokens"]]
+    assert live, "the token view updates before the end"
+    final = frames[-1]
+    for key in (
+        "tokens",
+        "rounds",
+        "speed",
+        "summary",
+        "table1",
+        "acc_round",
+        "theory",
+        "projection",
+        "insp_plot",
+        "verdict",
+    ):
+        assert key in final
+    assert "speedup" in final["table1"] and "first round shown after Run" in final["summary"]
+    # the app's traces are the engine's traces: same tokens as a plain generate()
+    settings = form(seed=3).settings(LIMITS)
+    assert session.spec.token_ids == generate(tiny, PROMPT, settings).token_ids
+    assert session.ar.token_ids == generate(tiny, PROMPT, settings.with_(method="ar")).token_ids
+    assert session.spec.stop_reason == "max_new_tokens" and session.ui_ms
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"prompt": "   "}, "prompt is empty"),
+        ({"gamma": 0}, "gamma must be in 1..32, got 0"),
+        ({"top_p": 0.0}, "top_p must be in (0, 1]"),
+        ({"temperature": -1.0}, "temperature must be a number >= 0"),
+        ({"max_new_tokens": 1000}, "exceeds the model's context"),
+        ({"seed": 1.5}, "seed must be an integer"),
+    ],
+)
+def test_bad_input_is_one_visible_line(loader, changes, message) -> None:
+    handler = ui.user_errors(ui.run_updates)
+    with pytest.raises(gr.Error) as err:
+        list(handler(ui.new_session(), form(**changes), loader, LIMITS))
+    shown = html.unescape(err.value.message)  # the modal renders the escaped message
+    assert message in shown and "\n" not in shown
+
+
+def test_errors_are_escaped() -> None:
+    def bad() -> None:
+        raise ValueError("unknown pair '<script>alert(1)</script>'")
+
+    with pytest.raises(gr.Error) as err:
+        ui.user_errors(bad)()
+    assert "<script>" not in err.value.message and "&lt;script&gt;" in err.value.message
+
+
+def test_step_adds_one_round_per_press(loader) -> None:
+    session = ui.new_session()
+    f = form(max_new_tokens=8, gamma=2)
+    counts = []
+    for _ in range(20):
+        out = ui.step_update(session, f, loader, LIMITS)
+        counts.append(len(session.spec.rounds))
+        assert "verdict" in out
+        if "finished" in out["status"]:
+            break
+    assert counts == list(range(1, len(counts) + 1))
+    assert session.spec.stop_reason == "max_new_tokens" and len(session.spec.token_ids) == 8
+    ui.step_update(session, f, loader, LIMITS)  # starts over
+    assert len(session.spec.rounds) == 1
+
+
+def test_changing_a_control_restarts_the_stepper(loader) -> None:
+    session = ui.new_session()
+    ui.step_update(session, form(seed=1), loader, LIMITS)
+    ui.step_update(session, form(seed=1), loader, LIMITS)
+    assert len(session.spec.rounds) == 2
+    ui.step_update(session, form(seed=2), loader, LIMITS)
+    assert len(session.spec.rounds) == 1
+
+
+def test_stop_ends_the_run_early(loader) -> None:
+    session = ui.new_session()
+    frames = ui.run_updates(session, form(max_new_tokens=120), loader, LIMITS)
+    for frame in frames:
+        if "models" in frame:  # the worker has started
+            ui.stop_session(session)
+            break
+    list(frames)
+    spec, ar = session.spec, session.ar
+    assert "stopped" in (spec.stop_reason, ar.stop_reason) or not ar.token_ids
+
+
+def test_inspector_reads_the_stored_trace(loader) -> None:
+    session, _ = run_all(loader, form(draft_temperature=3.0))
+    rejected = next(
+        (r.index, r.start + i)
+        for r in session.spec.rounds
+        for i, d in enumerate(r.drafted)
+        if d.status == "rejected"
+    )
+    out = ui.inspect_view(session.spec, *rejected)
+    assert "rejected: u =" in out["verdict"] and "resampled" in out["verdict"]
+    names = [t.name for t in out["insp_plot"].data]
+    assert "p (target)" in names and "q (draft)" in names
+    assert ui.inspect_view(session.spec, None, 0)["insp_round"] == 0  # round from position
+    with pytest.raises(ValueError):
+        ui.inspect_view(session.spec, 0, 999)
+    with pytest.raises(ValueError):
+        ui.inspect_view(None, 0, 0)
+
+
+def test_export_import_and_replay_without_a_model(loader, tmp_path) -> None:
+    session, _ = run_all(loader, form())
+    paths = ui.export_files(session)
+    names = sorted(Path(p).name for p in paths)
+    assert names == ["specviz-ar-trace.json", "specviz-rounds.csv", "specviz-trace.json"]
+    spec_path = next(p for p in paths if p.endswith("specviz-trace.json"))
+    frame = pd.read_csv(next(p for p in paths if p.endswith(".csv")))
+    assert len(frame) == sum(len(r.drafted) + (r.added is not None) for r in session.spec.rounds)
+
+    replayed = ui.new_session()
+    frames = list(ui.import_updates(replayed, spec_path))
+    assert replayed.spec.token_ids == session.spec.token_ids
+    assert len(frames) == len(session.spec.rounds) + 1
+    assert frames[-1]["tokens"] == ui.final_frame(session, 3)["tokens"]
+
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"schema": "specviz-trace/1", "method": "spec"}))
+    with pytest.raises(ValueError, match="missing the key"):
+        list(ui.import_updates(ui.new_session(), str(bad)))
+    with pytest.raises(ValueError, match="nothing to export"):
+        ui.export_files(ui.new_session())
+
+
+def test_greedy_check_agrees_in_fp32(loader) -> None:
+    _, frames = run_all(loader, form(greedy=True))
+    assert "identical" in frames[-1]["greedy"]
+
+
+def test_two_sessions_at_once_get_their_own_traces(tiny, loader) -> None:
+    results: dict[int, Trace] = {}
+
+    def go(seed: int) -> None:
+        session, _ = run_all(loader, form(seed=seed, max_new_tokens=30))
+        results[seed] = session.spec
+
+    threads = [threading.Thread(target=go, args=(s,)) for s in (11, 12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for seed, trace in results.items():
+        expected = generate(tiny, PROMPT, form(seed=seed, max_new_tokens=30).settings(LIMITS))
+        assert trace.token_ids == expected.token_ids
+
+
+def test_presets_are_valid_settings() -> None:
+    for name in ui.PRESETS:
+        values = dict(zip(ui.PRESET_FIELDS, ui.apply_preset(name), strict=True))
+        ui.Form(**values).settings(LIMITS)
+    assert ui.PRESETS["copy-and-edit (n-gram drafter)"]["drafter"] == "ngram"
+    with pytest.raises(ValueError):
+        ui.apply_preset("nope")
+
+
+def test_projection_uses_the_measured_alpha(loader) -> None:
+    session, _ = run_all(loader, form())
+    fig = ui.projection_update(session, 0.05)
+    assert "PROJECTION" in fig.layout.title.text
+    with pytest.raises(ValueError):
+        ui.projection_update(session, 0.0)
+
+
+def test_building_the_app_loads_nothing() -> None:
+    def refuse(pair: str, dtype: str):
+        raise AssertionError("no model may load while building the app")
+
+    demo = ui.build_app(loader=refuse, pairs=["tiny"])
+    assert isinstance(demo, gr.Blocks)
+    assert "--sv-accepted" in ui.launch_options()["css"]
+
+
+# --- end to end through gradio_client --------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def app_url():
+    from tests.tiny import tiny_pair
+
+    pair = tiny_pair()
+    demo = ui.build_app(loader=lambda p, d: pair, pairs=["tiny"])
+    demo.queue().launch(
+        prevent_thread_lock=True, server_name="127.0.0.1", quiet=True, **ui.launch_options()
+    )
+    yield demo.local_url
+    demo.close()
+
+
+def client_args(**changes) -> list:
+    f = form(**changes)
+    return [getattr(f, name) for name in ui.FORM_FIELDS]
+
+
+def test_client_runs_exports_and_sees_errors(app_url) -> None:
+    from gradio_client import Client
+    from gradio_client.exceptions import AppError
+
+    a, b = Client(app_url, verbose=False), Client(app_url, verbose=False)
+    job_a = a.submit(*client_args(seed=5), api_name="/run")
+    job_b = b.submit(*client_args(seed=6), api_name="/run")
+    for out in (job_a.result(timeout=120), job_b.result(timeout=120)):
+        assert any(isinstance(x, str) and 'data-status="' in x for x in out)
+    traces = []
+    for client in (a, b):
+        files = client.predict(api_name="/export")
+        path = next(f for f in files if str(f).endswith("specviz-trace.json"))
+        traces.append(Trace.from_json(Path(path).read_bytes()))
+    assert [t.settings["seed"] for t in traces] == [5, 6]  # each tab got its own trace
+    assert traces[0].token_ids != traces[1].token_ids or traces[0].rounds != traces[1].rounds
+
+    with pytest.raises(AppError, match="prompt is empty"):
+        a.predict(*client_args(prompt="  "), api_name="/run")
+    with pytest.raises(AppError, match="draft_temperature must be a number"):
+        a.predict(*client_args(draft_temperature=-2.0), api_name="/run")
+    out = a.predict(*client_args(seed=7, max_new_tokens=5), api_name="/run")  # still serving
+    assert any(isinstance(x, str) and "data-status" in x for x in out)
+
+
+def test_sessions_can_be_deep_copied(loader) -> None:
+    import copy
+
+    session, _ = run_all(loader, form(max_new_tokens=5))
+    clone = copy.deepcopy(session)
+    assert clone.spec.token_ids == session.spec.token_ids and clone.spec is not session.spec
+    assert clone.stop is not session.stop and clone.stepper is None
