@@ -95,17 +95,17 @@ def _accept_bar(fig: go.Figure, row: int, accept_prob: float, u: float | None) -
     )
     if u is not None:
         fig.add_scatter(
-            x=[u, u],
-            y=["min(1, p/q)", "min(1, p/q)"],
+            x=[u],
+            y=["min(1, p/q)"],
             mode="markers+text",
             marker={
                 "symbol": "line-ns-open",
-                "size": 28,
+                "size": 30,
                 "color": COLORS["u"],
                 "line": {"width": 3},
             },
-            text=["", f"u = {u:.2f}"],
-            textposition="top center",
+            text=[f"u = {u:.2f}"],
+            textposition="middle right",
             name="u (draw)",
             row=row,
             col=1,

@@ -907,7 +907,9 @@ def _controls(pairs: list[str], limits: Limits, d: Settings) -> dict[str, Any]:
             elem_id="sv-models",
         )
     with gr.Accordion("sampling", open=True):
-        c["gamma"] = gr.Slider(1, limits.max_gamma, d.gamma, step=1, label="gamma (drafts/round)")
+        c["gamma"] = gr.Slider(
+            1, limits.max_gamma, d.gamma, step=1, label="gamma (drafts/round)", elem_id="sv-gamma"
+        )
         c["adaptive_gamma"] = gr.Checkbox(False, label="adaptive gamma")
         c["temperature"] = gr.Slider(0, 2, d.temperature, step=0.05, label="temperature")
         c["draft_temperature"] = gr.Number(
@@ -935,7 +937,7 @@ def _views(limits: Limits) -> dict[str, Any]:
     v: dict[str, Any] = {}
     v["status"] = gr.HTML(render.status_html("ready"), js_on_load=None, elem_id="sv-status")
     gr.HTML(render.legend_html(), js_on_load=None)
-    with gr.Row():
+    with gr.Row(elem_id="sv-token-row"):
         v["tokens"] = gr.HTML(
             render.tokens_html([]),
             js_on_load=TOKEN_JS,
@@ -954,7 +956,7 @@ def _views(limits: Limits) -> dict[str, Any]:
         )
     with gr.Tabs() as tabs:
         v["tabs"] = tabs
-        with gr.Tab("Decision inspector", id="insp"):
+        with gr.Tab("Decision inspector", id="insp", elem_id="sv-inspector"):
             with gr.Row():
                 v["insp_round"] = gr.Number(None, precision=0, label="round (empty: from position)")
                 v["insp_pos"] = gr.Number(None, precision=0, minimum=0, label="output position")
