@@ -3,6 +3,7 @@ the exact target distribution over short continuations can be enumerated."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -23,7 +24,9 @@ class TinyTokenizer:
         return {"input_ids": [int(t) for t in text.split()]}
 
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
-        return "".join(f"<{i}>" for i in ids if not (skip_special_tokens and i == self.eos_token_id))
+        return "".join(
+            f"<{i}>" for i in ids if not (skip_special_tokens and i == self.eos_token_id)
+        )
 
     def get_vocab(self) -> dict[str, int]:
         return {f"<{i}>": i for i in range(self.vocab)}
@@ -55,16 +58,66 @@ def tiny_pair(
     target_seed: int = 0,
     draft_seed: int = 1,
     draft_vocab: int | None = None,
+    sharpness: float = 4.0,
 ) -> ModelPair:
     """A target and a draft with different random weights and one toy tokenizer."""
+
     def loaded(name: str, model: Any, v: int) -> LoadedModel:
         return LoadedModel(name, model, torch.device("cpu"), "float32", v, 0.0, "test")
 
     return ModelPair(
         name="tiny",
-        target=loaded("tiny-target", tiny_model(vocab, target_seed), vocab),
-        draft=loaded("tiny-draft", tiny_model(draft_vocab or vocab, draft_seed), draft_vocab or vocab),
+        target=loaded("tiny-target", tiny_model(vocab, target_seed, sharpness), vocab),
+        draft=loaded(
+            "tiny-draft",
+            tiny_model(draft_vocab or vocab, draft_seed, sharpness),
+            draft_vocab or vocab,
+        ),
         tokenizer=TinyTokenizer(vocab, eos),
         eos_ids=frozenset() if eos is None else frozenset({eos}),
+        context_len=128,
+    )
+
+
+class BagLM(torch.nn.Module):
+    """A very small autoregressive LM whose context lives in a transformers DynamicCache.
+
+    logits(t) = A[x_t] + mean(E[x_1..x_t]) @ B + P[t]: every logit depends on the whole
+    prefix through the cache, so a cache that is not cropped to the accepted prefix changes
+    the distribution. About 20x cheaper per call than a transformers Llama, which is what
+    lets the distribution tests draw tens of thousands of samples in seconds.
+    """
+
+    def __init__(self, vocab: int, seed: int, sharpness: float = 2.0, dim: int = 8) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.A = torch.nn.Parameter(torch.randn(vocab, vocab, generator=g) * sharpness)
+        self.E = torch.nn.Parameter(torch.randn(vocab, dim, generator=g))
+        self.B = torch.nn.Parameter(torch.randn(dim, vocab, generator=g) * sharpness)
+        self.P = torch.nn.Parameter(torch.randn(128, vocab, generator=g))
+
+    def forward(self, input_ids, past_key_values, use_cache=True, logits_to_keep=1, **_):
+        x = input_ids[0]  # [n]
+        start = past_key_values.get_seq_length()
+        e = self.E[x][None, None]  # [1, 1, n, dim]
+        keys, _ = past_key_values.update(e, e, 0)  # the whole prefix: [1, 1, L, dim]
+        pos = torch.arange(start, start + len(x))
+        mean = keys[0, 0].cumsum(0)[start:] / (pos + 1)[:, None]  # [n, dim]
+        logits = self.A[x] + mean @ self.B + self.P[pos]  # [n, V]
+        return SimpleNamespace(logits=logits[None, -logits_to_keep:])
+
+
+def bag_pair(vocab: int = 6, target_seed: int = 0, draft_seed: int = 1) -> ModelPair:
+    """A BagLM target and draft with different weights."""
+
+    def loaded(name: str, model: Any) -> LoadedModel:
+        return LoadedModel(name, model.eval(), torch.device("cpu"), "float32", vocab, 0.0, "test")
+
+    return ModelPair(
+        name="bag",
+        target=loaded("bag-target", BagLM(vocab, target_seed)),
+        draft=loaded("bag-draft", BagLM(vocab, draft_seed)),
+        tokenizer=TinyTokenizer(vocab, None),
+        eos_ids=frozenset(),
         context_len=128,
     )
