@@ -6,6 +6,7 @@ Set SPECVIZ_SCREENSHOT_DIR to also write the README's screenshots there.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -61,8 +62,10 @@ def generate(page, prompt: str, max_new: int, draft_temperature: str = "") -> No
     page.press("#sv-max-new input[type=number]", "Enter")
     page.fill("#sv-gamma input[type=number]", "2")
     page.press("#sv-gamma input[type=number]", "Enter")
+    t0 = time.perf_counter()
     page.click("#sv-run")
     page.wait_for_selector("#sv-tokens [data-status]", timeout=120_000)
+    print(f"first token span in the browser {time.perf_counter() - t0:.2f} s after Run")
     page.wait_for_function(
         "document.querySelector('#sv-status').innerText.includes('done')", timeout=300_000
     )
@@ -92,6 +95,11 @@ def test_statuses_click_and_inspector(page, tmp_path) -> None:
     if target:
         page.locator("#sv-token-row").screenshot(path=str(Path(target) / "token-view.png"))
         page.locator("#sv-inspector").screenshot(path=str(Path(target) / "inspector.png"))
+    page.get_by_role("tab", name="Live speedup").click()
+    summary = page.locator("#sv-summary")
+    summary.filter(has_text="page update per round").wait_for(timeout=30_000)
+    assert "speedup" in page.inner_text("#sv-speed")
+    print(summary.inner_text())
     assert page.dialogs == []
 
 
