@@ -88,6 +88,9 @@ class Run:
             models=models,
         )
         self._started = False
+        # The request's own model state, exposed for inspection (tests, benchmarks).
+        self.target_lm: CachedLM | None = None
+        self.drafter: Drafter | None = None
 
     def __iter__(self) -> Iterator[Update]:
         if self._started:
@@ -108,6 +111,7 @@ class Run:
     def _emit(self, new_ids: list[int], t_s: float) -> None:
         tr = self.trace
         tr.token_ids.extend(new_ids)
+        tr.token_texts.extend(self.pair.token_text(t) for t in new_ids)
         tr.timeline.append([t_s, float(len(tr.token_ids))])
 
     def _finish(self, reason: str, t0: float, prefill_ms: float) -> None:
@@ -122,7 +126,7 @@ class Run:
     def _ar(self) -> Iterator[Update]:
         s, eos = self.settings, self.pair.eos_ids
         pw = s.target_warp()
-        target = CachedLM(self.pair.target.model, self.pair.target.vocab_size)
+        target = self.target_lm = CachedLM(self.pair.target.model, self.pair.vocab_size)
         gen = self._generator()
         seq = list(self.prompt_ids)
         t0 = clock(self.device)
@@ -150,17 +154,17 @@ class Run:
     def _drafter(self) -> Drafter:
         s, pair = self.settings, self.pair
         if s.drafter == "ngram":
-            return NgramDrafter(pair.target.vocab_size, s.ngram_size, pair.eos_ids)
+            return NgramDrafter(pair.vocab_size, s.ngram_size, pair.eos_ids)
         assert pair.draft is not None
-        lm = CachedLM(pair.draft.model, pair.draft.vocab_size)
+        lm = CachedLM(pair.draft.model, pair.vocab_size)
         return ModelDrafter(lm, s.draft_warp(), pair.eos_ids)
 
     @torch.inference_mode()
     def _spec(self) -> Iterator[Update]:
         s, eos, dev = self.settings, self.pair.eos_ids, self.device
         pw = s.target_warp()
-        target = CachedLM(self.pair.target.model, self.pair.target.vocab_size)
-        drafter = self._drafter()
+        target = self.target_lm = CachedLM(self.pair.target.model, self.pair.vocab_size)
+        drafter = self.drafter = self._drafter()
         gen = self._generator()
         seq = list(self.prompt_ids)
         out = self.trace.token_ids

@@ -24,7 +24,12 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 
 class CachedLM:
-    """One request's view of a model: its KV cache and the tokens that cache holds."""
+    """One request's view of a model: its KV cache and the tokens that cache holds.
+
+    Logits are cut to the tokenizer's vocabulary: output columns beyond it are embedding
+    padding (151936 vs 152064 in one family), never real tokens, and are dropped for p and
+    q alike, so the target distribution is over real tokens for every method.
+    """
 
     def __init__(self, model: torch.nn.Module, vocab_size: int) -> None:
         self.model = model
@@ -60,4 +65,4 @@ class CachedLM:
         )
         self.tokens.extend(seq[start:])
         self.calls += 1
-        return out.logits[0, -keep:]  # [keep, V]
+        return out.logits[0, -keep:, : self.vocab_size]  # [keep, V]

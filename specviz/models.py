@@ -292,6 +292,11 @@ class ModelPair:
     def device(self) -> torch.device:
         return self.target.device
 
+    @property
+    def vocab_size(self) -> int:
+        """The tokenizer's vocabulary: what p and q range over (padded columns dropped)."""
+        return len(self.tokenizer)
+
     def token_text(self, token_id: int) -> str:
         """The text of one token (cached; shared read-only apart from this memo)."""
         text = self._texts.get(token_id)

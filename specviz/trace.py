@@ -105,6 +105,7 @@ class Trace:
     models: dict[str, Any]  # target, draft, device, dtype: what produced this trace
     text: str = ""
     token_ids: list[int] = field(default_factory=list)
+    token_texts: list[str] = field(default_factory=list)  # the text of each output token
     rounds: list[Round] = field(default_factory=list)
     # [[seconds since start, tokens so far]] after every round (spec) or token (ar)
     timeline: list[list[float]] = field(default_factory=list)
@@ -147,6 +148,7 @@ class Trace:
             models=_get(d, "models", dict, "trace"),
             text=_get(d, "text", str, "trace"),
             token_ids=_ints(_get(d, "token_ids", list, "trace"), "trace.token_ids"),
+            token_texts=[_expect(t, str, "trace.token_texts") for t in d.get("token_texts", [])],
             rounds=rounds,
             timeline=[_point(x) for x in _get(d, "timeline", list, "trace")],
             stats=_stats(_get(d, "stats", dict, "trace")),

@@ -28,6 +28,9 @@ class TinyTokenizer:
             f"<{i}>" for i in ids if not (skip_special_tokens and i == self.eos_token_id)
         )
 
+    def __len__(self) -> int:
+        return self.vocab
+
     def get_vocab(self) -> dict[str, int]:
         return {f"<{i}>": i for i in range(self.vocab)}
 
@@ -59,15 +62,23 @@ def tiny_pair(
     draft_seed: int = 1,
     draft_vocab: int | None = None,
     sharpness: float = 4.0,
+    target_vocab: int | None = None,
 ) -> ModelPair:
-    """A target and a draft with different random weights and one toy tokenizer."""
+    """A target and a draft with different random weights and one toy tokenizer.
+
+    target_vocab / draft_vocab give a model more output columns than the tokenizer has
+    tokens, as padded embeddings do."""
 
     def loaded(name: str, model: Any, v: int) -> LoadedModel:
         return LoadedModel(name, model, torch.device("cpu"), "float32", v, 0.0, "test")
 
     return ModelPair(
         name="tiny",
-        target=loaded("tiny-target", tiny_model(vocab, target_seed, sharpness), vocab),
+        target=loaded(
+            "tiny-target",
+            tiny_model(target_vocab or vocab, target_seed, sharpness),
+            target_vocab or vocab,
+        ),
         draft=loaded(
             "tiny-draft",
             tiny_model(draft_vocab or vocab, draft_seed, sharpness),

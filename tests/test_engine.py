@@ -1,0 +1,198 @@
+"""The engine: greedy identity on the real pair, caches, edges, seeds, the trace."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from specviz.config import Settings
+from specviz.engine import Run, generate
+from specviz.trace import Trace
+from tests.tiny import tiny_pair
+
+PROMPTS = [
+    "Explain in two sentences why the sky is blue.",
+    "Write a Python function that returns the n-th Fibonacci number.",
+    "Summarize: The city council voted on Tuesday to expand the bike lane network, "
+    "adding 40 km of protected lanes over the next three years.",
+    "Rewrite this sentence with 'cat' replaced by 'dog': The cat sat on the mat "
+    "while the cat's owner read a book about cats.",
+    "List three prime numbers greater than 100.",
+]
+GREEDY_TOKENS = 24
+
+
+@pytest.fixture(scope="module")
+def greedy_ar(offline_pair):
+    s = Settings(method="ar", greedy=True, max_new_tokens=GREEDY_TOKENS)
+    return {p: generate(offline_pair, p, s).token_ids for p in PROMPTS}
+
+
+@pytest.mark.parametrize("drafter", ["model", "ngram"])
+@pytest.mark.parametrize("gamma", [1, 3, 5, 8])
+def test_greedy_speculative_equals_greedy_autoregressive_in_fp32(
+    offline_pair, greedy_ar, drafter, gamma
+):
+    s = Settings(greedy=True, gamma=gamma, drafter=drafter, max_new_tokens=GREEDY_TOKENS)
+    for prompt in PROMPTS:
+        spec = generate(offline_pair, prompt, s.with_(trace_level="minimal"))
+        assert spec.token_ids == greedy_ar[prompt], f"{drafter} gamma={gamma}: {prompt!r}"
+
+
+def _check_caches(run: Run, seq: list[int]) -> None:
+    target = run.target_lm
+    # the target holds every accepted token but the last, which the next round feeds
+    assert target.cached == len(seq) - 1 == len(target.tokens)
+    assert target.tokens == seq[:-1]
+    draft = run.drafter.lm
+    assert draft.cached == len(draft.tokens) <= len(seq)
+    assert draft.tokens == seq[: len(draft.tokens)]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_caches_hold_the_accepted_prefix_and_match_a_recompute(temperature):
+    pair = tiny_pair(vocab=16, sharpness=1.5)
+    run = Run(pair, "3 1 4 1 5", Settings(gamma=4, temperature=temperature, max_new_tokens=30))
+    full_accepts = 0
+    for update in run:
+        seq = run.prompt_ids + run.trace.token_ids
+        _check_caches(run, seq)
+        full_accepts += update.round.n_accepted == len(update.round.drafted)
+        with torch.no_grad():
+            fresh = pair.target.model(input_ids=torch.tensor([seq])).logits[0, -1]
+        cached = run.target_lm.logits(seq)[-1]
+        assert torch.allclose(cached, fresh, atol=1e-5)
+    assert full_accepts > 0  # the draft cache must also be right after a full accept
+
+
+def test_offline_pair_caches_match_a_recompute(offline_pair):
+    run = Run(offline_pair, PROMPTS[0], Settings(gamma=4, temperature=0.8, max_new_tokens=12))
+    for _ in run:
+        seq = run.prompt_ids + run.trace.token_ids
+        _check_caches(run, seq)
+    with torch.no_grad():
+        fresh = offline_pair.target.model(input_ids=torch.tensor([seq])).logits[0, -1]
+    assert torch.allclose(run.target_lm.logits(seq)[-1], fresh, atol=1e-3)
+
+
+@pytest.mark.parametrize("max_new", [1, 2, 3, 5, 7])
+def test_never_more_than_max_new_tokens(max_new):
+    pair = tiny_pair(vocab=8, sharpness=0.5)
+    for seed in range(5):
+        t = generate(pair, "1 2", Settings(gamma=4, max_new_tokens=max_new, seed=seed))
+        assert len(t.token_ids) == max_new and t.stop_reason == "max_new_tokens"
+        assert sum(r.emitted for r in t.rounds) == max_new
+
+
+def test_nothing_after_eos():
+    pair = tiny_pair(vocab=6, eos=0, sharpness=0.5)
+    eos_drafted = eos_added = 0
+    for seed in range(150):
+        t = generate(pair, "1 2", Settings(gamma=4, max_new_tokens=40, seed=seed))
+        if 0 in t.token_ids:
+            assert t.token_ids.index(0) == len(t.token_ids) - 1 and t.stop_reason == "eos"
+        last = t.rounds[-1]
+        if last.added is None:  # an accepted draft was EOS: no bonus after it
+            eos_drafted += 1
+            assert last.drafted[last.n_accepted - 1].id == 0
+        elif last.added.id == 0:
+            eos_added += 1
+        for r in t.rounds:  # the drafter stops at EOS
+            assert 0 not in [d.id for d in r.drafted[:-1]]
+    assert eos_drafted and eos_added
+
+
+def test_same_seed_same_trace_and_concurrent_runs_share_no_rng():
+    pair = tiny_pair(vocab=16, sharpness=1.0)
+    s = Settings(gamma=3, max_new_tokens=20)
+
+    def decisions(t: Trace) -> list:
+        return [(d.id, d.u, d.status) for r in t.rounds for d in r.drafted]
+
+    alone = {seed: generate(pair, "5 6", s.with_(seed=seed)) for seed in (1, 2)}
+    assert decisions(alone[1]) != decisions(alone[2])
+    results: dict[int, Trace] = {}
+
+    def work(seed: int) -> None:
+        results[seed] = generate(pair, "5 6", s.with_(seed=seed))
+
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in (1, 2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    for seed in (1, 2):
+        assert results[seed].token_ids == alone[seed].token_ids
+        assert decisions(results[seed]) == decisions(alone[seed])
+
+
+def test_statuses_and_decisions_are_consistent():
+    pair = tiny_pair(vocab=8, sharpness=1.0)
+    t = generate(pair, "1 2 3", Settings(gamma=4, max_new_tokens=60, seed=3))
+    assert any(r.added and r.added.status == "resampled" for r in t.rounds)
+    assert any(r.added and r.added.status == "bonus" for r in t.rounds)
+    out: list[int] = []
+    for r in t.rounds:
+        assert r.start == len(out)
+        statuses = [d.status for d in r.drafted]
+        n = r.n_accepted
+        assert statuses[:n] == ["accepted"] * n
+        if n < len(statuses):
+            assert statuses[n] == "rejected" and set(statuses[n + 1 :]) <= {"discarded"}
+            assert r.added.status == "resampled" and r.added.id != r.drafted[n].id
+            assert r.drafted[n].u >= r.drafted[n].accept_prob
+        for d in r.drafted[:n]:
+            assert d.u < d.p / d.q
+            assert 0.0 <= d.overlap <= 1.0 + 1e-6
+        out += [d.id for d in r.drafted[:n]] + [r.added.id]
+    assert out == t.token_ids
+
+
+@pytest.mark.parametrize("target_vocab,draft_vocab", [(12, 8), (8, 11)])
+def test_padded_output_columns_are_dropped(target_vocab, draft_vocab):
+    # One tokenizer of 8 tokens; the models' output layers are padded differently.
+    pair = tiny_pair(vocab=8, target_vocab=target_vocab, draft_vocab=draft_vocab, sharpness=3.0)
+    for seed in range(10):
+        t = generate(pair, "1 2", Settings(gamma=3, max_new_tokens=20, seed=seed))
+        assert len(t.token_ids) == 20 and max(t.token_ids) < 8
+        assert all(e["id"] < 8 for r in t.rounds for d in r.drafted for e in d.top)
+
+
+def test_trace_json_round_trip():
+    pair = tiny_pair(vocab=8, sharpness=1.0)
+    for method in ("spec", "ar"):
+        t = generate(pair, "1 2", Settings(method=method, gamma=3, max_new_tokens=12))
+        back = Trace.from_json(t.to_json())
+        assert back.to_dict() == t.to_dict()
+        assert (method == "ar") == (back.rounds == [])
+
+
+def test_ar_trace_has_no_rounds_and_one_call_per_token():
+    pair = tiny_pair(vocab=8, sharpness=1.0)
+    t = generate(pair, "1 2", Settings(method="ar", max_new_tokens=9))
+    assert t.rounds == [] and t.stats.target_calls == 9 and len(t.timeline) == 9
+
+
+def test_stopping_early_leaves_a_consistent_partial_trace():
+    pair = tiny_pair(vocab=8, sharpness=1.0)
+    run = Run(pair, "1 2", Settings(gamma=2, max_new_tokens=50))
+    it = iter(run)
+    next(it)
+    next(it)
+    it.close()
+    t = run.trace
+    assert t.stop_reason == "stopped" and t.stats.rounds == 2
+    assert t.stats.new_tokens == len(t.token_ids) == sum(r.emitted for r in t.rounds)
+
+
+def test_ngram_drafter_copies_from_the_prompt():
+    from specviz.drafters import NgramDrafter
+
+    d = NgramDrafter(vocab_size=10, ngram_size=2, eos_ids=frozenset({9}))
+    assert d.lookup([1, 2, 3, 4, 5, 1, 2], 2) == [3, 4]
+    assert d.lookup([1, 2, 9, 4, 1, 2], 3) == [9]  # stops at EOS
+    assert d.lookup([1, 2, 3], 4) == []
+    draft = d.propose([5, 6, 7, 5, 6], 3, torch.Generator())
+    assert draft.ids == [7, 5, 6] and draft.q.sum(-1).tolist() == [1.0, 1.0, 1.0]

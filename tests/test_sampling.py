@@ -1,0 +1,91 @@
+"""The pure pieces: warping logits into p and q, draws, the residual, the rule."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specviz.config import Warp
+from specviz.sampling import draw, overlap, residual, verify, warp
+
+
+def test_greedy_warp_is_one_hot_on_the_argmax():
+    probs = warp(torch.tensor([[0.1, 3.0, 2.9], [5.0, 1.0, 5.0]]), Warp(0.0, 0, 1.0))
+    assert probs.tolist() == [[0.0, 1.0, 0.0], [1.0, 0.0, 0.0]]  # first max wins a tie
+
+
+def test_temperature_scales_logits_before_softmax():
+    logits = torch.tensor([1.0, 2.0, 4.0])
+    assert torch.allclose(warp(logits, Warp(0.5, 0, 1.0)), torch.softmax(logits / 0.5, -1))
+
+
+def test_top_k_keeps_the_k_largest():
+    probs = warp(torch.tensor([1.0, 4.0, 3.0, 2.0]), Warp(1.0, 2, 1.0))
+    assert (probs > 0).tolist() == [False, True, True, False]
+    assert probs.sum().item() == pytest.approx(1.0)
+
+
+def test_top_p_keeps_the_smallest_prefix_reaching_p():
+    logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
+    assert (warp(logits, Warp(1.0, 0, 0.8)) > 0).tolist() == [True, True, False, False]
+    assert (warp(logits, Warp(1.0, 0, 0.81)) > 0).tolist() == [True, True, True, False]
+    # the most likely token always survives
+    assert (warp(logits, Warp(1.0, 0, 0.01)) > 0).tolist() == [True, False, False, False]
+
+
+def test_draw_uses_only_the_given_generator():
+    probs = torch.full((50,), 0.02)
+    a = draw(probs, torch.Generator().manual_seed(7), greedy=False)
+    torch.manual_seed(123)  # the global RNG must not matter
+    b = draw(probs, torch.Generator().manual_seed(7), greedy=False)
+    assert a == b
+
+
+def test_residual_is_normalised_positive_part():
+    p, q = torch.tensor([0.5, 0.3, 0.2]), torch.tensor([0.2, 0.5, 0.3])
+    assert torch.allclose(residual(p, q), torch.tensor([1.0, 0.0, 0.0]))
+
+
+def test_residual_falls_back_to_p_when_p_equals_q():
+    p = torch.tensor([0.25, 0.75])
+    r = residual(p, p.clone())
+    assert torch.equal(r, p) and not torch.isnan(r).any()
+
+
+def test_overlap_is_sum_of_minimum():
+    p, q = torch.tensor([0.5, 0.3, 0.2]), torch.tensor([0.2, 0.5, 0.3])
+    assert overlap(p, q).item() == pytest.approx(0.2 + 0.3 + 0.2)
+
+
+def test_a_token_with_zero_target_probability_is_never_accepted():
+    p = torch.tensor([[0.0, 1.0], [0.5, 0.5]])
+    q = torch.tensor([[1.0, 0.0]])
+    v = verify(p, q, torch.tensor([0]), torch.tensor([0.0]))  # u = 0 exactly
+    assert v.n_accepted == 0 and v.resampled
+    assert v.dist.tolist() == [0.0, 1.0]
+
+
+def test_rule_accepts_iff_u_below_ratio():
+    p = torch.tensor([[0.3, 0.7], [0.3, 0.7], [0.5, 0.5]])
+    q = torch.tensor([[0.6, 0.4], [0.5, 0.5]])
+    drafts = torch.tensor([0, 1])  # ratios 0.5 and 1.4
+    assert verify(p, q, drafts, torch.tensor([0.49, 0.99])).n_accepted == 2
+    assert verify(p, q, drafts, torch.tensor([0.5, 0.0])).n_accepted == 0
+    full = verify(p, q, drafts, torch.tensor([0.1, 0.99]))
+    assert not full.resampled and torch.equal(full.dist, p[2])  # bonus from p
+
+
+def test_equal_p_and_q_always_accept():
+    p = torch.tensor([[0.2, 0.8], [0.6, 0.4]])
+    v = verify(p, p[:1].clone(), torch.tensor([0]), torch.tensor([0.999999]))
+    assert v.n_accepted == 1
+
+
+def test_wrong_rules_differ_from_the_exact_one():
+    p = torch.tensor([[0.3, 0.7], [0.5, 0.5]])
+    q = torch.tensor([[0.6, 0.4]])
+    exact = verify(p, q, torch.tensor([0]), torch.tensor([0.9]))
+    from_p = verify(p, q, torch.tensor([0]), torch.tensor([0.9]), rule="resample-from-p")
+    no_draw = verify(p, q, torch.tensor([0]), torch.tensor([0.1]), rule="accept-without-draw")
+    assert exact.dist.tolist() == [0.0, 1.0] and from_p.dist.tolist() == pytest.approx([0.3, 0.7])
+    assert no_draw.n_accepted == 0  # the exact rule would accept: u = 0.1 < 0.5
