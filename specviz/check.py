@@ -1,0 +1,558 @@
+"""The distribution check: speculative sampling must draw from exactly the target's p.
+
+For one prompt and one set of settings, draw N short continuations with speculative
+sampling and N with plain autoregressive sampling, both through the engine, and compare
+each empirical distribution with the exact target probabilities:
+
+- the first token, whose distribution p is enumerated from one target forward after the
+  warp (temperature, top-k, top-p) that the engine applies;
+- the whole continuation of ``length`` tokens, whose frequent outcomes are enumerated
+  exactly by expanding the tree of continuations (a prefix whose probability is below the
+  binning threshold cannot have a frequent child, so the expansion is exact and bounded).
+
+Outcomes whose expected count is at least ``MIN_EXPECTED`` get a bin each, the rest share
+an "other" bin. Each comparison reports the total-variation distance over those bins and
+a chi-square goodness-of-fit p-value against p (plus a two-sample test speculative against
+autoregressive). The check passes when every speculative p-value is at least the
+significance level divided by the number of views (Bonferroni).
+
+A round never drafts past the token budget, so a one-token generation never drafts at all:
+the runs always generate at least two tokens and the views look at the first ``length``.
+
+The deliberately wrong rules of ``Settings.rule`` ("resample-from-p", "accept-without-draw")
+show the same check catching a broken algorithm. Nothing here imports gradio: the app
+calls :func:`iter_check` or :func:`run_check` and :func:`check_figure`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from specviz.config import RULES, Settings, Warp
+from specviz.engine import generate, prompt_ids_for
+from specviz.lm import CachedLM
+from specviz.models import ModelPair
+from specviz.sampling import residual, warp
+
+MIN_N = 200
+MAX_N = 100_000
+MAX_LENGTH = 3
+MIN_EXPECTED = 5.0  # smallest expected count that gets a bin of its own
+SIGNIFICANCE = 0.01
+OTHER = "other"
+
+Outcome = tuple[int, ...]
+
+
+# --- statistics: pure functions ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChiSquare:
+    """A chi-square test: statistic, degrees of freedom and the p-value P(X >= statistic)."""
+
+    statistic: float
+    dof: int
+    p_value: float
+
+
+def chi2_sf(x: float, dof: int) -> float:
+    """Survival function of the chi-square distribution: the regularized Q(dof/2, x/2)."""
+    if math.isinf(x):
+        return 0.0
+    if dof <= 0:
+        return 1.0 if x <= 0 else 0.0
+    if x <= 0:
+        return 1.0
+    a = torch.tensor(dof / 2.0, dtype=torch.float64)
+    return float(torch.special.gammaincc(a, torch.tensor(x / 2.0, dtype=torch.float64)))
+
+
+def goodness_of_fit(counts: Sequence[int], probs: Sequence[float]) -> ChiSquare:
+    """Pearson's test of observed counts against exact bin probabilities (summing to 1).
+
+    A bin with probability 0 that was observed makes the statistic infinite (p-value 0): an
+    impossible outcome happened. Empty bins with probability 0 are dropped.
+    """
+    n = sum(counts)
+    stat, bins = 0.0, 0
+    for c, p in zip(counts, probs, strict=True):
+        if p <= 0.0:
+            if c > 0:
+                return ChiSquare(math.inf, max(bins, 1), 0.0)
+            continue
+        e = n * p
+        stat += (c - e) ** 2 / e
+        bins += 1
+    dof = bins - 1
+    return ChiSquare(stat, dof, chi2_sf(stat, dof))
+
+
+def two_sample(a: Sequence[int], b: Sequence[int]) -> ChiSquare:
+    """Chi-square test of homogeneity of two count vectors over the same bins."""
+    na, nb = sum(a), sum(b)
+    if na == 0 or nb == 0:
+        return ChiSquare(0.0, 0, 1.0)
+    stat, bins = 0.0, 0
+    for ca, cb in zip(a, b, strict=True):
+        total = ca + cb
+        if total == 0:
+            continue
+        ea, eb = total * na / (na + nb), total * nb / (na + nb)
+        stat += (ca - ea) ** 2 / ea + (cb - eb) ** 2 / eb
+        bins += 1
+    dof = bins - 1
+    return ChiSquare(stat, dof, chi2_sf(stat, dof))
+
+
+def total_variation(p: Sequence[float], q: Sequence[float]) -> float:
+    """0.5 * sum |p - q| over the same bins."""
+    return 0.5 * sum(abs(a - b) for a, b in zip(p, q, strict=True))
+
+
+def frequencies(counts: Sequence[int]) -> list[float]:
+    """Counts divided by their sum (all zeros when there are none)."""
+    n = sum(counts)
+    return [c / n if n else 0.0 for c in counts]
+
+
+def choose_bins(exact: dict[Outcome, float], n: int, min_expected: float = MIN_EXPECTED) -> list:
+    """Outcomes expected at least min_expected times in n draws, most likely first."""
+    keep = [o for o, p in exact.items() if n * p >= min_expected]
+    return sorted(keep, key=lambda o: (-exact[o], o))
+
+
+def bin_counts(samples: Sequence[Outcome], bins: Sequence[Outcome]) -> list[int]:
+    """Counts per bin, with one final "other" count for everything else."""
+    c = Counter(samples)
+    listed = [c.get(b, 0) for b in bins]
+    return [*listed, len(samples) - sum(listed)]
+
+
+def rule_first_token(p: torch.Tensor, q: torch.Tensor, rule: str) -> torch.Tensor:
+    """The distribution of a round's first token when one token x ~ q is drafted: [V].
+
+    "exact" gives p itself (the theorem); the two wrong rules give something else:
+    "resample-from-p" gives min(p, q) + (1 - alpha) p, "accept-without-draw" gives
+    q 1[p >= q] + (mass of q where p < q) * norm(max(0, p - q)).
+    """
+    if rule == "exact":
+        accepted = torch.minimum(p, q)
+        return accepted + (1.0 - accepted.sum()) * residual(p, q)
+    if rule == "resample-from-p":
+        accepted = torch.minimum(p, q)
+        return accepted + (1.0 - accepted.sum()) * p
+    if rule == "accept-without-draw":
+        keep = p >= q
+        return q * keep + (q * ~keep).sum() * residual(p, q)
+    raise ValueError(f"rule must be one of {', '.join(RULES)}; got {rule!r}")
+
+
+# --- exact target probabilities ----------------------------------------------------------
+
+
+class TargetProbs:
+    """Exact warped target rows p(. | prompt + prefix), memoised, through the engine's LM."""
+
+    def __init__(self, pair: ModelPair, prompt_ids: list[int], w: Warp) -> None:
+        self.lm = CachedLM(pair.target.model, pair.target.vocab_size)
+        self.prompt_ids, self.w = list(prompt_ids), w
+        self._rows: dict[Outcome, torch.Tensor] = {}
+        if len(prompt_ids) > 1:  # the engine's prefill: every prompt token but the last
+            self.lm.logits(self.prompt_ids[:-1])
+
+    @torch.inference_mode()
+    def row(self, prefix: Outcome) -> torch.Tensor:
+        """p after prompt + prefix: [V] float32 on the CPU."""
+        if prefix not in self._rows:
+            logits = self.lm.logits(self.prompt_ids + list(prefix))[-1]
+            self._rows[prefix] = warp(logits, self.w).cpu()
+        return self._rows[prefix]
+
+
+def frequent_continuations(
+    probs: TargetProbs, length: int, eos_ids: frozenset[int], min_prob: float
+) -> dict[Outcome, float]:
+    """Every continuation of `length` tokens (or ending at EOS) with P >= min_prob, exactly."""
+    out: dict[Outcome, float] = {}
+    stack: list[tuple[Outcome, float]] = [((), 1.0)]
+    while stack:
+        prefix, pp = stack.pop()
+        if len(prefix) == length or (prefix and prefix[-1] in eos_ids):
+            out[prefix] = pp
+            continue
+        row = probs.row(prefix)
+        ids = (row * pp >= min_prob).nonzero().flatten().tolist()
+        for x in ids:
+            stack.append(((*prefix, x), pp * float(row[x])))
+    return out
+
+
+# --- results -------------------------------------------------------------------------------
+
+
+@dataclass
+class View:
+    """One comparison: bins of outcomes, exact p, the two samples' counts and the tests."""
+
+    name: str
+    labels: list[str]  # one per bin, the last is "other"
+    outcomes: list[list[int] | None]  # token ids per bin; None for "other"
+    exact: list[float]  # p of each bin
+    spec: list[int]  # speculative counts per bin
+    ar: list[int]  # autoregressive counts per bin
+    tv_spec: float  # TV(speculative frequencies, p) over the bins
+    tv_ar: float  # TV(autoregressive frequencies, p): the sampling noise at this N
+    tv_spec_ar: float
+    spec_test: ChiSquare  # speculative against p
+    ar_test: ChiSquare  # autoregressive against p (the control)
+    two_sample: ChiSquare  # speculative against autoregressive
+
+
+@dataclass
+class CheckResult:
+    """Everything the CLI prints, the app plots and the tests assert."""
+
+    prompt: str
+    settings: dict[str, Any]
+    rule: str
+    n: int
+    length: int
+    significance: float
+    views: list[View]
+    spec_acceptance: float  # accepted / verified drafts over all speculative samples
+    predicted_tv: float | None  # TV(first-token distribution under this rule, p); model drafter
+    elapsed_s: float
+    spec_samples: list[list[int]] = field(repr=False, default_factory=list)
+    ar_samples: list[list[int]] = field(repr=False, default_factory=list)
+
+    @property
+    def threshold(self) -> float:
+        """Per-view significance level (Bonferroni over the views)."""
+        return self.significance / max(1, len(self.views))
+
+    @property
+    def passed(self) -> bool:
+        """True when no view rejects 'speculative samples follow p'."""
+        return all(v.spec_test.p_value >= self.threshold for v in self.views)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["passed"], d["threshold"] = self.passed, self.threshold
+        return _finite(d)
+
+    def summary(self) -> str:
+        """A few lines: the verdict and each view's numbers."""
+        verdict = "PASS" if self.passed else "FAIL"
+        lines = [
+            f"{verdict}: rule {self.rule}, N = {self.n} speculative and {self.n} "
+            f"autoregressive samples of {self.length} token(s); a view fails below "
+            f"p-value {self.threshold:.3g}"
+        ]
+        for v in self.views:
+            lines.append(
+                f"  {v.name}: TV(spec, p) = {v.tv_spec:.3f}, TV(AR, p) = {v.tv_ar:.3f}; "
+                f"chi-square p-value spec {_p(v.spec_test)}, AR {_p(v.ar_test)}, "
+                f"spec vs AR {_p(v.two_sample)} ({len(v.labels)} bins)"
+            )
+        lines.append(f"  speculative acceptance rate: {self.spec_acceptance:.3f}")
+        if self.predicted_tv is not None:
+            lines.append(
+                f"  this rule moves the first token's distribution by TV = "
+                f"{self.predicted_tv:.3f} (exact, from p and the draft's q)"
+            )
+        return "\n".join(lines)
+
+
+def _p(t: ChiSquare) -> str:
+    return f"{t.p_value:.3g}"
+
+
+def _finite(x: Any) -> Any:
+    """JSON-safe copy: infinities become None."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
+
+
+def make_view(
+    name: str,
+    exact: dict[Outcome, float],
+    spec: Sequence[Outcome],
+    ar: Sequence[Outcome],
+    label: Callable[[Outcome], str],
+    complete: bool,
+    min_expected: float = MIN_EXPECTED,
+) -> View:
+    """Bin both samples by the outcomes that p makes frequent and run the tests.
+
+    exact maps outcomes to p; complete says it lists every outcome with p > 0 (the first
+    token), otherwise it lists the frequent ones and "other" gets the remaining mass.
+    """
+    n = max(len(spec), len(ar))
+    bins = choose_bins(exact, n, min_expected)
+    listed = [exact[b] for b in bins]
+    probs = [*listed, _other_prob(exact, bins, complete)]
+    cs, ca = bin_counts(spec, bins), bin_counts(ar, bins)
+    fs, fa = frequencies(cs), frequencies(ca)
+    return View(
+        name=name,
+        labels=[label(b) for b in bins] + [OTHER],
+        outcomes=[list(b) for b in bins] + [None],
+        exact=probs,
+        spec=cs,
+        ar=ca,
+        tv_spec=total_variation(fs, probs),
+        tv_ar=total_variation(fa, probs),
+        tv_spec_ar=total_variation(fs, fa),
+        spec_test=goodness_of_fit(*merge_small_other(cs, probs, n, min_expected)),
+        ar_test=goodness_of_fit(*merge_small_other(ca, probs, n, min_expected)),
+        two_sample=two_sample(
+            merge_small_other(cs, probs, n, min_expected)[0],
+            merge_small_other(ca, probs, n, min_expected)[0],
+        ),
+    )
+
+
+def _other_prob(exact: dict[Outcome, float], bins: list[Outcome], complete: bool) -> float:
+    """p of the "other" bin; float32 round-off below 1e-6 counts as exactly 0."""
+    if complete:
+        listed = set(bins)
+        return sum(p for o, p in exact.items() if o not in listed)
+    other = 1.0 - sum(exact[b] for b in bins)
+    return other if other > 1e-6 else 0.0
+
+
+def merge_small_other(
+    counts: list[int], probs: list[float], n: int, min_expected: float = MIN_EXPECTED
+) -> tuple[list[int], list[float]]:
+    """Fold the final "other" bin into the smallest listed bin when its expected count is
+    positive but below min_expected (Pearson's approximation needs it). An "other" bin of
+    probability exactly 0 stays: any count there is an impossible outcome."""
+    other_p = probs[-1]
+    if len(probs) < 2 or other_p <= 0.0 or n * other_p >= min_expected:
+        return counts, probs
+    merged_c = [*counts[:-2], counts[-2] + counts[-1]]
+    merged_p = [*probs[:-2], probs[-2] + other_p]
+    return merged_c, merged_p
+
+
+# --- running the check -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far a check has got: samples drawn out of the total."""
+
+    done: int
+    total: int
+    stage: str
+
+
+def validate(n: int, length: int, rule: str) -> None:
+    """Raise ValueError for an N, length or rule the check does not accept."""
+    if not isinstance(n, int) or isinstance(n, bool) or not MIN_N <= n <= MAX_N:
+        raise ValueError(f"n must be an integer in {MIN_N}..{MAX_N}, got {n!r}")
+    if not isinstance(length, int) or isinstance(length, bool) or not 1 <= length <= MAX_LENGTH:
+        raise ValueError(f"length must be an integer in 1..{MAX_LENGTH}, got {length!r}")
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {', '.join(RULES)}; got {rule!r}")
+
+
+def draw_samples(
+    pair: ModelPair, prompt: str, settings: Settings, i: int, length: int, raw: bool = False
+) -> tuple[Outcome, Outcome, tuple[int, int]]:
+    """Sample i of each method: (speculative outcome, autoregressive outcome,
+    (accepted, verified) drafts of the speculative run).
+
+    The speculative run uses seed settings.seed + 2i and the autoregressive one
+    settings.seed + 2i + 1, so the two samples are independent and reproducible.
+    """
+    seed = settings.seed + 2 * i
+    spec = generate(pair, prompt, settings.with_(method="spec", seed=seed), raw=raw)
+    ar = generate(pair, prompt, settings.with_(method="ar", seed=seed + 1), raw=raw)
+    drafts = (spec.stats.accepted, spec.stats.verified)
+    return tuple(spec.token_ids[:length]), tuple(ar.token_ids[:length]), drafts
+
+
+def iter_check(
+    pair: ModelPair,
+    prompt: str,
+    settings: Settings,
+    n: int = 400,
+    length: int = 2,
+    rule: str | None = None,
+    raw: bool = False,
+    significance: float = SIGNIFICANCE,
+) -> Iterator[Progress | CheckResult]:
+    """Run the check, yielding Progress after each pair of samples and the result last."""
+    rule = settings.rule if rule is None else rule
+    validate(n, length, rule)
+    t0 = time.perf_counter()
+    base = settings.with_(max_new_tokens=max(2, length), rule=rule, trace_level="minimal")
+    prompt_ids = prompt_ids_for(pair, prompt, base, raw)
+    spec_s: list[Outcome] = []
+    ar_s: list[Outcome] = []
+    accepted = verified = 0
+    yield Progress(0, 2 * n, "sampling")
+    for i in range(n):
+        spec, ar, (a, v) = draw_samples(pair, prompt, base, i, length, raw)
+        spec_s.append(spec)
+        ar_s.append(ar)
+        accepted, verified = accepted + a, verified + v
+        yield Progress(2 * (i + 1), 2 * n, "sampling")
+    yield Progress(2 * n, 2 * n, "exact probabilities")
+    probs = TargetProbs(pair, prompt_ids, base.target_warp())
+    yield CheckResult(
+        prompt=prompt,
+        settings=base.to_dict(),
+        rule=rule,
+        n=n,
+        length=length,
+        significance=significance,
+        views=compare(pair, probs, spec_s, ar_s, length),
+        spec_acceptance=accepted / verified if verified else 0.0,
+        predicted_tv=_predicted_tv(pair, prompt_ids, base, probs, rule),
+        elapsed_s=time.perf_counter() - t0,
+        spec_samples=[list(s) for s in spec_s],
+        ar_samples=[list(s) for s in ar_s],
+    )
+
+
+def compare(
+    pair: ModelPair,
+    probs: TargetProbs,
+    spec: Sequence[Outcome],
+    ar: Sequence[Outcome],
+    length: int,
+) -> list[View]:
+    """The views: the first token, and the whole continuation when length > 1."""
+
+    def label(o: Outcome) -> str:
+        return "".join(pair.token_text(t) for t in o)
+
+    n = max(len(spec), len(ar))
+    p0 = probs.row(())
+    first = {(int(i),): float(p0[i]) for i in p0.nonzero().flatten().tolist()}
+    views = [
+        make_view("first token", first, [s[:1] for s in spec], [s[:1] for s in ar], label, True)
+    ]
+    if length > 1:
+        cont = frequent_continuations(probs, length, pair.eos_ids, MIN_EXPECTED / n)
+        views.append(make_view(f"continuation of {length} tokens", cont, spec, ar, label, False))
+    return views
+
+
+@torch.inference_mode()
+def _predicted_tv(
+    pair: ModelPair, prompt_ids: list[int], s: Settings, probs: TargetProbs, rule: str
+) -> float | None:
+    """TV between p and the first token's distribution under the rule (model drafter)."""
+    if s.drafter != "model" or pair.draft is None:
+        return None
+    lm = CachedLM(pair.draft.model, pair.draft.vocab_size)
+    q = warp(lm.logits(prompt_ids)[-1], s.draft_warp()).cpu()
+    p = probs.row(())
+    width = max(p.shape[-1], q.shape[-1])
+    p = torch.nn.functional.pad(p, (0, width - p.shape[-1]))
+    q = torch.nn.functional.pad(q, (0, width - q.shape[-1]))
+    if s.is_greedy:
+        return 0.0
+    return float(0.5 * (rule_first_token(p, q, rule) - p).abs().sum())
+
+
+def run_check(
+    pair: ModelPair,
+    prompt: str,
+    settings: Settings,
+    n: int = 400,
+    length: int = 2,
+    rule: str | None = None,
+    progress_cb: Callable[[Progress], None] | None = None,
+    raw: bool = False,
+    significance: float = SIGNIFICANCE,
+) -> CheckResult:
+    """Run the whole check; progress_cb (if given) receives every Progress."""
+    result = None
+    for item in iter_check(pair, prompt, settings, n, length, rule, raw, significance):
+        if isinstance(item, Progress):
+            if progress_cb is not None:
+                progress_cb(item)
+        else:
+            result = item
+    assert result is not None
+    return result
+
+
+# --- the figure ----------------------------------------------------------------------------
+
+
+def check_figure(result: CheckResult, max_bins: int = 20) -> Any:
+    """Plotly figure: per view, speculative and autoregressive frequencies beside exact p."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    titles = [
+        f"{v.name}: TV(spec, p) {v.tv_spec:.3f}, p-value {_p(v.spec_test)}"
+        f" | TV(AR, p) {v.tv_ar:.3f}, p-value {_p(v.ar_test)}"
+        for v in result.views
+    ]
+    fig = make_subplots(rows=len(result.views), cols=1, subplot_titles=titles)
+    series = (
+        ("speculative", "spec", "#1f77b4"),
+        ("autoregressive", "ar", "#ff7f0e"),
+        ("exact p", "exact", "#2ca02c"),
+    )
+    for row, v in enumerate(result.views, start=1):
+        idx = _shown(v, max_bins)
+        x = [_display(v.labels[i], i) for i in idx]
+        values = {
+            "spec": frequencies(v.spec),
+            "ar": frequencies(v.ar),
+            "exact": v.exact,
+        }
+        for name, key, color in series:
+            fig.add_trace(
+                go.Bar(
+                    x=x,
+                    y=[values[key][i] for i in idx],
+                    name=name,
+                    marker_color=color,
+                    legendgroup=key,
+                    showlegend=row == 1,
+                ),
+                row=row,
+                col=1,
+            )
+        fig.update_yaxes(title_text="probability", row=row, col=1)
+    verdict = "passes" if result.passed else "FAILS"
+    fig.update_layout(
+        barmode="group",
+        title=f"Distribution check ({result.rule} rule, N = {result.n} each): {verdict}",
+        height=360 * len(result.views) + 80,
+        legend={"orientation": "h", "y": -0.12},
+    )
+    return fig
+
+
+def _shown(v: View, max_bins: int) -> list[int]:
+    """The most likely bins (up to max_bins) and always "other"."""
+    last = len(v.labels) - 1
+    return [*range(min(max_bins, last)), last]
+
+
+def _display(label: str, i: int) -> str:
+    """A bar label: whitespace made visible, and unique (bars with equal text would merge)."""
+    shown = label.replace("\n", "\\n").replace(" ", "\u2423") or "\u2205"
+    return shown if label == OTHER else f"{i + 1}. {shown}"

@@ -1,0 +1,219 @@
+"""The distribution check: its statistics, and its verdict on the real and the broken rules.
+
+The tiny pair (target seed 0, draft seed 2, vocabulary 8) has an overlap of about 0.4 at the
+first position, so each wrong rule moves the first token's distribution by a total
+variation of 0.24 or more: with N = 200 per method a real rule passes and a broken one fails
+by many orders of magnitude, and every run is seeded.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from specviz import check
+from specviz.config import Settings
+from tests.tiny import tiny_pair
+
+N = 200
+PROMPT = "1 2"
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return tiny_pair(vocab=8, target_seed=0, draft_seed=2)
+
+
+@pytest.fixture(scope="module")
+def exact_run(pair):
+    progress: list[check.Progress] = []
+    result = check.run_check(
+        pair, PROMPT, Settings(gamma=2), n=N, length=2, progress_cb=progress.append
+    )
+    return result, progress
+
+
+@pytest.fixture(scope="module")
+def exact_result(exact_run):
+    return exact_run[0]
+
+
+# --- pure statistics -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("x", "dof", "expected"),
+    [(3.841458820694124, 1, 0.05), (5.991464547107979, 2, 0.05), (23.209251158954356, 10, 0.01)],
+)
+def test_chi2_sf_matches_tabulated_quantiles(x, dof, expected):
+    assert check.chi2_sf(x, dof) == pytest.approx(expected, rel=1e-9)
+
+
+def test_chi2_sf_edges():
+    assert check.chi2_sf(0.0, 3) == 1.0
+    assert check.chi2_sf(math.inf, 3) == 0.0
+    assert check.chi2_sf(0.0, 0) == 1.0
+    assert check.chi2_sf(1.0, 0) == 0.0
+
+
+def test_goodness_of_fit_perfect_and_impossible():
+    perfect = check.goodness_of_fit([50, 30, 20], [0.5, 0.3, 0.2])
+    assert perfect.statistic == 0.0 and perfect.dof == 2 and perfect.p_value == 1.0
+    impossible = check.goodness_of_fit([50, 30, 1], [0.5, 0.5, 0.0])
+    assert impossible.p_value == 0.0
+    # an unobserved zero-probability bin is simply dropped
+    assert check.goodness_of_fit([50, 50, 0], [0.5, 0.5, 0.0]).dof == 1
+
+
+def test_goodness_of_fit_statistic_by_hand():
+    t = check.goodness_of_fit([60, 40], [0.5, 0.5])
+    assert t.statistic == pytest.approx((10**2 / 50) * 2)
+    assert t.dof == 1
+
+
+def test_two_sample_identical_and_disjoint():
+    assert check.two_sample([10, 20, 30], [10, 20, 30]).p_value == pytest.approx(1.0)
+    assert check.two_sample([100, 0], [0, 100]).p_value < 1e-12
+    assert check.two_sample([0, 0], [1, 2]).p_value == 1.0
+
+
+def test_total_variation_and_frequencies():
+    assert check.total_variation([0.5, 0.5], [0.5, 0.5]) == 0.0
+    assert check.total_variation([1.0, 0.0], [0.0, 1.0]) == 1.0
+    assert check.frequencies([1, 3]) == [0.25, 0.75]
+    assert check.frequencies([0, 0]) == [0.0, 0.0]
+
+
+def test_bins_and_counts():
+    exact = {(1,): 0.6, (2,): 0.3, (3,): 0.09, (4,): 0.01}
+    bins = check.choose_bins(exact, n=100, min_expected=5)
+    assert bins == [(1,), (2,), (3,)]
+    assert check.bin_counts([(1,), (1,), (4,), (2,)], bins) == [2, 1, 0, 1]
+
+
+def test_small_other_bin_is_merged_but_zero_stays():
+    counts, probs = check.merge_small_other([50, 40, 8, 2], [0.5, 0.4, 0.08, 0.02], n=100)
+    assert counts == [50, 40, 10] and probs == pytest.approx([0.5, 0.4, 0.1])
+    same = check.merge_small_other([50, 50, 1], [0.5, 0.5, 0.0], n=100)
+    assert same == ([50, 50, 1], [0.5, 0.5, 0.0])
+
+
+def test_rule_first_token_exact_is_p_and_wrong_rules_are_not():
+    g = torch.Generator().manual_seed(0)
+    p = torch.softmax(torch.randn(8, generator=g) * 2, -1)
+    q = torch.softmax(torch.randn(8, generator=g) * 2, -1)
+    assert torch.allclose(check.rule_first_token(p, q, "exact"), p, atol=1e-6)
+    for rule in ("resample-from-p", "accept-without-draw"):
+        d = check.rule_first_token(p, q, rule)
+        assert d.sum() == pytest.approx(1.0, abs=1e-6)
+        assert 0.5 * (d - p).abs().sum() > 0.05
+    with pytest.raises(ValueError):
+        check.rule_first_token(p, q, "nope")
+
+
+def test_frequent_continuations_enumerate_the_whole_tree(pair):
+    probs = check.TargetProbs(pair, [1, 2], Settings().target_warp())
+    every = check.frequent_continuations(probs, 2, frozenset(), min_prob=0.0)
+    assert len(every) == 8 * 8
+    assert sum(every.values()) == pytest.approx(1.0, abs=1e-5)
+    frequent = check.frequent_continuations(probs, 2, frozenset(), min_prob=0.05)
+    assert frequent == {o: p for o, p in every.items() if p >= 0.05}
+
+
+def test_eos_ends_a_continuation_early():
+    pair = tiny_pair(vocab=8, eos=3, target_seed=0, draft_seed=2)
+    probs = check.TargetProbs(pair, [1, 2], Settings(temperature=3.0).target_warp())
+    every = check.frequent_continuations(probs, 2, pair.eos_ids, min_prob=0.0)
+    assert (3,) in every
+    assert sum(every.values()) == pytest.approx(1.0, abs=1e-5)
+
+
+# --- the check on tiny models ----------------------------------------------------------------
+
+
+def test_exact_rule_passes(exact_result):
+    r = exact_result
+    assert r.passed, r.summary()
+    assert [v.name for v in r.views] == ["first token", "continuation of 2 tokens"]
+    for v in r.views:
+        assert sum(v.spec) == N and sum(v.ar) == N
+        assert sum(v.exact) == pytest.approx(1.0, abs=1e-5)
+        assert v.labels[-1] == check.OTHER
+        assert v.spec_test.p_value > 0.05 and v.ar_test.p_value > 0.05
+    assert 0.1 < r.spec_acceptance < 0.9  # the rule really was exercised
+    assert r.predicted_tv == pytest.approx(0.0, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("rule", "length"),
+    # length 1 still drafts: the runs generate two tokens and the check looks at the first
+    [("resample-from-p", 1), ("accept-without-draw", 2)],
+)
+def test_each_broken_rule_fails(pair, rule, length):
+    r = check.run_check(pair, PROMPT, Settings(gamma=2), n=N, length=length, rule=rule)
+    assert not r.passed, r.summary()
+    assert len(r.views) == length
+    first = r.views[0]
+    assert first.spec_test.p_value < 1e-6
+    assert first.ar_test.p_value > 0.05  # the autoregressive control is unaffected
+    assert first.tv_spec > 0.1 and r.predicted_tv > 0.2
+
+
+def test_ngram_drafter_passes(pair):
+    r = check.run_check(pair, "1 2 1", Settings(drafter="ngram", gamma=2), n=N, length=2)
+    assert r.passed, r.summary()
+    assert r.predicted_tv is None
+
+
+def test_greedy_is_a_single_outcome(pair):
+    r = check.run_check(pair, PROMPT, Settings(greedy=True, gamma=2), n=N, length=2)
+    assert r.passed
+    for v in r.views:
+        assert v.spec[0] == N and v.ar[0] == N and v.exact[0] == pytest.approx(1.0)
+
+
+def test_progress_is_reported(exact_run):
+    progress = exact_run[1]
+    assert progress[0].done == 0 and progress[-1].done == progress[-1].total == 2 * N
+    assert [p.done for p in progress if p.stage == "sampling"] == list(range(0, 2 * N + 1, 2))
+
+
+def test_samples_are_reproducible(pair, exact_result):
+    base = Settings(gamma=2, max_new_tokens=2, trace_level="minimal")
+    for i in (0, 7, N - 1):
+        spec, ar, _ = check.draw_samples(pair, PROMPT, base, i, 2)
+        assert list(spec) == exact_result.spec_samples[i]
+        assert list(ar) == exact_result.ar_samples[i]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [({"n": 10}, "n must"), ({"length": 4}, "length must"), ({"rule": "nope"}, "rule must")],
+)
+def test_bad_input_is_a_value_error(pair, kwargs, match):
+    args = {"n": N, "length": 2, "rule": None} | kwargs
+    with pytest.raises(ValueError, match=match):
+        check.run_check(pair, PROMPT, Settings(), **args)
+
+
+def test_figure_and_json(exact_result):
+    fig = check.check_figure(exact_result)
+    assert len(fig.data) == 3 * len(exact_result.views)
+    assert {t.name for t in fig.data} == {"speculative", "autoregressive", "exact p"}
+    d = json.loads(json.dumps(exact_result.to_dict(), allow_nan=False))
+    assert d["passed"] is True and len(d["views"]) == 2
+
+
+def test_cli_check_on_the_tiny_pair(pair, monkeypatch, capsys):
+    from specviz import cli
+
+    monkeypatch.setattr(cli, "load_pair_from_args", lambda args: pair)
+    argv = ["check", "--prompt", PROMPT, "--raw", "--n", "200", "--gamma", "2", "--json"]
+    assert cli.main([*argv, "--break-rule", "accept-without-draw"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["passed"] is False and out["rule"] == "accept-without-draw"
+    assert cli.main(["check", "--n", "5"]) == 2
+    assert "n must be" in capsys.readouterr().err
