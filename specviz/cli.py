@@ -1,4 +1,4 @@
-"""Command line: `python -m specviz generate|prepare ...`.
+"""Command line: `python -m specviz generate|prepare|bench|check ...`.
 
 Bad input prints one line to stderr and exits with code 2, before any model loads where
 possible, and without a traceback. With --json, stdout carries one JSON trace per sample,
@@ -8,12 +8,14 @@ one per line, and nothing else.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
-from specviz.config import DRAFTERS, Settings
+from specviz.config import DRAFTERS, RULES, Settings
 from specviz.trace import Trace
 
 PRESET_PROMPT = "Explain in three sentences why the sky is blue."
@@ -72,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     pr = sub.add_parser("prepare", help="convert the offline model once (the set-up step)")
     pr.set_defaults(func=cmd_prepare)
+    _add_bench_parser(sub)
+    _add_check_parser(sub)
     for register in EXTRA_COMMANDS:
         register(sub)
     return parser
@@ -133,6 +137,127 @@ def cmd_generate(args: argparse.Namespace) -> int:
         else:
             print_trace(run.trace, color=_use_color())
     return 0
+
+
+def _add_bench_parser(sub: Any) -> None:
+    b = sub.add_parser(
+        "bench", help="benchmark against transformers' generate() and assisted generation"
+    )
+    b.add_argument("--quick", action="store_true", help="a smoke run: fewer prompts and tokens")
+    b.add_argument("--gammas", default=None, help="comma-separated, e.g. 1,2,4,8")
+    b.add_argument("--max-new-tokens", type=int, default=None)
+    b.add_argument("--reps", type=int, default=None, help="repetitions (at least 3)")
+    b.add_argument("--kinds", default=None, help="prompt kinds: chat,summary,code,copy-edit")
+    b.add_argument("--modes", default=None, help="greedy,sample")
+    b.add_argument("--no-transformers", action="store_true", help="specviz contenders only")
+    b.add_argument("--no-load-probe", action="store_true", help="skip the cold-load subprocess")
+    b.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    b.add_argument("--out", default=None, help="directory for CSV, JSON and the HTML report")
+    _add_model_args(b)
+    b.set_defaults(func=cmd_bench)
+
+
+def _csv(text: str | None, kind: type = str) -> tuple[Any, ...] | None:
+    if text is None:
+        return None
+    try:
+        return tuple(kind(x.strip()) for x in text.split(",") if x.strip())
+    except ValueError as exc:
+        raise ValueError(f"could not parse {text!r} as a comma-separated list") from exc
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from specviz import bench
+
+    opts = bench.BenchOptions.make(
+        quick=args.quick,
+        gammas=_csv(args.gammas, int),
+        max_new_tokens=args.max_new_tokens,
+        reps=args.reps,
+        kinds=_csv(args.kinds),
+        modes=_csv(args.modes),
+        hf=False if args.no_transformers else None,
+        load_probe=False if args.no_load_probe else None,
+    )
+    pair = load_pair_from_args(args)
+    result = bench.run_bench(pair, opts, log=lambda m: print(m, file=sys.stderr, flush=True))
+    if args.out:
+        for path in bench.write_outputs(result, Path(args.out)):
+            print(f"wrote {path}", file=sys.stderr)
+    if args.json:
+        sys.stdout.write(json.dumps(result.to_dict()) + "\n")
+    else:
+        print(bench.format_report(result))
+    return 0
+
+
+def _add_check_parser(sub: Any) -> None:
+    c = sub.add_parser(
+        "check", help="check that speculative sampling leaves the output distribution unchanged"
+    )
+    c.add_argument("--prompt", default=PRESET_PROMPT)
+    c.add_argument("--n", type=int, default=400, help="samples per method (at least 200)")
+    c.add_argument("--length", type=int, default=2, help="tokens per continuation, 1..3")
+    c.add_argument(
+        "--break-rule",
+        default="exact",
+        choices=RULES,
+        help="a deliberately wrong acceptance rule, to see the check catch it",
+    )
+    c.add_argument("--raw", action="store_true", help="do not apply the chat template")
+    c.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    c.add_argument("--out", default=None, help="directory for check.json and check.html")
+    _add_model_args(c)
+    _add_sampling_args(c)
+    c.set_defaults(func=cmd_check)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Exit 0 when the check passes, 1 when it finds a different distribution."""
+    from specviz import check
+
+    settings = settings_from_args(args)
+    check.validate(args.n, args.length, args.break_rule)
+    if not args.prompt.strip():
+        raise ValueError("prompt is empty")
+    pair = load_pair_from_args(args)
+    result = check.run_check(
+        pair,
+        args.prompt,
+        settings,
+        n=args.n,
+        length=args.length,
+        rule=args.break_rule,
+        progress_cb=_progress_bar(),
+        raw=args.raw,
+    )
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "check.json").write_text(json.dumps(result.to_dict(), indent=1))
+        check.check_figure(result).write_html(out / "check.html")
+        print(f"wrote {out / 'check.json'} and {out / 'check.html'}", file=sys.stderr)
+    if args.json:
+        sys.stdout.write(json.dumps(result.to_dict()) + "\n")
+    else:
+        print(result.summary())
+    return 0 if result.passed else 1
+
+
+def _progress_bar() -> Callable[[Any], None]:
+    """A one-line progress bar on stderr (only when stderr is a terminal)."""
+    live = sys.stderr.isatty()
+
+    def show(p: Any) -> None:
+        if not live:
+            return
+        width = 30
+        filled = width * p.done // max(1, p.total)
+        bar = "#" * filled + "." * (width - filled)
+        end = "\n" if p.done == p.total and p.stage != "sampling" else ""
+        print(f"\r[{bar}] {p.done}/{p.total} {p.stage}", end=end, file=sys.stderr, flush=True)
+
+    return show
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:

@@ -1,0 +1,177 @@
+"""The benchmark's plumbing on the tiny pair: contenders, fairness, ratios, reports.
+
+No timing is asserted: these tests check that both sides are asked for the same thing and
+that every figure reaches the table, the CSV files and the HTML report.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specviz import bench
+from tests.tiny import tiny_pair
+
+TOKENS = 10
+PROMPTS = [
+    bench.BenchPrompt("chat", "tiny-1", "1 2 3 1 2"),
+    bench.BenchPrompt("copy-edit", "tiny-2", "4 5 6 4 5"),
+]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    # EOS = 3 is likely within ten tokens: both sides must ignore it all the same
+    return tiny_pair(vocab=16, eos=3, target_seed=0, draft_seed=2)
+
+
+@pytest.fixture(scope="module")
+def opts():
+    return bench.BenchOptions.make(
+        quick=True, gammas=(2, 4), max_new_tokens=TOKENS, warmup_tokens=4, load_probe=False
+    )
+
+
+@pytest.fixture(scope="module")
+def result(pair, opts):
+    messages: list[str] = []
+    r = bench.run_bench(pair, opts, log=messages.append, prompts=PROMPTS)
+    r.machine["messages"] = messages
+    return r
+
+
+def test_every_contender_runs_every_repetition(result, opts, pair):
+    names = {c.name for c in bench.contenders(pair, "greedy", opts)}
+    assert "transformers assisted g=2" in names and "specviz spec g=4 minimal trace" in names
+    expected = len(PROMPTS) * len(opts.modes) * len(names) * opts.reps
+    assert len(result.rows) == expected
+    assert all(r["new_tokens"] == TOKENS for r in result.rows)  # EOS ignored on both sides
+    assert result.machine["messages"][0] == "warm-up done"
+
+
+def test_repetitions_are_interleaved(result):
+    rows = [r for r in result.rows if r["prompt"] == "tiny-1" and r["mode"] == "greedy"]
+    per_rep = len(rows) // 3
+    firsts = [rows[i * per_rep]["contender"] for i in range(3)]
+    assert len(set(firsts)) == 3  # each repetition starts with a different contender
+    assert [r["rep"] for r in rows] == sorted(r["rep"] for r in rows)
+
+
+def test_greedy_outputs_agree_in_fp32(result):
+    greedy = [r for r in result.rows if r["mode"] == "greedy"]
+    assert all(r["same_as_ar"] for r in greedy), [
+        (r["contender"], r["first_difference"]) for r in greedy if not r["same_as_ar"]
+    ]
+
+
+def test_constant_gamma_reaches_transformers(result):
+    """At most gamma + 1 tokens per target forward after the prefill: the constant
+    schedule really was applied (passing it to generate() alone would not be)."""
+    for g in (2, 4):
+        rows = [r for r in result.rows if r["contender"] == f"transformers assisted g={g}"]
+        assert rows
+        for r in rows:
+            # the first forward scores the prompt plus up to g drafts
+            assert r["tokens_per_forward"] <= g + 1
+
+
+def test_schedule_is_read_from_the_draft_config_not_from_generate_kwargs():
+    """With a draft identical to the target every draft is accepted, so tokens per forward
+    show how many were drafted: gamma + 1 with the config set, far more with the default
+    of 20 even when num_assistant_tokens is passed to generate()."""
+    same = tiny_pair(vocab=16, target_seed=0, draft_seed=0)
+    ids = [1, 2, 3]
+    constant = {
+        "num_assistant_tokens": 2,
+        "num_assistant_tokens_schedule": "constant",
+        "assistant_confidence_threshold": 0.0,
+    }
+    configured = bench.hf_run(same, "greedy", assistant=constant)(ids, "", 0, 12)
+    assert configured.target_calls == 4  # 3 tokens per forward: 2 drafts + 1
+    ignored = bench.hf_run(same, "greedy", assistant={}, num_assistant_tokens=2)(ids, "", 0, 12)
+    assert ignored.target_calls < configured.target_calls
+
+
+def test_assistant_config_is_restored(pair):
+    gc = pair.draft.model.generation_config
+    before = gc.to_dict()
+    with bench.assistant_config(pair.draft.model, num_assistant_tokens=3, eos_token_id=None):
+        assert gc.num_assistant_tokens == 3
+    assert gc.to_dict() == before
+
+
+def test_every_ratio_is_present(result, opts):
+    items = {(r["item"], r["gamma"]) for r in result.ratios}
+    for g in opts.gammas:
+        assert {("b", g), ("c", g), ("e", g)} <= items
+    assert {"a", "b-dynamic", "b-ngram", "d", "adaptive"} <= {i for i, _ in items}
+    values = [r["value"] for r in result.ratios if r["item"] != "d"]
+    assert all(v is not None and v > 0 for v in values)
+    assert len(result.summary) == len({(s["mode"], s["item"], s["gamma"]) for s in result.summary})
+
+
+def test_tokens_per_round_ratio_on_synthetic_rows():
+    # alpha = 0.5, gamma = 2: Leviathan expects (1 - 0.125) / 0.5 = 1.75 tokens per round
+    row = {
+        "contender": "specviz spec g=2",
+        "full_rounds": 4,
+        "full_round_tokens": 7,
+        "full_round_accepted": 3,
+        "full_round_verified": 6,
+    }
+    assert bench.tokens_per_round_ratio([row], 2) == pytest.approx(1.0)
+
+
+def test_report_table_and_files(result, tmp_path):
+    text = bench.format_report(result)
+    for label in bench.ITEM_LABELS.values():
+        assert label in text
+    paths = bench.write_outputs(result, tmp_path)
+    names = {p.name for p in paths}
+    assert {"runs.csv", "ratios.csv", "summary.csv", "bench.json", "report.html"} <= names
+    assert "plotly" in (tmp_path / "report.html").read_text()
+    assert json.loads((tmp_path / "bench.json").read_text())["options"]["max_new_tokens"] == TOKENS
+    assert len(bench.bench_figures(result)) == 2
+
+
+def test_prompt_set_has_every_kind_and_humaneval():
+    quick = bench.prompt_set(quick=True)
+    assert [p.kind for p in quick] == list(bench.KINDS)
+    code = [p for p in bench.prompt_set(quick=False) if p.kind == "code"]
+    assert [p.name for p in code] == ["HumanEval/0", "HumanEval/2"]
+    assert "def has_close_elements" in code[0].text
+
+
+@pytest.mark.parametrize(
+    ("changes", "match"),
+    [
+        ({"reps": 2}, "reps"),
+        ({"gammas": (0,)}, "gammas"),
+        ({"kinds": ("poetry",)}, "kind"),
+        ({"modes": ("beam",)}, "mode"),
+    ],
+)
+def test_bad_options(changes, match):
+    with pytest.raises(ValueError, match=match):
+        bench.BenchOptions.make(quick=True, **changes)
+
+
+def test_quick_defaults():
+    o = bench.BenchOptions.make(quick=True)
+    assert o.gammas == bench.QUICK_GAMMAS and o.max_new_tokens == bench.QUICK_TOKENS
+    full = bench.BenchOptions.make()
+    assert full.gammas == (1, 2, 4, 8) and full.reps >= 3
+
+
+def test_cli_bench_json(pair, monkeypatch, capsys, tmp_path):
+    from specviz import cli
+
+    monkeypatch.setattr(cli, "load_pair_from_args", lambda args: pair)
+    monkeypatch.setattr(bench, "prompt_set", lambda quick, kinds: PROMPTS[:1])
+    argv = ["bench", "--quick", "--max-new-tokens", "4", "--modes", "greedy", "--json"]
+    assert cli.main([*argv, "--no-load-probe", "--out", str(tmp_path)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["options"]["modes"] == ["greedy"] and out["rows"]
+    assert (tmp_path / "report.html").exists()
+    assert cli.main(["bench", "--reps", "1"]) == 2
