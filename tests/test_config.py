@@ -1,0 +1,58 @@
+"""Settings validate themselves: every bad value is one clear ValueError line."""
+
+from __future__ import annotations
+
+import pytest
+
+from specviz.config import Limits, Settings
+
+BAD = [
+    ({"gamma": 0}, "gamma must be in 1..32"),
+    ({"gamma": 33}, "gamma must be in 1..32"),
+    ({"temperature": -0.1}, "temperature must be a number >= 0"),
+    ({"top_p": 0.0}, "top_p must be in (0, 1]"),
+    ({"top_p": 1.5}, "top_p must be in (0, 1]"),
+    ({"top_k": -1}, "top_k must be in >= 0"),
+    ({"max_new_tokens": 0}, "max_new_tokens must be in 1..2048"),
+    ({"max_new_tokens": 2049}, "max_new_tokens must be in 1..2048"),
+    ({"method": "beam"}, "method must be one of"),
+    ({"drafter": "oracle"}, "drafter must be one of"),
+    ({"gamma": 2.5}, "gamma must be an integer"),
+    ({"temperature": float("nan")}, "temperature must be a number"),
+    ({"draft_temperature": -1.0}, "draft_temperature must be a number >= 0"),
+]
+
+
+@pytest.mark.parametrize("change,message", BAD)
+def test_bad_settings_raise_one_line(change, message):
+    with pytest.raises(ValueError) as err:
+        Settings(**change)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_greedy_means_one_hot_p_and_q():
+    s = Settings(greedy=True, temperature=0.7, draft_temperature=1.5)
+    assert s.target_warp().greedy and s.draft_warp().greedy
+    assert Settings(temperature=0.0).is_greedy
+
+
+def test_draft_temperature_changes_q_only():
+    s = Settings(temperature=0.7, top_k=5, draft_temperature=1.5)
+    assert s.target_warp().temperature == 0.7 and s.draft_warp().temperature == 1.5
+    assert s.draft_warp().top_k == 5
+
+
+def test_limits_come_from_the_environment(monkeypatch):
+    monkeypatch.setenv("SPECVIZ_MAX_GAMMA", "8")
+    monkeypatch.setenv("SPECVIZ_MAX_NEW_TOKENS", "64")
+    lim = Limits.from_env()
+    assert (lim.max_gamma, lim.max_new_tokens) == (8, 64)
+    with pytest.raises(ValueError, match="gamma must be in 1..8"):
+        Settings(gamma=9, limits=lim)
+
+
+def test_settings_round_trip_through_plain_values():
+    s = Settings(gamma=7, temperature=0.8, top_p=0.95, seed=11)
+    assert Settings.from_dict(s.to_dict()) == s
+    with pytest.raises(ValueError, match="unknown setting"):
+        Settings.from_dict({**s.to_dict(), "beam_width": 4})

@@ -1,0 +1,86 @@
+"""Pairs: the registry, ids, tokenizer compatibility, the offline pair."""
+
+from __future__ import annotations
+
+import pytest
+
+from specviz.config import Settings
+from specviz.engine import prompt_ids_for
+from specviz.models import (
+    PAIRS,
+    check_model_id,
+    check_tokenizers,
+    load_pair,
+    resolve_dtype,
+    resolve_pair,
+)
+from tests.tiny import TinyTokenizer
+
+
+@pytest.mark.parametrize(
+    "model_id",
+    [
+        "../etc/passwd",
+        "/abs/path",
+        "https://huggingface.co/x/y",
+        "a/../b",
+        "a/b/c",
+        "",
+        "~/m",
+        "offline:nope",
+        "a b",
+    ],
+)
+def test_path_like_or_malformed_ids_are_refused(model_id):
+    with pytest.raises(ValueError):
+        check_model_id(model_id)
+
+
+def test_hub_ids_are_accepted():
+    assert check_model_id("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert check_model_id("gpt2") == "gpt2"
+
+
+def test_registry_has_the_offline_default_and_hub_pairs():
+    assert resolve_pair(None, None, None) is PAIRS["default"] == resolve_pair("default", None, None)
+    assert {"smollm2", "qwen2.5", "llama3"} <= set(PAIRS)
+    with pytest.raises(ValueError, match="unknown pair"):
+        resolve_pair("nope", None, None)
+
+
+def test_tokenizer_mismatch_names_both_models():
+    with pytest.raises(ValueError, match="tokenizer mismatch: draft 'd/x'.*target 't/y'"):
+        check_tokenizers(TinyTokenizer(8, None), TinyTokenizer(9, None), "d/x", "t/y")
+    check_tokenizers(TinyTokenizer(8, None), TinyTokenizer(8, None), "d/x", "t/y")
+
+
+def test_unknown_hub_model_fails_cleanly_offline():
+    with pytest.raises(ValueError, match="could not load the tokenizer of 'nobody/no-such-model'"):
+        load_pair(draft="nobody/no-such-model", target="nobody/no-such-model")
+
+
+def test_offline_pair_loads_once_and_runs_fp32(offline_pair):
+    assert load_pair("default", dtype="float32", device="cpu") is offline_pair
+    assert offline_pair.target.dtype == "float32"
+    assert offline_pair.draft.dtype.startswith("int8 weights")
+    assert offline_pair.vocab_size == 49152 and offline_pair.eos_ids
+
+
+def test_auto_dtype_keeps_the_offline_target_in_fp32():
+    import torch
+
+    assert resolve_dtype("auto", torch.device("cpu"), offline=True) == torch.float32
+    assert resolve_dtype("auto", torch.device("cuda"), offline=False) == torch.bfloat16
+    assert resolve_dtype("float32", torch.device("cuda"), offline=False) == torch.float32
+
+
+def test_chat_template_is_applied_unless_raw(offline_pair):
+    s = Settings()
+    chat = prompt_ids_for(offline_pair, "Hello", s)
+    raw = prompt_ids_for(offline_pair, "Hello", s, raw=True)
+    assert len(chat) > len(raw) and offline_pair.tokenizer.decode(raw) == "Hello"
+
+
+def test_batch_size_above_one_is_refused(offline_pair):
+    with pytest.raises(ValueError, match="batch size must be 1"):
+        prompt_ids_for(offline_pair, ["one", "two"], Settings())
