@@ -68,6 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--samples", type=int, default=1, help="N runs with seeds S..S+N-1")
     g.add_argument("--raw", action="store_true", help="do not apply the chat template")
     g.add_argument("--json", action="store_true", help="one JSON trace per line on stdout")
+    g.add_argument(
+        "--compare",
+        action="store_true",
+        help="also run the autoregressive baseline in this process and print the speedup",
+    )
     _add_model_args(g)
     _add_sampling_args(g)
     g.set_defaults(func=cmd_generate)
@@ -121,22 +126,53 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise ValueError("prompt is empty")
     if not 1 <= args.samples <= 100_000:
         raise ValueError(f"samples must be in 1..100000, got {args.samples}")
+    if args.compare and args.method != "spec":
+        raise ValueError("--compare runs both methods: leave --method at spec")
     pair = load_pair_from_args(args)
-    from specviz.engine import Run
+    from specviz.engine import Run, generate
 
+    seeds = [settings.with_(seed=args.seed + i) for i in range(args.samples)]
+    methods = ["ar", "spec"] if args.compare else [args.method]
+    # every prompt check passes before any output
     runs = [
-        Run(pair, args.prompt, settings.with_(seed=args.seed + i), raw=args.raw)
-        for i in range(args.samples)
-    ]  # every prompt check passes before any output
-    for run in runs:
-        for _ in run:
-            pass
-        if args.json:
-            sys.stdout.write(run.trace.to_json() + "\n")
-            sys.stdout.flush()
-        else:
-            print_trace(run.trace, color=_use_color())
+        [Run(pair, args.prompt, s.with_(method=m), raw=args.raw) for m in methods] for s in seeds
+    ]
+    if args.compare:  # warm both paths first, so neither side pays for first-call setup
+        for m in methods:
+            generate(pair, args.prompt, settings.with_(method=m, max_new_tokens=4), raw=args.raw)
+    for group in runs:
+        for run in group:
+            for _ in run:
+                pass
+            if args.json:
+                sys.stdout.write(run.trace.to_json() + "\n")
+                sys.stdout.flush()
+        if not args.json:
+            print_trace(group[-1].trace, color=_use_color())
+            if args.compare:
+                print_comparison(group[0].trace, group[-1].trace)
     return 0
+
+
+def print_comparison(ar: Trace, spec: Trace) -> None:
+    """Chen et al.'s Table 1 columns plus c, for one prompt run both ways in this process."""
+    from specviz import metrics
+
+    row = metrics.table1_row(ar, spec)
+    c = metrics.cost_ratio(spec, ar)
+    a, g = spec.stats.alpha, int(spec.settings["gamma"])
+    print()
+    print(f"AR ms/token            {row['ar_ms_per_token']:.1f}")
+    print(f"speculative ms/token   {row['spec_ms_per_token']:.1f}")
+    print(f"speedup                {row['speedup']:.2f}x  ({metrics.DEFINITIONS['speedup']})")
+    print(f"c                      {c:.2f}  ({metrics.DEFINITIONS['c']})")
+    print(
+        f"expected (Leviathan)   {metrics.expected_speedup(a, g, c):.2f}x at alpha {a:.2f}, "
+        f"gamma {g}; best gamma {metrics.best_gamma(a, c)}"
+    )
+    if ar.settings["greedy"] or ar.settings["temperature"] == 0:
+        same = ar.token_ids == spec.token_ids
+        print(f"greedy outputs equal   {'yes' if same else 'no'}")
 
 
 def _add_bench_parser(sub: Any) -> None:
@@ -332,7 +368,10 @@ def print_trace(trace: Trace, color: bool) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse has printed its one-line error (or the help)
+        return int(exc.code or 0)
     try:
         return int(args.func(args) or 0)
     except ValueError as exc:
