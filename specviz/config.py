@@ -5,8 +5,9 @@ on construction and raises ``ValueError`` with a one-line message. No torch here
 CLI, the app and the tests can validate input before any model is touched.
 
 Deployment limits (the largest gamma, max_new_tokens and prompt length a public app
-accepts) come from environment variables, read when a :class:`Limits` is built, never at
-import time.
+accepts) and the app's deployment settings (:class:`Deployment`: queue size, concurrency,
+which model ids may load) come from environment variables, read when they are built, never
+at import time.
 """
 
 from __future__ import annotations
@@ -24,14 +25,28 @@ RULES = ("exact", "resample-from-p", "accept-without-draw")
 TRACE_LEVELS = ("full", "minimal")
 
 
-def _env_int(name: str, default: int) -> int:
+def _env_int(name: str, default: int, lo: int = 1) -> int:
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError as exc:
         raise ValueError(f"environment variable {name} must be an integer, got {raw!r}") from exc
+    if value < lo:
+        raise ValueError(f"environment variable {name} must be >= {lo}, got {value}")
+    return value
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"environment variable {name} must be 1 or 0, got {raw!r}")
 
 
 @dataclass(frozen=True)
@@ -53,6 +68,46 @@ class Limits:
             ),
             max_prompt_tokens=_env_int("SPECVIZ_MAX_PROMPT_TOKENS", base.max_prompt_tokens),
         )
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """How a public app is served: input limits, the queue, and which model ids may load.
+
+    ``allowed_models`` None allows any hub id; the offline pair's ids are always allowed
+    (they load from an installed package, never from the network).
+    """
+
+    limits: Limits = field(default_factory=Limits)
+    concurrency: int = 1
+    queue_size: int = 64
+    allowed_models: frozenset[str] | None = None
+    custom_models: bool = True
+
+    @classmethod
+    def from_env(cls) -> Deployment:
+        """Read SPECVIZ_CONCURRENCY, SPECVIZ_QUEUE_SIZE, SPECVIZ_ALLOWED_MODELS (comma
+        separated ids), SPECVIZ_CUSTOM_MODELS (1 or 0) and the :class:`Limits` variables."""
+        raw = os.environ.get("SPECVIZ_ALLOWED_MODELS", "").strip()
+        allowed = frozenset(x.strip() for x in raw.split(",") if x.strip()) if raw else None
+        return cls(
+            limits=Limits.from_env(),
+            concurrency=_env_int("SPECVIZ_CONCURRENCY", cls.concurrency),
+            queue_size=_env_int("SPECVIZ_QUEUE_SIZE", cls.queue_size),
+            allowed_models=allowed,
+            custom_models=_env_bool("SPECVIZ_CUSTOM_MODELS", cls.custom_models),
+        )
+
+    def allows(self, model_id: str) -> bool:
+        """Whether this deployment may load model_id."""
+        if model_id.startswith("offline:") or self.allowed_models is None:
+            return True
+        return model_id in self.allowed_models
+
+    def check_allowed(self, model_id: str) -> None:
+        """Raise ValueError (one line) for a model id outside the allow-list."""
+        if not self.allows(model_id):
+            raise ValueError(f"model {model_id!r} is not allowed on this deployment")
 
 
 @dataclass(frozen=True)

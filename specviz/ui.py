@@ -11,7 +11,14 @@ trace's own clock (t_s) measures generation only. The handler polls the live tra
 renders only the rounds that are new (span HTML is cached per round) and yields. Models
 load once per process (specviz.models caches them); every event that runs a model shares
 one queue, ``concurrency_id="model"``, with a concurrency limit (SPECVIZ_CONCURRENCY,
-default 1). Nothing loads at import time.
+default 1).
+
+Deployment (see :class:`specviz.config.Deployment`): what may load is decided by a
+:class:`PairSource` (the offered registry pairs, custom hub ids when allowed, the
+allow-list); a failed load, a CUDA out-of-memory error or a bad trace file becomes one
+escaped line in a gr.Error and the app keeps serving. On a ZeroGPU Space (the ``spaces``
+package importable and SPACES_ZERO_GPU set) a run executes in one GPU-decorated call that
+returns both traces. Nothing loads at import time.
 """
 
 from __future__ import annotations
@@ -25,24 +32,29 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 import gradio as gr
+import torch
 from gradio.components.plot import PlotData
 
 from specviz import metrics, plots, render
-from specviz.config import DRAFTERS, Limits, Settings
-from specviz.engine import Run, Update
-from specviz.models import PAIRS, ModelPair, load_pair
+from specviz.config import DRAFTERS, Deployment, Limits, Settings
+from specviz.engine import Run, Update, generate
+from specviz.models import OFFLINE_IDS, PAIRS, ModelPair, check_model_id, load_pair
 from specviz.trace import Trace
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
-MAX_IMPORT_BYTES = 64 * 1024 * 1024
+MAX_IMPORT_BYTES = 5_000_000  # a trace file for import: 5 MB
 REPLAY_SECONDS = 3.0  # an imported trace replays in at most this long
+PROMPT_CHARS_PER_TOKEN = 16  # prompts longer than this many characters per allowed token
+CUSTOM = "custom"  # the pair-menu entry for a draft and target given by hub ids
+GPU_SECONDS = 120  # ZeroGPU: the longest one run may hold a GPU
 
 Loader = Callable[[str, str], ModelPair]
+CustomLoader = Callable[[str, str, str], ModelPair]  # (draft id, target id, dtype)
 View = dict[str, Any]
 
 # --- presets ---------------------------------------------------------------------------
@@ -173,6 +185,8 @@ class Form:
     prompt: str = ""
     pair: str = "default"
     dtype: str = "auto"
+    custom_draft: str = ""
+    custom_target: str = ""
     drafter: str = "model"
     gamma: float = 4
     adaptive_gamma: bool = False
@@ -187,6 +201,7 @@ class Form:
 
     def settings(self, limits: Limits) -> Settings:
         """Validated settings (raises ValueError with the engine's one-line message)."""
+        check_prompt_size(self.prompt, limits)
         return Settings(
             drafter=self.drafter,
             gamma=_as_int("gamma", self.gamma),
@@ -205,6 +220,15 @@ class Form:
 
 
 FORM_FIELDS = tuple(f.name for f in fields(Form))
+
+
+def check_prompt_size(prompt: Any, limits: Limits) -> None:
+    """Refuse a prompt far too long to fit before it reaches the tokenizer."""
+    most = limits.max_prompt_tokens * PROMPT_CHARS_PER_TOKEN
+    if isinstance(prompt, str) and len(prompt) > most:
+        raise ValueError(
+            f"prompt is {len(prompt)} characters; this deployment accepts at most {most}"
+        )
 
 
 def _as_int(name: str, x: Any) -> Any:
@@ -327,19 +351,178 @@ def default_loader(pair: str, dtype: str) -> ModelPair:
     return load_pair(pair, dtype=dtype)
 
 
+def default_custom_loader(draft: str, target: str, dtype: str) -> ModelPair:
+    """A custom pair of hub ids through specviz.models (cached once per process)."""
+    return load_pair(draft=draft, target=target, dtype=dtype)
+
+
+def zero_gpu() -> bool:
+    """Whether this is a ZeroGPU Space: SPACES_ZERO_GPU set and ``spaces`` importable."""
+    flag = os.environ.get("SPACES_ZERO_GPU", "").strip().lower() in ("1", "t", "true")
+    return flag and _spaces() is not None
+
+
+def has_gpu() -> bool:
+    """A CUDA device here, or one attached per call by ZeroGPU."""
+    return torch.cuda.is_available() or zero_gpu()
+
+
+def _spaces() -> Any | None:
+    try:
+        import spaces
+    except ImportError:
+        return None
+    return spaces
+
+
+def gpu(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """fn with the ZeroGPU decorator when ``spaces`` is importable (a no-op off ZeroGPU)."""
+    spaces = _spaces()
+    return fn if spaces is None else spaces.GPU(duration=GPU_SECONDS)(fn)
+
+
+def offered_pairs(deployment: Deployment, gpu_present: bool | None = None) -> list[str]:
+    """The registry pairs this deployment allows: hub pairs first where a GPU is present,
+    the offline pair first on a CPU; "custom" last when custom ids are on."""
+    gpu_present = has_gpu() if gpu_present is None else gpu_present
+    names = [
+        n for n, p in PAIRS.items() if deployment.allows(p.draft) and deployment.allows(p.target)
+    ]
+    offline = [n for n in names if PAIRS[n].target in OFFLINE_IDS]
+    hub = [n for n in names if n not in offline]
+    ordered = hub + offline if gpu_present else offline + hub
+    return ordered + ([CUSTOM] if deployment.custom_models else [])
+
+
+class PairSource:
+    """What this app may load: the offered registry pairs and, when allowed, custom hub ids
+    inside the allow-list. Called like a Loader for registry pairs."""
+
+    def __init__(
+        self,
+        loader: Loader,
+        pairs: list[str],
+        deployment: Deployment,
+        custom_loader: CustomLoader = default_custom_loader,
+    ) -> None:
+        self.loader, self.custom_loader = loader, custom_loader
+        self.pairs = [p for p in pairs if p != CUSTOM]
+        self.deployment = deployment
+
+    def __call__(self, pair: str, dtype: str) -> ModelPair:
+        self.check(pair)
+        return self.loader(pair, dtype)
+
+    def check(self, pair: str, draft: str = "", target: str = "") -> tuple[str, str]:
+        """Raise ValueError unless this pair may load; return the checked custom ids."""
+        if pair != CUSTOM:
+            if pair not in self.pairs:
+                raise ValueError(f"unknown pair {pair!r}; this app offers {', '.join(self.pairs)}")
+            return "", ""
+        if not self.deployment.custom_models:
+            raise ValueError("custom model ids are turned off on this deployment")
+        if not (str(draft or "").strip() and str(target or "").strip()):
+            raise ValueError("a custom pair needs a draft id and a target id")
+        ids = check_model_id(draft), check_model_id(target)
+        for model_id in ids:
+            self.deployment.check_allowed(model_id)
+        return ids
+
+    def custom(self, draft: str, target: str, dtype: str) -> ModelPair:
+        """A custom pair of hub ids, once they pass :meth:`check`."""
+        d, t = self.check(CUSTOM, draft, target)
+        return self.custom_loader(d, t, dtype)
+
+
+def pair_label(form: Form) -> str:
+    if form.pair == CUSTOM:
+        return f"{form.custom_draft} -> {form.custom_target}"
+    return str(form.pair)
+
+
+def open_pair(loader: Loader, form: Form) -> ModelPair:
+    """The form's pair, loaded once per process. Any failure is one ValueError line; pairs
+    already loaded stay loaded and keep serving."""
+    try:
+        if form.pair != CUSTOM:
+            return loader(form.pair, form.dtype)
+        if not isinstance(loader, PairSource):
+            raise ValueError("custom pairs are not available in this app")
+        return loader.custom(form.custom_draft, form.custom_target, form.dtype)
+    except ValueError:
+        raise
+    except Exception as exc:
+        raise failure(exc, f"loading pair {pair_label(form)!r}") from None
+
+
+def failure(exc: BaseException, doing: str) -> ValueError:
+    """A one-line ValueError for an error while loading or running a model."""
+    if isinstance(exc, ValueError):
+        return exc
+    if is_out_of_memory(exc):
+        free_gpu_memory()
+        where = "GPU memory" if not isinstance(exc, MemoryError) else "memory"
+        return ValueError(
+            f"out of {where} while {doing}: choose a smaller pair (such as 'default'), "
+            "fewer max new tokens or a shorter prompt"
+        )
+    text = str(exc).strip().splitlines()
+    return ValueError(f"{doing} failed: {text[0] if text else type(exc).__name__}")
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """torch.cuda.OutOfMemoryError, MemoryError, or an older RuntimeError saying so."""
+    if isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)):
+        return True
+    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+
+
+def free_gpu_memory() -> None:
+    """Release cached CUDA blocks after an out-of-memory error (no-op without CUDA)."""
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def warm(pair: ModelPair, prompt: str, settings: Settings) -> None:
+    """Run the pair once on this prompt, so no timed run pays first-call costs."""
+    s = settings.with_(max_new_tokens=2, gamma=2)
+    for method in ("spec", "ar"):
+        if method == "spec" and pair.draft is None and s.drafter == "model":
+            continue
+        for _ in Run(pair, prompt, s.with_(method=method)):
+            pass
+
+
 def warm_pair(loader: Loader, form: Form, limits: Limits) -> ModelPair:
-    """Load a pair and run it once on this prompt, so no timed run pays first-call costs."""
-    pair = loader(form.pair, form.dtype)
+    """Load a pair and warm it once per process."""
+    settings = form.settings(limits)
+    pair = open_pair(loader, form)
     with _warm_lock:
         if id(pair) not in _warmed:
-            s = form.settings(limits).with_(max_new_tokens=2, gamma=2)
-            for method in ("spec", "ar"):
-                if method == "spec" and pair.draft is None and s.drafter == "model":
-                    continue
-                for _ in Run(pair, form.prompt, s.with_(method=method)):
-                    pass
+            try:
+                warm(pair, form.prompt, settings)
+            except ValueError:
+                raise
+            except Exception as exc:
+                raise failure(exc, f"running pair {pair_label(form)!r}") from None
             _warmed[id(pair)] = pair
     return pair
+
+
+def run_traces(form: Form, settings: Settings) -> tuple[Trace, Trace | None]:
+    """Both runs to the end in one call, with the default loaders: the ZeroGPU path, where
+    a GPU is attached per call and arguments and results cross a process boundary."""
+    if form.pair == CUSTOM:
+        pair = default_custom_loader(form.custom_draft, form.custom_target, form.dtype)
+    else:
+        pair = default_loader(form.pair, form.dtype)
+    warm(pair, form.prompt, settings)
+    spec = generate(pair, form.prompt, settings)
+    ar = generate(pair, form.prompt, settings.with_(method="ar")) if form.compare else None
+    return spec, ar
+
+
+run_traces_gpu = gpu(run_traces)
 
 
 # --- the live run ----------------------------------------------------------------------
@@ -376,7 +559,10 @@ def run_updates(session: Session, form: Form, loader: Loader, limits: Limits) ->
     t_click = time.perf_counter()
     settings = form.settings(limits)
     session.start(None, None, "run")
-    yield {"status": render.status_html(f"loading pair {form.pair!r} ...", "busy")}
+    yield {"status": render.status_html(f"loading pair {pair_label(form)!r} ...", "busy")}
+    if zero_gpu():
+        yield from zero_run(session, form, loader, settings)
+        return
     pair = warm_pair(loader, form, limits)
     spec_run = Run(pair, form.prompt, settings)
     ar_run = Run(pair, form.prompt, settings.with_(method="ar")) if form.compare else None
@@ -399,7 +585,22 @@ def run_updates(session: Session, form: Form, loader: Loader, limits: Limits) ->
         session.stop.set()  # the page went away or the handler was cancelled
     worker.join()
     if worker.error is not None:
-        raise ValueError(f"generation failed: {worker.error}")
+        session.start(None, None, "idle")  # no half-finished trace to export or inspect
+        raise failure(worker.error, f"running pair {pair_label(form)!r}")
+    yield final_frame(session, settings.gamma)
+
+
+def zero_run(session: Session, form: Form, loader: Loader, settings: Settings) -> Iterator[View]:
+    """ZeroGPU: both runs in one GPU call (no live frames), then every view."""
+    if isinstance(loader, PairSource):
+        loader.check(form.pair, form.custom_draft, form.custom_target)
+    try:
+        spec, ar = run_traces_gpu(form, settings)
+    except ValueError:
+        raise
+    except Exception as exc:
+        raise failure(exc, f"running pair {pair_label(form)!r}") from None
+    session.start(spec, ar, "run")
     yield final_frame(session, settings.gamma)
 
 
@@ -611,20 +812,26 @@ def greedy_html(session: Session) -> str:
 def step_update(session: Session, form: Form, loader: Loader, limits: Limits) -> View:
     """Step: one round of a speculative run (a new one when the controls changed)."""
     settings = form.settings(limits)
-    key = (form.pair, form.dtype, form.prompt, settings)
+    if zero_gpu():
+        raise ValueError("Step needs a model kept in memory; on ZeroGPU press Run, then Replay")
+    key = (form.pair, form.custom_draft, form.custom_target, form.dtype, form.prompt, settings)
     out: View = {}
     if session.stepper is None or session.step_key != key or session.mode != "step":
-        pair = loader(form.pair, form.dtype)
+        pair = open_pair(loader, form)
         run = Run(pair, form.prompt, settings)
         session.start(run.trace, None, "step")
         session.stepper, session.step_key = iter(run), key
         session.decode = pair.decode
         out["models"] = render.models_html(pair.describe())
     assert session.stepper is not None and session.spec is not None
-    upd = next(session.stepper, None)
-    if upd is not None and (upd.round is None or _is_last(upd, settings, session.spec)):
-        next(session.stepper, None)  # let the run finish and record its stop reason
-        upd = upd if upd.round is not None else None
+    try:
+        upd = next(session.stepper, None)
+        if upd is not None and (upd.round is None or _is_last(upd, settings, session.spec)):
+            next(session.stepper, None)  # let the run finish and record its stop reason
+            upd = upd if upd.round is not None else None
+    except Exception as exc:
+        session.start(None, None, "idle")
+        raise failure(exc, f"running pair {pair_label(form)!r}") from None
     done = session.spec.stop_reason != "running"
     if done:
         session.stepper = None
@@ -664,10 +871,25 @@ def read_trace(path: str | None) -> Trace:
     """A trace from an uploaded JSON file (ValueError with one line when it is not one)."""
     if not path:
         raise ValueError("choose a JSON trace file first")
-    p = Path(path)
-    if p.stat().st_size > MAX_IMPORT_BYTES:
-        raise ValueError(f"trace file is larger than {MAX_IMPORT_BYTES // 2**20} MiB")
-    return Trace.from_json(p.read_bytes())
+    with open(path, "rb") as f:
+        data = f.read(MAX_IMPORT_BYTES + 1)
+    if len(data) > MAX_IMPORT_BYTES:
+        raise ValueError(f"trace file is larger than {MAX_IMPORT_BYTES // 1_000_000} MB")
+    try:
+        trace = Trace.from_json(data)
+    except RecursionError:
+        raise ValueError("not a JSON trace: nested too deeply") from None
+    check_renders(trace)
+    return trace
+
+
+def check_renders(trace: Trace) -> None:
+    """A schema-valid trace whose parts disagree (positions, rounds) is refused whole."""
+    spec, ar = (trace, None) if trace.method == "spec" else (None, trace)
+    try:
+        final_frame(Session(spec=spec, ar=ar), int(trace.settings.get("gamma", 4)))
+    except Exception as exc:
+        raise ValueError(f"trace file is inconsistent: {failure(exc, 'rendering')}") from None
 
 
 def replay_updates(session: Session, trace: Trace | None = None) -> Iterator[View]:
@@ -729,14 +951,17 @@ def projection_update(session: Session, c: float) -> Any:
 
 def pair_updates(loader: Loader, form: Form, limits: Limits) -> Iterator[View]:
     """Load (and warm) a pair with visible progress, then show where each model runs."""
-    pair = form.pair
+    pair = pair_label(form)
+    if form.pair == CUSTOM and not (form.custom_draft.strip() and form.custom_target.strip()):
+        yield {"status": render.status_html("custom pair: enter a draft id and a target id")}
+        return
     yield {
         "status": render.status_html(
             f"loading pair {pair!r} (the first load takes a while) ...", "busy"
         ),
         "models": render.status_html("loading ...", "busy"),
     }
-    loaded = loader(form.pair, form.dtype)
+    loaded = open_pair(loader, form)
     try:
         warm_pair(loader, form, limits)
     except ValueError:
@@ -763,24 +988,46 @@ def launch_options() -> dict[str, Any]:
     return {"css": css, "theme": gr.themes.Soft()}
 
 
-def concurrency_limit() -> int:
-    """How many model-running events run at once (SPECVIZ_CONCURRENCY, default 1)."""
-    raw = os.environ.get("SPECVIZ_CONCURRENCY", "1").strip() or "1"
-    try:
-        n = int(raw)
-    except ValueError:
-        raise ValueError(f"SPECVIZ_CONCURRENCY must be an integer, got {raw!r}") from None
-    return max(1, n)
+def serve(demo: gr.Blocks, deployment: Deployment | None = None, **launch: Any) -> None:
+    """Queue and launch the app as a deployment sets it (host and port from
+    GRADIO_SERVER_NAME and GRADIO_SERVER_PORT; further launch() arguments override)."""
+    dep = deployment or Deployment.from_env()
+    options: dict[str, Any] = {
+        "server_name": os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
+        "server_port": int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
+        "max_file_size": MAX_IMPORT_BYTES,
+        **launch_options(),
+        **launch,
+    }
+    demo.queue(default_concurrency_limit=dep.concurrency, max_size=dep.queue_size)
+    demo.launch(**options)
 
 
 def build_app(
-    loader: Loader | None = None, pairs: list[str] | None = None, limits: Limits | None = None
+    loader: Loader | None = None,
+    pairs: list[str] | None = None,
+    limits: Limits | None = None,
+    deployment: Deployment | None = None,
+    custom_loader: CustomLoader | None = None,
 ) -> gr.Blocks:
-    """The Blocks app. Loads nothing: models load on the first event that needs them."""
-    loader = loader or default_loader
-    pairs = pairs or list(PAIRS)
-    limits = limits or Limits.from_env()
-    model_queue = {"concurrency_id": "model", "concurrency_limit": concurrency_limit()}
+    """The Blocks app. Loads nothing: models load on the first event that needs them.
+
+    pairs: the registry pairs offered (default: those the deployment allows, ordered for
+    this machine's device); limits overrides the deployment's input limits."""
+    dep = deployment or Deployment.from_env()
+    if limits is not None:
+        dep = replace(dep, limits=limits)
+    limits = dep.limits
+    pairs = list(pairs) if pairs else offered_pairs(dep)
+    if dep.custom_models and CUSTOM not in pairs:
+        pairs.append(CUSTOM)
+    if not dep.custom_models:
+        pairs = [p for p in pairs if p != CUSTOM]
+    source = PairSource(
+        loader or default_loader, pairs, dep, custom_loader or default_custom_loader
+    )
+    loader = source
+    model_queue = {"concurrency_id": "model", "concurrency_limit": dep.concurrency}
     d = Settings()
 
     with gr.Blocks(title="specviz: speculative decoding, decision by decision") as demo:
@@ -792,7 +1039,7 @@ def build_app(
         )
         with gr.Row():
             with gr.Column(scale=1, min_width=320):
-                c = _controls(pairs, limits, d)
+                c = _controls(pairs, dep, d)
             with gr.Column(scale=3):
                 v = _views(limits)
         views = {**v, "models": c["models"]}
@@ -858,6 +1105,8 @@ def build_app(
         )
         for comp in (c["pair"], c["dtype"]):
             comp.change(on_pair, inputs, out_all, api_visibility="private", **live)
+        for comp in (c["custom_draft"], c["custom_target"]):
+            comp.submit(on_pair, inputs, out_all, api_visibility="private", **live)
         demo.load(on_pair, inputs, out_all, api_visibility="private", **live)
         for view in (views["tokens"], views["rounds"]):
             view.click(on_click, [session], out_all, api_visibility="private", **quiet)
@@ -883,12 +1132,18 @@ def build_app(
     return demo
 
 
-def _controls(pairs: list[str], limits: Limits, d: Settings) -> dict[str, Any]:
+def _controls(pairs: list[str], dep: Deployment, d: Settings) -> dict[str, Any]:
     """The left column: presets, prompt, model and sampling controls, buttons."""
+    limits = dep.limits
     c: dict[str, Any] = {}
     c["preset"] = gr.Dropdown(list(PRESETS), value=None, label="preset")
     c["prompt"] = gr.Textbox(
-        PRESETS["chat"]["prompt"], label="prompt", lines=4, max_lines=12, elem_id="sv-prompt"
+        PRESETS["chat"]["prompt"],
+        label="prompt",
+        lines=4,
+        max_lines=12,
+        max_length=limits.max_prompt_tokens * PROMPT_CHARS_PER_TOKEN,
+        elem_id="sv-prompt",
     )
     with gr.Row():
         c["run"] = gr.Button("Run", variant="primary", elem_id="sv-run")
@@ -900,6 +1155,13 @@ def _controls(pairs: list[str], limits: Limits, d: Settings) -> dict[str, Any]:
     with gr.Accordion("models", open=True):
         c["pair"] = gr.Dropdown(pairs, value=pairs[0], label="pair (draft -> target)")
         c["dtype"] = gr.Dropdown(["auto", "float32", "bfloat16"], value="auto", label="dtype")
+        with gr.Row(visible=dep.custom_models):
+            c["custom_draft"] = gr.Textbox(
+                "", label="custom draft id (pair: custom)", placeholder="owner/name", max_length=200
+            )
+            c["custom_target"] = gr.Textbox(
+                "", label="custom target id", placeholder="owner/name", max_length=200
+            )
         c["drafter"] = gr.Radio(list(DRAFTERS), value=d.drafter, label="drafter")
         c["models"] = gr.HTML(
             render.status_html("models load when the page opens"),
