@@ -1,0 +1,140 @@
+"""Load: 8 concurrent gradio_client sessions against one app process on loopback, then 100
+sequential runs; the app's memory may grow by at most 100 MB."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from gradio_client import Client
+from gradio_client.utils import Status
+
+from specviz import ui
+from specviz.config import Limits
+from specviz.engine import generate
+from specviz.trace import Trace
+from tests.tiny import tiny_pair
+
+ROOT = Path(__file__).resolve().parent.parent
+SESSIONS = 8
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def app():
+    port = free_port()
+    env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "SPECVIZ_CONCURRENCY": "1"}
+    env.update(SPECVIZ_QUEUE_SIZE="32", GRADIO_ANALYTICS_ENABLED="False")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.tiny_app"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            Client(url, verbose=False)
+            break
+        except Exception:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(proc.stderr.read().decode()[-2000:]) from None
+            time.sleep(0.5)
+    yield url, psutil.Process(proc.pid)
+    proc.terminate()
+    proc.wait(10)
+
+
+def args(prompt: str, seed: int, max_new: int = 10) -> list:
+    f = ui.Form(prompt=prompt, pair="tiny", seed=seed, max_new_tokens=max_new, gamma=3)
+    return [getattr(f, name) for name in ui.FORM_FIELDS]
+
+
+def exported_trace(client: Client) -> Trace:
+    files = client.predict(api_name="/export")
+    path = next(f for f in files if str(f).endswith("specviz-trace.json"))
+    return Trace.from_json(Path(path).read_bytes())
+
+
+def test_eight_concurrent_sessions_queue_and_keep_their_own_traces(app) -> None:
+    url, _ = app
+    clients = [Client(url, verbose=False) for _ in range(SESSIONS)]
+    prompts = [" ".join(str((i + k) % 8) for k in range(2 + i % 3)) for i in range(SESSIONS)]
+    t0 = time.perf_counter()
+    jobs = [
+        c.submit(*args(p, seed=100 + i), api_name="/run")
+        for i, (c, p) in enumerate(zip(clients, prompts, strict=True))
+    ]
+    ranks: dict[int, set[int]] = {i: set() for i in range(SESSIONS)}
+    started: dict[int, float] = {}
+
+    def watch(i: int) -> None:
+        while not jobs[i].done():
+            st = jobs[i].status()
+            if st.code == Status.IN_QUEUE and st.rank is not None:
+                ranks[i].add(st.rank)
+            elif st.code in (Status.PROCESSING, Status.ITERATING) and i not in started:
+                started[i] = time.perf_counter() - t0
+            time.sleep(0.02)
+
+    watchers = [threading.Thread(target=watch, args=(i,)) for i in range(SESSIONS)]
+    for w in watchers:
+        w.start()
+    outs = [j.result(timeout=300) for j in jobs]
+    for w in watchers:
+        w.join()
+    total = time.perf_counter() - t0
+    assert all(any(isinstance(x, str) and "data-status" in x for x in o) for o in outs)
+    waited = [i for i in range(SESSIONS) if ranks[i]]
+    assert len(waited) >= SESSIONS // 2, ranks  # concurrency 1: most of them queued
+    assert all(max(ranks[i]) < SESSIONS for i in waited)
+
+    pair = tiny_pair()  # the same weights the server built
+    for i, client in enumerate(clients):
+        trace = exported_trace(client)
+        assert trace.prompt == prompts[i] and trace.settings["seed"] == 100 + i
+        settings = ui.Form(prompt=prompts[i], seed=100 + i, max_new_tokens=10, gamma=3).settings(
+            Limits()
+        )
+        assert trace.token_ids == generate(pair, prompts[i], settings).token_ids
+    waits = sorted(started.values())
+    print(
+        f"\nload: {SESSIONS} concurrent /run at concurrency 1 in {total:.2f} s; "
+        f"queue positions seen {sorted({r for s in ranks.values() for r in s})}; "
+        f"start after submit (s): {', '.join(f'{w:.2f}' for w in waits)}"
+    )
+
+
+def test_memory_after_100_sequential_runs(app) -> None:
+    url, proc = app
+    client = Client(url, verbose=False)
+    for i in range(5):  # warm: first-call allocations are not a leak
+        client.predict(*args("1 2 3", seed=i, max_new=8), api_name="/run")
+    before = proc.memory_info().rss
+    t0 = time.perf_counter()
+    for i in range(100):
+        client.predict(*args(f"{i % 8} {(i * 3) % 8}", seed=i, max_new=8), api_name="/run")
+    seconds = time.perf_counter() - t0
+    after = proc.memory_info().rss
+    print(
+        f"\nmemory: 100 sequential runs in {seconds:.1f} s; RSS {before / 2**20:.1f} MiB -> "
+        f"{after / 2**20:.1f} MiB ({(after - before) / 2**20:+.1f} MiB)"
+    )
+    assert after - before <= 100 * 2**20
