@@ -160,6 +160,7 @@ def test_bad_options(changes, match):
 def test_quick_defaults():
     o = bench.BenchOptions.make(quick=True)
     assert o.gammas == bench.QUICK_GAMMAS and o.max_new_tokens == bench.QUICK_TOKENS
+    assert [p.kind for p in bench.prompt_set(True, o.kinds)] == ["chat", "code", "copy-edit"]
     full = bench.BenchOptions.make()
     assert full.gammas == (1, 2, 4, 8) and full.reps >= 3
 
@@ -169,7 +170,8 @@ def test_cli_bench_json(pair, monkeypatch, capsys, tmp_path):
 
     monkeypatch.setattr(cli, "load_pair_from_args", lambda args: pair)
     monkeypatch.setattr(bench, "prompt_set", lambda quick, kinds: PROMPTS[:1])
-    argv = ["bench", "--quick", "--max-new-tokens", "4", "--modes", "greedy", "--json"]
+    argv = ["bench", "--quick", "--max-new-tokens", "4", "--modes", "greedy", "--gammas", "2"]
+    argv.append("--json")
     assert cli.main([*argv, "--no-load-probe", "--out", str(tmp_path)]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["options"]["modes"] == ["greedy"] and out["rows"]
