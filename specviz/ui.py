@@ -41,7 +41,7 @@ import torch
 from gradio.components.plot import PlotData
 
 from specviz import metrics, plots, render
-from specviz.config import DRAFTERS, Deployment, Limits, Settings
+from specviz.config import DRAFTERS, RULES, Deployment, Limits, Settings
 from specviz.engine import Run, Update, generate
 from specviz.models import OFFLINE_IDS, PAIRS, ModelPair, check_model_id, load_pair
 from specviz.trace import Trace
@@ -972,6 +972,47 @@ def pair_updates(loader: Loader, form: Form, limits: Limits) -> Iterator[View]:
     }
 
 
+CHECK_MAX_SAMPLES = 2000  # the distribution check: most samples per method
+
+
+def check_updates(
+    loader: Loader,
+    form: Form,
+    limits: Limits,
+    n: Any,
+    length: Any,
+    rule: str,
+    progress: Callable[[float, str], None] | None = None,
+) -> View:
+    """The distribution check for the form's prompt and settings: N speculative and N
+    autoregressive continuations against the exact target probabilities."""
+    from specviz import check
+
+    n, length = _as_int("samples", n), _as_int("length", length)
+    if not isinstance(n, int) or not 200 <= n <= CHECK_MAX_SAMPLES:
+        raise ValueError(f"samples must be in 200..{CHECK_MAX_SAMPLES}, got {n!r}")
+    settings = form.settings(limits)
+    check.validate(n, length, rule)
+    pair = warm_pair(loader, form, limits)
+    result = None
+    try:
+        for item in check.iter_check(pair, form.prompt, settings, n, length, rule):
+            if isinstance(item, check.Progress):
+                if progress is not None:
+                    progress(item.done / max(1, item.total), item.stage)
+            else:
+                result = item
+    except ValueError:
+        raise
+    except Exception as exc:
+        raise failure(exc, f"checking pair {pair_label(form)!r}") from None
+    assert result is not None
+    return {
+        "check_plot": check.check_figure(result),
+        "check_summary": f"<pre class='sv-check'>{render.esc(result.summary())}</pre>",
+    }
+
+
 def apply_preset(name: str) -> list[Any]:
     """Control values for a preset, in PRESET_FIELDS order."""
     if name not in PRESETS:
@@ -1129,6 +1170,29 @@ def build_app(
         )
         views["upload"].upload(on_import, [session, views["upload"]], out_all, api_name="import")
         views["replay"].click(on_replay, [session], out_all, api_name="replay")
+
+        @user_errors
+        def on_check(
+            n: Any,
+            length: Any,
+            rule: str,
+            *values: Any,
+            progress: Any = gr.Progress(),  # noqa: B008
+        ) -> dict[Any, Any]:
+            def report(fraction: float, stage: str) -> None:
+                progress(fraction, desc=stage)
+
+            out = check_updates(loader, form_of(values), limits, n, length, rule, report)
+            return keyed(out)
+
+        views["check_run"].click(
+            on_check,
+            [views["check_n"], views["check_len"], views["check_rule"], *inputs],
+            [views["check_plot"], views["check_summary"]],
+            api_name="check",
+            show_progress="full",
+            **model_queue,
+        )
     return demo
 
 
@@ -1249,6 +1313,22 @@ def _views(limits: Limits) -> dict[str, Any]:
                 label="projection: cost ratio c of a draft step to a bigger target's step",
             )
             v["projection"] = gr.Plot(label="projection (not a measurement)")
+        with gr.Tab("Distribution check", id="check"):
+            gr.Markdown(
+                "Draw N short continuations of the prompt with speculative and with "
+                "autoregressive sampling (current settings) and compare both with the exact "
+                "target probabilities. *Break the rule* to watch the same check catch a "
+                "wrong algorithm."
+            )
+            with gr.Row():
+                v["check_n"] = gr.Slider(200, CHECK_MAX_SAMPLES, 400, step=100, label="samples N")
+                v["check_len"] = gr.Slider(1, 3, 2, step=1, label="tokens per continuation")
+                v["check_rule"] = gr.Dropdown(
+                    list(RULES), value="exact", label="rule (anything but exact is wrong)"
+                )
+            v["check_run"] = gr.Button("Run the check", elem_id="sv-check-run")
+            v["check_summary"] = gr.HTML(js_on_load=None, elem_id="sv-check-summary")
+            v["check_plot"] = gr.Plot(label="empirical against exact", elem_id="sv-check-plot")
         with gr.Tab("Export and import", id="io"):
             v["export"] = gr.Button("Export trace (JSON) and rounds (CSV)")
             v["files"] = gr.File(label="exported files", file_count="multiple", interactive=False)

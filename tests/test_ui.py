@@ -269,3 +269,19 @@ def test_sessions_can_be_deep_copied(loader) -> None:
     clone = copy.deepcopy(session)
     assert clone.spec.token_ids == session.spec.token_ids and clone.spec is not session.spec
     assert clone.stop is not session.stop and clone.stepper is None
+
+
+def test_distribution_check_tab_passes_the_exact_rule_and_catches_a_wrong_one() -> None:
+    from tests.tiny import tiny_pair
+
+    pair = tiny_pair(vocab=8, target_seed=0, draft_seed=2)  # first-position overlap ~0.4
+    loader = lambda name, dtype: pair  # noqa: E731
+    seen: list[float] = []
+    f = form(prompt="1 2", temperature=1.0, gamma=2)
+    exact = ui.check_updates(loader, f, LIMITS, 200, 1, "exact", lambda x, _: seen.append(x))
+    assert "PASS" in exact["check_summary"] and exact["check_plot"] is not None
+    assert seen and seen[-1] == pytest.approx(1.0)
+    broken = ui.check_updates(loader, f, LIMITS, 200, 1, "resample-from-p")
+    assert "FAIL" in broken["check_summary"]
+    with pytest.raises(ValueError, match="samples must be in 200"):
+        ui.check_updates(loader, f, LIMITS, 50, 1, "exact")
