@@ -21,6 +21,15 @@ from tests.tiny import tiny_pair
 N, LENGTH = 300, 5
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models gain nothing from a second thread, and a shared CPU makes it costly."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def close_pair(noise: float = 0.5, seed: int = 0):
     """A tiny pair whose draft is the target with a perturbed head: it agrees often, not always."""
     pair = tiny_pair(vocab=8, target_seed=0, draft_seed=0)

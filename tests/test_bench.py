@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from specviz import bench
 from tests.tiny import tiny_pair
@@ -18,6 +19,15 @@ PROMPTS = [
     bench.BenchPrompt("chat", "tiny-1", "1 2 3 1 2"),
     bench.BenchPrompt("copy-edit", "tiny-2", "4 5 6 4 5"),
 ]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models gain nothing from a second thread, and a shared CPU makes it costly."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
