@@ -264,11 +264,14 @@ def specviz_run(pair: ModelPair, mode: str, **changes: Any) -> Callable[..., Sam
 
     def run(ids: list[int], prompt: str, seed: int, tokens: int) -> Sample:
         s = mode_settings(mode, tokens, seed).with_(**changes)
-        t0 = clock(pair.device)
-        trace = generate(pair, prompt, s)
-        wall = clock(pair.device) - t0
-        prefill = 1 if len(trace.prompt_ids) > 1 else 0  # prompt[:-1] has its own forward
-        return Sample(list(trace.token_ids), wall, trace.stats.target_calls + prefill, trace)
+        counter = CallCounter(pair.target.model)  # counted as for transformers
+        try:
+            t0 = clock(pair.device)
+            trace = generate(pair, prompt, s)
+            wall = clock(pair.device) - t0
+        finally:
+            counter.close()
+        return Sample(list(trace.token_ids), wall, counter.calls, trace)
 
     return run
 
@@ -535,9 +538,9 @@ def _row(
 
 
 def _trace_fields(tr: Trace) -> dict[str, Any]:
-    """Per-run figures from a specviz trace: acceptance, rounds, prefill, timings."""
+    """Per-run figures from a specviz trace: acceptance, rounds, first token, timings."""
     st = tr.stats
-    fields: dict[str, Any] = {"prefill_ms": st.prefill_ms}
+    fields: dict[str, Any] = {"first_token_ms": tr.timeline[0][0] * 1e3 if tr.timeline else None}
     if tr.method != "spec":
         return fields
     full = [r for r in tr.rounds if len(r.drafted) == r.gamma and r.gamma > 0]
@@ -590,39 +593,54 @@ def _ratio(num: float | None, den: float | None) -> float | None:
     return num / den if num is not None and den else None
 
 
+RatioItem = tuple[str, str, "int | None", "float | None"]  # item, what, gamma, value
+
+
 def case_ratios(
     rows: list[dict[str, Any]], bp: BenchPrompt, mode: str, opts: BenchOptions
 ) -> list[dict[str, Any]]:
     """Every ratio of one (prompt, mode): one dict per ratio, larger than 1 favours specviz
     (except the trace overhead and the tokens-per-round ratio, which are as named)."""
     med = {name: _median_ms(rows, name) for name in {r["contender"] for r in rows}}
-    g_ref = _reference_gamma(opts.gammas)
-    spec = {g: med.get(f"specviz spec g={g}") for g in opts.gammas}
-    best_g = min((g for g in spec if spec[g]), key=lambda g: spec[g], default=None)
-    best = spec.get(best_g) if best_g else None
-    out: list[tuple[str, str, int | None, float | None]] = [
-        (
-            "a",
-            "transformers AR / specviz AR",
-            None,
-            _ratio(med.get("transformers AR"), med["specviz AR"]),
-        ),
+    items = _speed_ratios(med, opts) + _engine_ratios(med, rows, opts)
+    greedy_ok = _greedy_agreement(rows) if mode == "greedy" else None
+    keys = ("item", "ratio_of", "gamma", "value")
+    base = {"prompt": bp.name, "kind": bp.kind, "mode": mode}
+    return [
+        base | dict(zip(keys, it, strict=True)) | {"greedy_outputs_agree": greedy_ok}
+        for it in items
     ]
-    for g in opts.gammas:
-        out.append(
-            (
-                "b",
-                "transformers assisted / specviz spec, constant gamma",
-                g,
-                _ratio(med.get(f"transformers assisted g={g}"), spec[g]),
-            )
+
+
+def _best_gamma(med: dict[str, float | None], opts: BenchOptions) -> int | None:
+    """The constant gamma with the lowest median ms/token."""
+    spec = {g: med.get(f"specviz spec g={g}") for g in opts.gammas}
+    return min((g for g in spec if spec[g]), key=lambda g: spec[g] or 0.0, default=None)
+
+
+def _speed_ratios(med: dict[str, float | None], opts: BenchOptions) -> list[RatioItem]:
+    """(a), (b) and (c): transformers over specviz, and specviz AR over speculative."""
+    g_ref, best_g = _reference_gamma(opts.gammas), _best_gamma(med, opts)
+    spec = {g: med.get(f"specviz spec g={g}") for g in opts.gammas}
+    ar = med.get("specviz AR")
+    out: list[RatioItem] = [
+        ("a", "transformers AR / specviz AR", None, _ratio(med.get("transformers AR"), ar))
+    ]
+    out += [
+        (
+            "b",
+            "transformers assisted / specviz spec, constant gamma",
+            g,
+            _ratio(med.get(f"transformers assisted g={g}"), spec[g]),
         )
+        for g in opts.gammas
+    ]
     out.append(
         (
             "b-dynamic",
             "transformers assisted default / best specviz gamma",
             best_g,
-            _ratio(med.get("transformers assisted default"), best),
+            _ratio(med.get("transformers assisted default"), spec.get(best_g)),
         )
     )
     out.append(
@@ -636,44 +654,40 @@ def case_ratios(
             ),
         )
     )
-    for g in opts.gammas:
-        out.append(
-            ("c", "specviz AR / specviz spec (speedup)", g, _ratio(med["specviz AR"], spec[g]))
-        )
-    out.append(
-        (
-            "d",
-            "full trace / minimal trace - 1 (overhead)",
-            g_ref,
-            _minus_one(_ratio(spec.get(g_ref), med.get(f"specviz spec g={g_ref} minimal trace"))),
-        )
+    out += [
+        ("c", "specviz AR / specviz spec (speedup)", g, _ratio(ar, spec[g])) for g in opts.gammas
+    ]
+    return out
+
+
+def _engine_ratios(
+    med: dict[str, float | None], rows: list[dict[str, Any]], opts: BenchOptions
+) -> list[RatioItem]:
+    """(d) trace overhead, (e) tokens per round against Leviathan, adaptive gamma."""
+    g_ref, best_g = _reference_gamma(opts.gammas), _best_gamma(med, opts)
+    full, minimal = (
+        med.get(f"specviz spec g={g_ref}"),
+        med.get(f"specviz spec g={g_ref} minimal trace"),
     )
-    for g in opts.gammas:
-        out.append(
-            ("e", "measured / Leviathan tokens per round", g, tokens_per_round_ratio(rows, g))
-        )
+    out: list[RatioItem] = [
+        ("d", "full trace / minimal trace - 1 (overhead)", g_ref, _minus_one(_ratio(full, minimal)))
+    ]
+    out += [
+        ("e", "measured / Leviathan tokens per round", g, tokens_per_round_ratio(rows, g))
+        for g in opts.gammas
+    ]
     out.append(
         (
             "adaptive",
             "best constant gamma / adaptive (>1: adaptive faster)",
             best_g,
-            _ratio(best, med.get(f"specviz adaptive from g={ADAPTIVE_START}")),
+            _ratio(
+                med.get(f"specviz spec g={best_g}"),
+                med.get(f"specviz adaptive from g={ADAPTIVE_START}"),
+            ),
         )
     )
-    greedy_ok = _greedy_agreement(rows) if mode == "greedy" else None
-    return [
-        {
-            "prompt": bp.name,
-            "kind": bp.kind,
-            "mode": mode,
-            "item": item,
-            "ratio_of": what,
-            "gamma": g,
-            "value": v,
-            "greedy_outputs_agree": greedy_ok,
-        }
-        for item, what, g, v in out
-    ]
+    return out
 
 
 def _minus_one(x: float | None) -> float | None:
@@ -966,8 +980,25 @@ def format_report(result: BenchResult) -> str:
         f"the start, {m.get('loadavg_end')} at the end; {result.elapsed_s:.0f} s in all"
     )
     return "\n\n".join(
-        [head, format_table(result), format_contenders(result), format_loads(result)]
+        [
+            head,
+            format_table(result),
+            _agreement_line(result),
+            format_contenders(result),
+            format_loads(result),
+        ]
     )
+
+
+def _agreement_line(result: BenchResult) -> str:
+    """Greedy: did every run of every contender reproduce the autoregressive output?"""
+    greedy = [r for r in result.rows if r["mode"] == "greedy"]
+    if not greedy:
+        return "greedy outputs: not measured"
+    differ = sorted({r["contender"] for r in greedy if not r.get("same_as_ar", True)})
+    if not differ:
+        return f"greedy outputs: all {len(greedy)} runs identical to the autoregressive output"
+    return "greedy outputs differ from the autoregressive output for: " + ", ".join(differ)
 
 
 def bench_figures(result: BenchResult) -> list[Any]:

@@ -165,8 +165,6 @@ class TargetProbs:
         self.lm = CachedLM(pair.target.model, pair.target.vocab_size)
         self.prompt_ids, self.w = list(prompt_ids), w
         self._rows: dict[Outcome, torch.Tensor] = {}
-        if len(prompt_ids) > 1:  # the engine's prefill: every prompt token but the last
-            self.lm.logits(self.prompt_ids[:-1])
 
     @torch.inference_mode()
     def row(self, prefix: Outcome) -> torch.Tensor:
