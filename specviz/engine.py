@@ -5,7 +5,7 @@ for "spec", a token for "ar") as soon as it completes, while ``run.trace`` fills
 consumer may stop iterating at any moment and still hold a consistent partial trace.
 ``generate`` runs to the end and returns the trace.
 
-Both methods share the warp and draw code, the clock and the prefill, so a comparison
+Both methods share the warp and draw code and the clock, so a comparison
 between them measures the method and nothing else. Knows nothing of gradio or plotly.
 
 One speculative round (Leviathan et al. 2022, Algorithm 1; Chen et al. 2023, Algorithm 2):
@@ -100,11 +100,6 @@ class Run:
 
     # --- shared pieces ---------------------------------------------------------------
 
-    def _prefill(self, lm: CachedLM, seq: list[int]) -> None:
-        """Cache every prompt token but the last; each step then feeds what is new."""
-        if len(seq) > 1:
-            lm.logits(seq[:-1])
-
     def _generator(self) -> torch.Generator:
         return torch.Generator(device=self.device).manual_seed(self.settings.seed)
 
@@ -114,11 +109,11 @@ class Run:
         tr.token_texts.extend(self.pair.token_text(t) for t in new_ids)
         tr.timeline.append([t_s, float(len(tr.token_ids))])
 
-    def _finish(self, reason: str, t0: float, prefill_ms: float) -> None:
+    def _finish(self, reason: str, t0: float) -> None:
         tr = self.trace
         tr.stop_reason = reason
         tr.text = self.pair.decode(tr.token_ids)
-        tr.stats = summarize(tr, wall_s=clock(self.device) - t0, prefill_ms=prefill_ms)
+        tr.stats = summarize(tr, wall_s=clock(self.device) - t0)
 
     # --- autoregressive baseline -------------------------------------------------------
 
@@ -129,9 +124,8 @@ class Run:
         target = self.target_lm = CachedLM(self.pair.target.model, self.pair.vocab_size)
         gen = self._generator()
         seq = list(self.prompt_ids)
+        # No separate prefill: the first call reads the whole prompt and yields a token.
         t0 = clock(self.device)
-        self._prefill(target, seq)
-        prefill_ms = (clock(self.device) - t0) * 1e3
         reason = "stopped"
         try:
             while len(self.trace.token_ids) < s.max_new_tokens:
@@ -147,7 +141,7 @@ class Run:
             else:
                 reason = "max_new_tokens"
         finally:
-            self._finish(reason, t0, prefill_ms)
+            self._finish(reason, t0)
 
     # --- speculative sampling ----------------------------------------------------------
 
@@ -169,11 +163,8 @@ class Run:
         seq = list(self.prompt_ids)
         out = self.trace.token_ids
         gamma = s.gamma
+        # No separate prefill: the first round's draft and verify calls read the prompt.
         t0 = clock(dev)
-        self._prefill(target, seq)
-        if isinstance(drafter, ModelDrafter):
-            self._prefill(drafter.lm, seq)
-        prefill_ms = (clock(dev) - t0) * 1e3
         reason = "stopped"
         try:
             while len(out) < s.max_new_tokens:
@@ -212,7 +203,7 @@ class Run:
             else:
                 reason = "max_new_tokens"
         finally:
-            self._finish(reason, t0, prefill_ms)
+            self._finish(reason, t0)
 
     def _round(
         self,
@@ -333,7 +324,7 @@ def next_gamma(gamma: int, k: int, n_accepted: int, max_gamma: int) -> int:
     return max(1, gamma - 1)
 
 
-def summarize(trace: Trace, wall_s: float, prefill_ms: float) -> Stats:
+def summarize(trace: Trace, wall_s: float) -> Stats:
     """Stats of a (possibly partial) trace; definitions in specviz.metrics."""
     from specviz import metrics
 
@@ -352,7 +343,7 @@ def summarize(trace: Trace, wall_s: float, prefill_ms: float) -> Stats:
         acceptance_rate=accepted / len(verified) if verified else 0.0,
         alpha=metrics.alpha(trace),
         tokens_per_call=n / calls if calls else 0.0,
-        prefill_ms=prefill_ms,
+        first_token_ms=trace.timeline[0][0] * 1e3 if trace.timeline else 0.0,
         draft_ms=sum(r.draft_ms for r in rounds),
         verify_ms=sum(r.verify_ms for r in rounds),
         wall_s=wall_s,

@@ -70,10 +70,15 @@ def speedup(ar: Trace, spec: Trace) -> float:
 
 
 def cost_ratio(spec: Trace, ar: Trace) -> float:
-    """c: measured ms per draft step (spec) over ms per target step (ar)."""
-    drafted = sum(len(r.drafted) for r in spec.rounds)
-    draft_ms = sum(r.draft_ms for r in spec.rounds)
-    ar_ms = (ar.stats.wall_s * 1e3 - ar.stats.prefill_ms) / max(1, len(ar.token_ids))
+    """c: ms per draft step (spec) over ms per target step (ar).
+
+    The first round and the first AR step are left out of both: they also read the prompt.
+    """
+    later = spec.rounds[1:]
+    drafted = sum(len(r.drafted) for r in later)
+    draft_ms = sum(r.draft_ms for r in later)
+    t = ar.timeline
+    ar_ms = (t[-1][0] - t[0][0]) * 1e3 / (len(t) - 1) if len(t) > 1 else 0.0
     return (draft_ms / drafted) / ar_ms if drafted and ar_ms else 0.0
 
 

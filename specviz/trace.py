@@ -80,17 +80,17 @@ class Stats:
 
     new_tokens: int = 0
     rounds: int = 0
-    target_calls: int = 0  # target forwards while decoding (the prompt's prefill excluded)
+    target_calls: int = 0  # target forwards; the first one also reads the prompt
     drafted: int = 0  # drafted tokens, discarded ones included
     verified: int = 0  # drafted tokens the rule tested: accepted + rejected
     accepted: int = 0
     acceptance_rate: float = 0.0  # accepted / verified
     alpha: float = 0.0  # mean overlap sum_x min(p, q) over verified positions
     tokens_per_call: float = 0.0  # new_tokens / target_calls
-    prefill_ms: float = 0.0
+    first_token_ms: float = 0.0  # until the first call (which reads the prompt) emitted
     draft_ms: float = 0.0
     verify_ms: float = 0.0
-    wall_s: float = 0.0  # prefill to last token, trace building included
+    wall_s: float = 0.0  # start to last token: prompt, decoding and trace building
     ms_per_token: float = 0.0  # wall_s / new_tokens
 
 
