@@ -162,7 +162,7 @@ class TargetProbs:
     """Exact warped target rows p(. | prompt + prefix), memoised, through the engine's LM."""
 
     def __init__(self, pair: ModelPair, prompt_ids: list[int], w: Warp) -> None:
-        self.lm = CachedLM(pair.target.model, pair.target.vocab_size)
+        self.lm = CachedLM(pair.target.model, pair.vocab_size)
         self.prompt_ids, self.w = list(prompt_ids), w
         self._rows: dict[Outcome, torch.Tensor] = {}
 
@@ -459,7 +459,7 @@ def _predicted_tv(
     """TV between p and the first token's distribution under the rule (model drafter)."""
     if s.drafter != "model" or pair.draft is None:
         return None
-    lm = CachedLM(pair.draft.model, pair.draft.vocab_size)
+    lm = CachedLM(pair.draft.model, pair.vocab_size)
     q = warp(lm.logits(prompt_ids)[-1], s.draft_warp()).cpu()
     p = probs.row(())
     width = max(p.shape[-1], q.shape[-1])

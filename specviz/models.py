@@ -176,6 +176,10 @@ def _cache_is_complete(d: Path) -> bool:
     )
 
 
+# Seconds spent converting the GGUF in this process (a cold start), for load reports.
+_conversion_s: list[float] = []
+
+
 def prepare_offline(force: bool = False) -> Path:
     """Convert the offline GGUF once into a cache directory; return that directory.
 
@@ -189,6 +193,7 @@ def prepare_offline(force: bool = False) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = offline_gguf_path()
+    t0 = time.perf_counter()
     log.info("converting %s (once; cached in %s)", gguf.name, target)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(
@@ -210,6 +215,7 @@ def prepare_offline(force: bool = False) -> Path:
         if target.exists():
             shutil.rmtree(target)
         tmp.rename(target)
+        _conversion_s.append(time.perf_counter() - t0)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -336,24 +342,25 @@ _pairs: dict[tuple[str, ...], ModelPair] = {}
 def _load_offline_target(device: torch.device, dtype: torch.dtype) -> LoadedModel:
     from transformers import AutoModelForCausalLM
 
-    source = "cache" if _cache_is_complete(offline_cache_dir()) else "converted from GGUF"
     t0 = time.perf_counter()
     d = prepare_offline()
     try:
         model = AutoModelForCausalLM.from_pretrained(d, dtype=dtype)
     except Exception as exc:  # a corrupt cache: convert again, once
         log.warning("cached offline weights unreadable (%s); converting again", exc)
-        source = "converted from GGUF"
         d = prepare_offline(force=True)
         model = AutoModelForCausalLM.from_pretrained(d, dtype=dtype)
     model = model.to(device).eval()
+    # A cold start converts the GGUF (possibly while loading the tokenizer, just before).
+    converted = sum(_conversion_s)
+    source = "converted from GGUF" if converted else "cache"
     return LoadedModel(
         OFFLINE_TARGET,
         model,
         device,
         str(dtype).removeprefix("torch."),
         model.config.vocab_size,
-        time.perf_counter() - t0,
+        time.perf_counter() - t0 + converted,
         source,
     )
 
