@@ -54,6 +54,7 @@ from typing import Any
 import torch
 
 from specviz import metrics
+from specviz.check import json_safe
 from specviz.config import Settings
 from specviz.engine import clock, generate
 from specviz.models import ModelPair
@@ -229,17 +230,7 @@ class BenchResult:
     elapsed_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return _finite(dataclasses.asdict(self))
-
-
-def _finite(x: Any) -> Any:
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_finite(v) for v in x]
-    return x
+        return json_safe(dataclasses.asdict(self))
 
 
 # --- the two sides ----------------------------------------------------------------------

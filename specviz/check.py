@@ -244,7 +244,7 @@ class CheckResult:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["passed"], d["threshold"] = self.passed, self.threshold
-        return _finite(d)
+        return json_safe(d)
 
     def summary(self) -> str:
         """A few lines: the verdict and each view's numbers."""
@@ -273,14 +273,14 @@ def _p(t: ChiSquare) -> str:
     return f"{t.p_value:.3g}"
 
 
-def _finite(x: Any) -> Any:
+def json_safe(x: Any) -> Any:
     """JSON-safe copy: infinities become None."""
     if isinstance(x, float) and not math.isfinite(x):
         return None
     if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
+        return {k: json_safe(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_finite(v) for v in x]
+        return [json_safe(v) for v in x]
     return x
 
 

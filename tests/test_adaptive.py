@@ -21,13 +21,7 @@ from tests.tiny import tiny_pair
 N, LENGTH = 300, 5
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models gain nothing from a second thread, and a shared CPU makes it costly."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def close_pair(noise: float = 0.5, seed: int = 0):

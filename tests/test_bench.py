@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from specviz import bench
 from tests.tiny import tiny_pair
@@ -21,13 +20,7 @@ PROMPTS = [
 ]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models gain nothing from a second thread, and a shared CPU makes it costly."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
