@@ -6,8 +6,9 @@ a :class:`Form` of control values; they yield dicts keyed by view names ("tokens
 without a browser.
 
 Live runs: the speculative run and then the autoregressive baseline (same prompt, settings
-and seed) execute back to back in one worker thread that never waits for the page, so each
-trace's own clock (t_s) measures generation only. The handler polls the live traces,
+and seed) execute back to back on the model thread (specviz.modelthread: every model call
+of the app runs there), which never waits for the page, so each trace's own clock (t_s)
+measures generation only. The handler polls the live traces,
 renders only the rounds that are new (span HTML is cached per round) and yields. Models
 load once per process (specviz.models caches them); every event that runs a model shares
 one queue, ``concurrency_id="model"``, with a concurrency limit (SPECVIZ_CONCURRENCY,
@@ -44,6 +45,7 @@ from specviz import metrics, plots, render
 from specviz.config import DRAFTERS, RULES, Deployment, Limits, Settings
 from specviz.engine import Run, Update, generate
 from specviz.models import OFFLINE_IDS, PAIRS, ModelPair, check_model_id, load_pair
+from specviz.modelthread import MODEL_THREAD
 from specviz.trace import Trace
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -445,10 +447,13 @@ def open_pair(loader: Loader, form: Form) -> ModelPair:
     already loaded stay loaded and keep serving."""
     try:
         if form.pair != CUSTOM:
-            return loader(form.pair, form.dtype)
+            return MODEL_THREAD.call(lambda: loader(form.pair, form.dtype))
         if not isinstance(loader, PairSource):
             raise ValueError("custom pairs are not available in this app")
-        return loader.custom(form.custom_draft, form.custom_target, form.dtype)
+        source = loader
+        return MODEL_THREAD.call(
+            lambda: source.custom(form.custom_draft, form.custom_target, form.dtype)
+        )
     except ValueError:
         raise
     except Exception as exc:
@@ -500,7 +505,7 @@ def warm_pair(loader: Loader, form: Form, limits: Limits) -> ModelPair:
     with _warm_lock:
         if id(pair) not in _warmed:
             try:
-                warm(pair, form.prompt, settings)
+                MODEL_THREAD.call(lambda: warm(pair, form.prompt, settings))
             except ValueError:
                 raise
             except Exception as exc:
@@ -539,19 +544,22 @@ class Worker(threading.Thread):
 
     def run(self) -> None:
         try:
-            for r in self.runs:
-                it = iter(r)
-                for _ in it:
-                    self.tick.set()
-                    if self.stop.is_set():
-                        it.close()  # finalises the trace as "stopped"
-                        break
-                if self.stop.is_set():
-                    break
+            MODEL_THREAD.call(self.drive)
         except BaseException as exc:  # reported by the handler
             self.error = exc
         finally:
             self.tick.set()
+
+    def drive(self) -> None:
+        for r in self.runs:
+            if self.stop.is_set():
+                break
+            it = iter(r)
+            for _ in it:
+                self.tick.set()
+                if self.stop.is_set():
+                    it.close()  # finalises the trace as "stopped"
+                    break
 
 
 def run_updates(session: Session, form: Form, loader: Loader, limits: Limits) -> Iterator[View]:
@@ -825,10 +833,7 @@ def step_update(session: Session, form: Form, loader: Loader, limits: Limits) ->
         out["models"] = render.models_html(pair.describe())
     assert session.stepper is not None and session.spec is not None
     try:
-        upd = next(session.stepper, None)
-        if upd is not None and (upd.round is None or _is_last(upd, settings, session.spec)):
-            next(session.stepper, None)  # let the run finish and record its stop reason
-            upd = upd if upd.round is not None else None
+        upd = MODEL_THREAD.call(lambda: _step(session, settings))
     except Exception as exc:
         session.start(None, None, "idle")
         raise failure(exc, f"running pair {pair_label(form)!r}") from None
@@ -849,6 +854,16 @@ def step_update(session: Session, form: Form, loader: Loader, limits: Limits) ->
         out.update(final_frame(session, settings.gamma))
         out["status"] = render.status_html(msg, "info")
     return out
+
+
+def _step(session: Session, settings: Settings) -> Update | None:
+    """One round from the session's stepper (on the model thread)."""
+    assert session.stepper is not None and session.spec is not None
+    upd = next(session.stepper, None)
+    if upd is not None and (upd.round is None or _is_last(upd, settings, session.spec)):
+        next(session.stepper, None)  # let the run finish and record its stop reason
+        upd = upd if upd.round is not None else None
+    return upd
 
 
 def _is_last(upd: Update, settings: Settings, spec: Trace) -> bool:
@@ -994,14 +1009,19 @@ def check_updates(
     settings = form.settings(limits)
     check.validate(n, length, rule)
     pair = warm_pair(loader, form, limits)
-    result = None
-    try:
+
+    def sample() -> check.CheckResult | None:
+        result = None
         for item in check.iter_check(pair, form.prompt, settings, n, length, rule):
             if isinstance(item, check.Progress):
                 if progress is not None:
                     progress(item.done / max(1, item.total), item.stage)
             else:
                 result = item
+        return result
+
+    try:
+        result = MODEL_THREAD.call(sample)
     except ValueError:
         raise
     except Exception as exc:

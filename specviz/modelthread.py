@@ -1,0 +1,58 @@
+"""One thread for all of the app's model work.
+
+torch runs its CPU kernels on OpenMP, and every thread that starts a parallel region gets
+a team of worker threads of its own, which lives as long as that thread. A web server
+answers requests on a pool of long-lived threads, so a model touched from several of them
+leaves several teams competing for the cores. Measured on a 2-core CPU: the offline
+draft's step took 11.5 ms on a thread alone, and 26.4 ms on the same thread once another
+live thread had run one parallel matrix product. The app therefore sends every model call
+(loading, warm-up, runs, steps, the distribution check) to this one thread. No gradio.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+class ModelThread:
+    """A daemon thread, started on first use, that runs submitted callables in order."""
+
+    def __init__(self, name: str = "specviz-model") -> None:
+        self._name = name
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], object], Future]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """fn() on the model thread (inline when already there); its result or its error."""
+        if threading.current_thread() is self._thread:
+            return fn()
+        future: Future = Future()
+        self._jobs.put((fn, future))
+        self._start()
+        return future.result()
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name=self._name, daemon=True)
+                self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            fn, future = self._jobs.get()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # handed to the caller
+                future.set_exception(exc)
+
+
+MODEL_THREAD = ModelThread()

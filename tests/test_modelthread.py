@@ -1,0 +1,53 @@
+"""All of the app's model work runs on one thread."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from specviz import ui
+from specviz.config import Limits
+from specviz.modelthread import MODEL_THREAD, ModelThread
+
+
+def test_calls_from_many_threads_run_on_one_thread_in_order():
+    mt = ModelThread(name="test-model")
+    seen: list[str] = []
+
+    def work(i: int) -> int:
+        seen.append(threading.current_thread().name)
+        return i * i
+
+    results: dict[int, int] = {}
+    callers = [
+        threading.Thread(target=lambda i=i: results.update({i: mt.call(lambda: work(i))}))
+        for i in range(6)
+    ]
+    for t in callers:
+        t.start()
+    for t in callers:
+        t.join()
+    assert results == {i: i * i for i in range(6)} and set(seen) == {"test-model"}
+    assert mt.call(lambda: mt.call(lambda: 7)) == 7  # a nested call runs inline, no deadlock
+
+
+def test_errors_reach_the_caller():
+    mt = ModelThread(name="test-errors")
+    with pytest.raises(ValueError, match="bad"):
+        mt.call(lambda: (_ for _ in ()).throw(ValueError("bad")))
+    assert mt.call(lambda: "still serving") == "still serving"
+
+
+def test_the_app_runs_models_on_the_model_thread(tiny):
+    names: set[str] = set()
+    model = tiny.target.model
+    hook = model.register_forward_pre_hook(lambda *_: names.add(threading.current_thread().name))
+    try:
+        f = ui.Form(prompt="1 2 3", pair="tiny", max_new_tokens=8, gamma=2)
+        loader = lambda p, d: tiny  # noqa: E731
+        list(ui.run_updates(ui.new_session(), f, loader, Limits()))
+        ui.step_update(ui.new_session(), f, loader, Limits())
+    finally:
+        hook.remove()
+    assert names == {MODEL_THREAD._name}
