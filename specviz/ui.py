@@ -552,14 +552,14 @@ class Worker(threading.Thread):
 
     def drive(self) -> None:
         for r in self.runs:
-            if self.stop.is_set():
-                break
             it = iter(r)
             for _ in it:
                 self.tick.set()
                 if self.stop.is_set():
                     it.close()  # finalises the trace as "stopped"
                     break
+            if self.stop.is_set():
+                break
 
 
 def run_updates(session: Session, form: Form, loader: Loader, limits: Limits) -> Iterator[View]:
