@@ -131,26 +131,29 @@ def cmd_generate(args: argparse.Namespace) -> int:
     pair = load_pair_from_args(args)
     from specviz.engine import Run, generate
 
-    seeds = [settings.with_(seed=args.seed + i) for i in range(args.samples)]
     methods = ["ar", "spec"] if args.compare else [args.method]
-    # every prompt check passes before any output
-    runs = [
-        [Run(pair, args.prompt, s.with_(method=m), raw=args.raw) for m in methods] for s in seeds
-    ]
+    # The prompt checks are the same for every seed: the first Run makes them before any
+    # output; later Runs are built one at a time, so no finished trace is kept.
+    first: Run | None = Run(pair, args.prompt, settings.with_(method=methods[0]), raw=args.raw)
     if args.compare:  # warm both paths first, so neither side pays for first-call setup
         for m in methods:
             generate(pair, args.prompt, settings.with_(method=m, max_new_tokens=4), raw=args.raw)
-    for group in runs:
-        for run in group:
+    for i in range(args.samples):
+        s = settings.with_(seed=args.seed + i)
+        group = []
+        for m in methods:
+            run = first or Run(pair, args.prompt, s.with_(method=m), raw=args.raw)
+            first = None
             for _ in run:
                 pass
+            group.append(run.trace)
             if args.json:
                 sys.stdout.write(run.trace.to_json() + "\n")
                 sys.stdout.flush()
         if not args.json:
-            print_trace(group[-1].trace, color=_use_color())
+            print_trace(group[-1], color=_use_color())
             if args.compare:
-                print_comparison(group[0].trace, group[-1].trace)
+                print_comparison(group[0], group[-1])
     return 0
 
 

@@ -28,7 +28,7 @@ from specviz.config import Settings
 from specviz.drafters import Draft, Drafter, ModelDrafter, NgramDrafter
 from specviz.lm import CachedLM
 from specviz.models import ModelPair
-from specviz.sampling import Verdict, draw, overlap, verify, warp
+from specviz.sampling import Verdict, draw, next_token, overlap, verify, warp
 from specviz.trace import Added, Drafted, Round, Stats, Trace
 
 
@@ -129,8 +129,7 @@ class Run:
         reason = "stopped"
         try:
             while len(self.trace.token_ids) < s.max_new_tokens:
-                p = warp(target.logits(seq)[-1], pw)  # [V]
-                x = int(draw(p, gen, pw.greedy))
+                x = next_token(target.logits(seq)[-1], pw, gen)
                 seq.append(x)
                 t_s = clock(self.device) - t0
                 self._emit([x], t_s)
@@ -219,9 +218,7 @@ class Run:
         """The round's record: plain values, one transfer per tensor."""
         k, n, full = len(draft.ids), verdict.n_accepted, self.settings.trace_level == "full"
         top_n, text = self.settings.top_n, self.pair.token_text
-        idx = torch.arange(k, device=p.device)
-        drafts = torch.tensor(draft.ids, dtype=torch.long, device=p.device)
-        p_x, q_x = p[idx, drafts].tolist(), q[idx, drafts].tolist()
+        p_x, q_x = verdict.p_x.tolist(), verdict.q_x.tolist()
         ratio = verdict.ratio.clamp(max=1.0).tolist()
         u_list = u.tolist() if u is not None else [None] * k
         overlaps = overlap(p[:k], q).tolist() if full else [0.0] * k
@@ -326,8 +323,6 @@ def next_gamma(gamma: int, k: int, n_accepted: int, max_gamma: int) -> int:
 
 def summarize(trace: Trace, wall_s: float) -> Stats:
     """Stats of a (possibly partial) trace; definitions in specviz.metrics."""
-    from specviz import metrics
-
     n = len(trace.token_ids)
     rounds = trace.rounds
     verified = [d for r in rounds for d in r.drafted if d.status != "discarded"]
@@ -341,7 +336,7 @@ def summarize(trace: Trace, wall_s: float) -> Stats:
         verified=len(verified),
         accepted=accepted,
         acceptance_rate=accepted / len(verified) if verified else 0.0,
-        alpha=metrics.alpha(trace),
+        alpha=sum(d.overlap for d in verified) / len(verified) if verified else 0.0,
         tokens_per_call=n / calls if calls else 0.0,
         first_token_ms=trace.timeline[0][0] * 1e3 if trace.timeline else 0.0,
         draft_ms=sum(r.draft_ms for r in rounds),

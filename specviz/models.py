@@ -353,6 +353,7 @@ def _load_offline_target(device: torch.device, dtype: torch.dtype) -> LoadedMode
     model = model.to(device).eval()
     # A cold start converts the GGUF (possibly while loading the tokenizer, just before).
     converted = sum(_conversion_s)
+    _conversion_s.clear()  # reported once, by the load that follows the conversion
     source = "converted from GGUF" if converted else "cache"
     return LoadedModel(
         OFFLINE_TARGET,

@@ -47,6 +47,14 @@ def draw(probs: torch.Tensor, generator: torch.Generator, greedy: bool) -> torch
     return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
 
 
+def next_token(logits: torch.Tensor, w: Warp, generator: torch.Generator) -> int:
+    """One token from logits [V] under w: draw(warp(...)), without building the one-hot
+    row that greedy warping would (its argmax is the logits' argmax)."""
+    if w.greedy:
+        return int(logits.argmax(-1))
+    return int(draw(warp(logits, w), generator, greedy=False))
+
+
 def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """norm(max(0, p - q)) for one position [V]; p itself when that sums to zero (p == q)."""
     r = (p - q).clamp_min_(0.0)
@@ -64,6 +72,8 @@ class Verdict:
     """What the rule decided for one round of k drafted tokens."""
 
     n_accepted: int  # length of the accepted prefix, 0..k
+    p_x: torch.Tensor  # [k] p(x_i)
+    q_x: torch.Tensor  # [k] q(x_i)
     ratio: torch.Tensor  # [k] p(x_i) / q(x_i)
     dist: torch.Tensor  # [V] the distribution the added token is drawn from
     resampled: bool  # True: dist is the residual at a rejection; False: p after a full accept
@@ -97,6 +107,6 @@ def verify(
     rejected = (~accept).nonzero()
     n = int(rejected[0, 0]) if rejected.numel() else k
     if n == k:
-        return Verdict(n, ratio, p[k], resampled=False)
+        return Verdict(n, p_x, q_x, ratio, p[k], resampled=False)
     dist = p[n] if rule == "resample-from-p" else residual(p[n], q[n])
-    return Verdict(n, ratio, dist, resampled=True)
+    return Verdict(n, p_x, q_x, ratio, dist, resampled=True)
