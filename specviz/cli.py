@@ -15,10 +15,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from specviz.config import DRAFTERS, RULES, Settings
+from specviz.config import DEFAULT_PROMPT, DRAFTERS, RULES, Settings
 from specviz.trace import Trace
-
-PRESET_PROMPT = "Explain in three sentences why the sky is blue."
 
 # Terminal colours by token status, with a cue beyond colour for each.
 ANSI = {
@@ -234,7 +232,7 @@ def _add_check_parser(sub: Any) -> None:
     c = sub.add_parser(
         "check", help="check that speculative sampling leaves the output distribution unchanged"
     )
-    c.add_argument("--prompt", default=PRESET_PROMPT)
+    c.add_argument("--prompt", default=DEFAULT_PROMPT)
     c.add_argument("--n", type=int, default=400, help="samples per method (at least 200)")
     c.add_argument("--length", type=int, default=2, help="tokens per continuation, 1..3")
     c.add_argument(

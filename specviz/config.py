@@ -23,6 +23,8 @@ DRAFTERS = ("model", "ngram")
 # distribution check (tests, CLI, app) can show that it catches a broken algorithm.
 RULES = ("exact", "resample-from-p", "accept-without-draw")
 TRACE_LEVELS = ("full", "minimal")
+# The prompt a run starts from when nobody typed one: the app's first preset, the CLI's check.
+DEFAULT_PROMPT = "Explain in three sentences why the sky is blue."
 
 
 def _env_int(name: str, default: int, lo: int = 1) -> int:
@@ -125,15 +127,20 @@ class Warp:
 
 @dataclass(frozen=True)
 class Settings:
-    """One generation's settings. Invalid values raise ValueError with a one-line message."""
+    """One generation's settings. Invalid values raise ValueError with a one-line message.
+
+    The defaults are the CLI's and the app's untouched controls alike. Temperature 0.7 with
+    top-p 0.9 keeps a small target coherent while it still samples; the output is
+    distributed exactly as the target's own sampling at whatever values are chosen.
+    """
 
     method: str = "spec"
     drafter: str = "model"
     gamma: int = 4
     adaptive_gamma: bool = False
-    temperature: float = 1.0
+    temperature: float = 0.7
     top_k: int = 0
-    top_p: float = 1.0
+    top_p: float = 0.9
     greedy: bool = False
     # Temperature of the draft's q only (None: the target's). The output stays exact: the
     # rule corrects any q, a mis-calibrated one just gets accepted less often.

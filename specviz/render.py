@@ -15,6 +15,7 @@ from __future__ import annotations
 import html
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from specviz.trace import Added, Drafted, Round, Trace
 
@@ -272,6 +273,27 @@ def verdict_html(dec: Decision) -> str:
 def status_html(message: str, kind: str = "info") -> str:
     """A one-line status message (kind: info, busy, error)."""
     return f'<div class="sv-status sv-status-{esc(kind)}">{esc(message)}</div>'
+
+
+def exact_note_html(settings: dict[str, Any], drafter: str = "the draft") -> str:
+    """What the text is distributed as: the target's own sampling at these settings,
+    whatever the draft does (the promise of both papers, in one sentence)."""
+    if settings.get("greedy") or settings.get("temperature") == 0:
+        how = "the target's own greedy decoding (argmax of p at every step)"
+    else:
+        parts = [f"temperature {settings.get('temperature'):g}"]
+        top_p, top_k = settings.get("top_p", 1.0), settings.get("top_k", 0)
+        parts.append(f"top-p {top_p:g}" if top_p < 1 else "top-p off")
+        parts.append(f"top-k {top_k}" if top_k else "top-k off")
+        how = "the target's own sampling at " + ", ".join(parts)
+    note = (
+        f"This text is distributed exactly as {how}, whatever {drafter} proposes: "
+        "the draft changes how fast the text comes, never which text it is likely to be."
+    )
+    dt = settings.get("draft_temperature")
+    if dt is not None and not settings.get("greedy") and settings.get("temperature") != 0:
+        note += f" The draft samples at temperature {dt:g}: fewer drafts are accepted."
+    return f'<div class="sv-exact-note">{esc(note)}</div>'
 
 
 def models_html(described: dict[str, str]) -> str:

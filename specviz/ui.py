@@ -42,7 +42,7 @@ import torch
 from gradio.components.plot import PlotData
 
 from specviz import metrics, plots, render
-from specviz.config import DRAFTERS, RULES, Deployment, Limits, Settings
+from specviz.config import DEFAULT_PROMPT, DRAFTERS, RULES, Deployment, Limits, Settings
 from specviz.engine import Run, Update, generate
 from specviz.models import OFFLINE_IDS, PAIRS, ModelPair, check_model_id, load_pair
 from specviz.modelthread import MODEL_THREAD
@@ -81,27 +81,32 @@ _EDIT = (
     "The colour of the sea follows the colour of the sky."
 )
 
+_D = Settings()  # the CLI's defaults: untouched controls mean exactly these
+DRAFT_TEMPERATURE = 1.5  # where the draft-temperature slider starts once it is switched on
+
 PRESETS: dict[str, dict[str, Any]] = {
     "chat": {
-        "prompt": "Explain in three sentences why the sky is blue.",
-        "drafter": "model",
-        "gamma": 4,
-        "temperature": 1.0,
-        "top_p": 1.0,
-        "top_k": 0,
-        "greedy": False,
-        "draft_temperature": None,
+        "prompt": DEFAULT_PROMPT,
+        "drafter": _D.drafter,
+        "gamma": _D.gamma,
+        "temperature": _D.temperature,
+        "top_p": _D.top_p,
+        "top_k": _D.top_k,
+        "greedy": _D.greedy,
+        "own_draft_temperature": False,
     },
+    # Chen et al. sampled XSum with nucleus p = 0.8.
     "XSum-style summary": {
         "prompt": f"Summarise this article in one sentence.\n\n{_ARTICLE}",
         "drafter": "model",
         "gamma": 4,
-        "temperature": 1.0,
+        "temperature": 0.7,
         "top_p": 0.8,
         "top_k": 0,
         "greedy": False,
-        "draft_temperature": None,
+        "own_draft_temperature": False,
     },
+    # Chen et al.'s HumanEval setting: temperature 0.8, nucleus p = 0.95.
     "HumanEval-style code completion": {
         "prompt": f"Complete this Python function. Reply with code only.\n\n{_CODE}",
         "drafter": "model",
@@ -110,7 +115,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "top_p": 0.95,
         "top_k": 0,
         "greedy": False,
-        "draft_temperature": None,
+        "own_draft_temperature": False,
     },
     "copy-and-edit (n-gram drafter)": {
         "prompt": "Repeat this text exactly, but write 'color' instead of 'colour':\n\n" + _EDIT,
@@ -120,7 +125,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "top_p": 1.0,
         "top_k": 0,
         "greedy": True,
-        "draft_temperature": None,
+        "own_draft_temperature": False,
     },
 }
 PRESET_FIELDS = (
@@ -131,7 +136,7 @@ PRESET_FIELDS = (
     "top_p",
     "top_k",
     "greedy",
-    "draft_temperature",
+    "own_draft_temperature",
 )
 
 HOW_TO_READ = (
@@ -182,23 +187,27 @@ element.addEventListener('keydown', (e) => { if (e.key === 'Enter' || e.key === 
 
 @dataclass
 class Form:
-    """The control values of one request, as the widgets deliver them."""
+    """The control values of one request, as the widgets deliver them. The defaults are the
+    widgets' initial values, which are the CLI's defaults (:data:`_D`)."""
 
-    prompt: str = ""
+    prompt: str = DEFAULT_PROMPT
     pair: str = "default"
     dtype: str = "auto"
     custom_draft: str = ""
     custom_target: str = ""
-    drafter: str = "model"
-    gamma: float = 4
-    adaptive_gamma: bool = False
-    temperature: float = 1.0
-    draft_temperature: float | None = None
-    top_p: float = 1.0
-    top_k: float = 0
-    greedy: bool = False
-    max_new_tokens: float = 64
-    seed: float = 0
+    drafter: str = _D.drafter
+    gamma: float = _D.gamma
+    adaptive_gamma: bool = _D.adaptive_gamma
+    temperature: float = _D.temperature
+    # The draft's own temperature applies only while the box is ticked: an untouched page
+    # drafts at the target's temperature, as the CLI does without --draft-temperature.
+    own_draft_temperature: bool = False
+    draft_temperature: float | None = DRAFT_TEMPERATURE
+    top_p: float = _D.top_p
+    top_k: float = _D.top_k
+    greedy: bool = _D.greedy
+    max_new_tokens: float = _D.max_new_tokens
+    seed: float = _D.seed
     compare: bool = True
 
     def settings(self, limits: Limits) -> Settings:
@@ -209,9 +218,9 @@ class Form:
             gamma=_as_int("gamma", self.gamma),
             adaptive_gamma=bool(self.adaptive_gamma),
             temperature=_as_float("temperature", self.temperature),
-            draft_temperature=None
-            if self.draft_temperature in (None, "")
-            else _as_float("draft_temperature", self.draft_temperature),
+            draft_temperature=_as_float("draft temperature", self.draft_temperature)
+            if self.own_draft_temperature
+            else None,
             top_p=_as_float("top_p", self.top_p),
             top_k=_as_int("top_k", self.top_k),
             greedy=bool(self.greedy),
@@ -578,7 +587,11 @@ def run_updates(session: Session, form: Form, loader: Loader, limits: Limits) ->
     session.decode = pair.decode
     worker = Worker([spec_run] + ([ar_run] if ar_run else []), session.stop)
     worker.start()
-    yield {"models": render.models_html(pair.describe()), "tokens": render.tokens_html([])}
+    yield {
+        "models": render.models_html(pair.describe()),
+        "tokens": render.tokens_html([]),
+        "exact_note": exact_note(spec_run.trace),
+    }
     last_speed = 0.0
     try:
         while worker.is_alive():
@@ -600,16 +613,43 @@ def run_updates(session: Session, form: Form, loader: Loader, limits: Limits) ->
 
 def zero_run(session: Session, form: Form, loader: Loader, settings: Settings) -> Iterator[View]:
     """ZeroGPU: both runs in one GPU call (no live frames), then every view."""
-    if isinstance(loader, PairSource):
-        loader.check(form.pair, form.custom_draft, form.custom_target)
+    spec, ar = complete_traces(loader, form, settings)
+    session.start(spec, ar, "run")
+    yield final_frame(session, settings.gamma)
+
+
+def complete_traces(loader: Loader, form: Form, settings: Settings) -> tuple[Trace, Trace | None]:
+    """The speculative run and (with compare) the baseline, each to the end, with no live
+    frames: the named API's path, and every run's path on ZeroGPU."""
+    if zero_gpu():
+        if isinstance(loader, PairSource):
+            loader.check(form.pair, form.custom_draft, form.custom_target)
+        work = functools.partial(run_traces_gpu, form, settings)
+    else:
+        pair = warm_pair(loader, form, settings.limits)
+
+        def both() -> tuple[Trace, Trace | None]:
+            spec = generate(pair, form.prompt, settings)
+            ar = generate(pair, form.prompt, settings.with_(method="ar")) if form.compare else None
+            return spec, ar
+
+        work = functools.partial(MODEL_THREAD.call, both)
     try:
-        spec, ar = run_traces_gpu(form, settings)
+        return work()
     except ValueError:
         raise
     except Exception as exc:
         raise failure(exc, f"running pair {pair_label(form)!r}") from None
-    session.start(spec, ar, "run")
-    yield final_frame(session, settings.gamma)
+
+
+def api_result(spec: Trace, ar: Trace | None) -> dict[str, Any]:
+    """The named API's answer: the trace as `generate --json` prints it, plus the
+    autoregressive trace and the measured speedup when both ran."""
+    out = spec.to_dict()
+    if ar is not None:
+        out["ar"] = ar.to_dict()
+        out["speedup"] = metrics.speedup(ar, spec) if ar.token_ids and spec.token_ids else None
+    return out
 
 
 def live_frame(session: Session, last_speed: float) -> tuple[View, float]:
@@ -663,9 +703,16 @@ def final_frame(session: Session, gamma: int) -> View:
     }
     if main is not None:
         out["models"] = render.models_html({k: str(v) for k, v in main.models.items()})
+        out["exact_note"] = exact_note(main)
     out.update(charts(spec, ar, gamma))
     out.update(default_inspection(spec))
     return out
+
+
+def exact_note(trace: Trace) -> str:
+    """The sentence under the text: what it is distributed as, for this trace's settings."""
+    drafter = "the n-gram drafter" if trace.models.get("drafter") == "ngram" else "the draft"
+    return render.exact_note_html(trace.settings, drafter)
 
 
 def _done_message(trace: Trace | None) -> str:
@@ -1043,6 +1090,54 @@ def apply_preset(name: str) -> list[Any]:
 # --- layout ----------------------------------------------------------------------------
 
 
+def generate_endpoint(loader: Loader, limits: Limits) -> Callable[..., dict[str, Any]]:
+    """The named API endpoint /generate: the CLI's `generate` parameters, by the CLI's names
+    and with its defaults; returns the JSON trace (plus the baseline with compare)."""
+
+    @user_errors
+    def generate(
+        prompt: str,
+        pair: str = "default",
+        draft: str | None = None,
+        target: str | None = None,
+        drafter: str = _D.drafter,
+        gamma: int = _D.gamma,
+        adaptive_gamma: bool = _D.adaptive_gamma,
+        temperature: float = _D.temperature,
+        draft_temperature: float | None = _D.draft_temperature,
+        top_p: float = _D.top_p,
+        top_k: int = _D.top_k,
+        greedy: bool = _D.greedy,
+        max_new_tokens: int = _D.max_new_tokens,
+        seed: int = _D.seed,
+        compare: bool = False,
+    ) -> dict[str, Any]:
+        """Generate speculatively (and, with compare, autoregressively) and return the trace."""
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ValueError("prompt is empty")
+        form = Form(
+            prompt=prompt,
+            pair=CUSTOM if (draft or target) else pair,
+            custom_draft=draft or "",
+            custom_target=target or "",
+            drafter=drafter,
+            gamma=gamma,
+            adaptive_gamma=adaptive_gamma,
+            temperature=temperature,
+            own_draft_temperature=draft_temperature is not None,
+            draft_temperature=draft_temperature,
+            top_p=top_p,
+            top_k=top_k,
+            greedy=greedy,
+            max_new_tokens=max_new_tokens,
+            seed=seed,
+            compare=compare,
+        )
+        return api_result(*complete_traces(loader, form, form.settings(limits)))
+
+    return generate
+
+
 def launch_options() -> dict[str, Any]:
     """What app.py passes to launch(): gradio 6 takes css and theme there."""
     css = render.css_variables() + "\n" + (ASSETS / "specviz.css").read_text(encoding="utf-8")
@@ -1089,7 +1184,6 @@ def build_app(
     )
     loader = source
     model_queue = {"concurrency_id": "model", "concurrency_limit": dep.concurrency}
-    d = Settings()
 
     with gr.Blocks(title="specviz: speculative decoding, decision by decision") as demo:
         session = gr.State(new_session, time_to_live=3600)
@@ -1100,7 +1194,7 @@ def build_app(
         )
         with gr.Row():
             with gr.Column(scale=1, min_width=320):
-                c = _controls(pairs, dep, d)
+                c = _controls(pairs, dep)
             with gr.Column(scale=3):
                 v = _views(limits)
         views = {**v, "models": c["models"]}
@@ -1152,8 +1246,21 @@ def build_app(
             for out in pair_updates(loader, form_of(values), limits):
                 yield keyed(out)
 
-        live = {"show_progress": "minimal", **model_queue}
-        quiet: dict[str, Any] = {"show_progress": "hidden", "concurrency_limit": None}
+        # The page's own events stay callable (tests, gradio_client) but off the API page,
+        # which documents the one named endpoint, /generate.
+        hidden: dict[str, Any] = {"api_visibility": "undocumented"}
+        live = {"show_progress": "minimal", **model_queue, **hidden}
+        quiet: dict[str, Any] = {"show_progress": "hidden", "concurrency_limit": None, **hidden}
+        internal = {"api_visibility": "private"}
+        c["own_draft_temperature"].change(
+            lambda on: gr.Slider(visible=bool(on)),
+            [c["own_draft_temperature"]],
+            [c["draft_temperature"]],
+            api_visibility="private",
+            queue=False,
+            show_progress="hidden",
+        )
+        gr.api(generate_endpoint(loader, limits), api_name="generate", **model_queue)
         c["run"].click(on_run, [session, *inputs], out_all, api_name="run", **live)
         c["step"].click(on_step, [session, *inputs], out_all, api_name="step", **live)
         c["stop"].click(stop_session, [session], [views["status"]], api_name="stop", **quiet)
@@ -1165,12 +1272,12 @@ def build_app(
             **quiet,
         )
         for comp in (c["pair"], c["dtype"]):
-            comp.change(on_pair, inputs, out_all, api_visibility="private", **live)
+            comp.change(on_pair, inputs, out_all, **{**live, **internal})
         for comp in (c["custom_draft"], c["custom_target"]):
-            comp.submit(on_pair, inputs, out_all, api_visibility="private", **live)
-        demo.load(on_pair, inputs, out_all, api_visibility="private", **live)
+            comp.submit(on_pair, inputs, out_all, **{**live, **internal})
+        demo.load(on_pair, inputs, out_all, **{**live, **internal})
         for view in (views["tokens"], views["rounds"]):
-            view.click(on_click, [session], out_all, api_visibility="private", **quiet)
+            view.click(on_click, [session], out_all, **{**quiet, **internal})
         views["inspect"].click(
             on_pick,
             [session, views["insp_round"], views["insp_pos"]],
@@ -1188,8 +1295,10 @@ def build_app(
         views["export"].click(
             user_errors(export_files), [session], [views["files"]], api_name="export", **quiet
         )
-        views["upload"].upload(on_import, [session, views["upload"]], out_all, api_name="import")
-        views["replay"].click(on_replay, [session], out_all, api_name="replay")
+        views["upload"].upload(
+            on_import, [session, views["upload"]], out_all, api_name="import", **hidden
+        )
+        views["replay"].click(on_replay, [session], out_all, api_name="replay", **hidden)
 
         @user_errors
         def on_check(
@@ -1212,17 +1321,22 @@ def build_app(
             api_name="check",
             show_progress="full",
             **model_queue,
+            **hidden,
         )
+    for fn in demo.fns.values():  # the per-visitor state's initialiser is no API either
+        if fn.fn is new_session:
+            fn.api_visibility = "private"
     return demo
 
 
-def _controls(pairs: list[str], dep: Deployment, d: Settings) -> dict[str, Any]:
-    """The left column: presets, prompt, model and sampling controls, buttons."""
-    limits = dep.limits
+def _controls(pairs: list[str], dep: Deployment) -> dict[str, Any]:
+    """The left column: presets, prompt, model and sampling controls, buttons. Every
+    control starts at Form's default, which is the CLI's."""
+    limits, f = dep.limits, Form()
     c: dict[str, Any] = {}
     c["preset"] = gr.Dropdown(list(PRESETS), value=None, label="preset")
     c["prompt"] = gr.Textbox(
-        PRESETS["chat"]["prompt"],
+        f.prompt,
         label="prompt",
         lines=4,
         max_lines=12,
@@ -1234,11 +1348,11 @@ def _controls(pairs: list[str], dep: Deployment, d: Settings) -> dict[str, Any]:
         c["step"] = gr.Button("Step", elem_id="sv-step")
         c["stop"] = gr.Button("Stop", variant="stop", elem_id="sv-stop")
     c["compare"] = gr.Checkbox(
-        True, label="compare with autoregressive decoding (measured speedup)"
+        f.compare, label="compare with autoregressive decoding (measured speedup)"
     )
     with gr.Accordion("models", open=True):
         c["pair"] = gr.Dropdown(pairs, value=pairs[0], label="pair (draft -> target)")
-        c["dtype"] = gr.Dropdown(["auto", "float32", "bfloat16"], value="auto", label="dtype")
+        c["dtype"] = gr.Dropdown(["auto", "float32", "bfloat16"], value=f.dtype, label="dtype")
         with gr.Row(visible=dep.custom_models):
             c["custom_draft"] = gr.Textbox(
                 "", label="custom draft id (pair: custom)", placeholder="owner/name", max_length=200
@@ -1246,7 +1360,7 @@ def _controls(pairs: list[str], dep: Deployment, d: Settings) -> dict[str, Any]:
             c["custom_target"] = gr.Textbox(
                 "", label="custom target id", placeholder="owner/name", max_length=200
             )
-        c["drafter"] = gr.Radio(list(DRAFTERS), value=d.drafter, label="drafter")
+        c["drafter"] = gr.Radio(list(DRAFTERS), value=f.drafter, label="drafter")
         c["models"] = gr.HTML(
             render.status_html("models load when the page opens"),
             js_on_load=None,
@@ -1254,27 +1368,44 @@ def _controls(pairs: list[str], dep: Deployment, d: Settings) -> dict[str, Any]:
         )
     with gr.Accordion("sampling", open=True):
         c["gamma"] = gr.Slider(
-            1, limits.max_gamma, d.gamma, step=1, label="gamma (drafts/round)", elem_id="sv-gamma"
+            1,
+            limits.max_gamma,
+            min(f.gamma, limits.max_gamma),
+            step=1,
+            label="gamma (drafts/round)",
+            elem_id="sv-gamma",
         )
-        c["adaptive_gamma"] = gr.Checkbox(False, label="adaptive gamma")
-        c["temperature"] = gr.Slider(0, 2, d.temperature, step=0.05, label="temperature")
-        c["draft_temperature"] = gr.Number(
-            None,
-            label="draft temperature (changes q only; empty = same as target)",
+        c["adaptive_gamma"] = gr.Checkbox(f.adaptive_gamma, label="adaptive gamma")
+        c["temperature"] = gr.Slider(
+            0, 2, f.temperature, step=0.05, label="temperature", elem_id="sv-temperature"
+        )
+        c["own_draft_temperature"] = gr.Checkbox(
+            f.own_draft_temperature,
+            label="draft uses its own temperature (changes q only: the output stays exact, "
+            "acceptance drops)",
+            elem_id="sv-own-draft-temp",
+        )
+        c["draft_temperature"] = gr.Slider(
+            0.05,
+            3,
+            f.draft_temperature,
+            step=0.05,
+            label="draft temperature",
+            visible=f.own_draft_temperature,
             elem_id="sv-draft-temp",
         )
-        c["top_p"] = gr.Slider(0.05, 1, d.top_p, step=0.05, label="top-p")
-        c["top_k"] = gr.Number(d.top_k, precision=0, label="top-k (0 = off)")
-        c["greedy"] = gr.Checkbox(False, label="greedy (argmax p and q)")
+        c["top_p"] = gr.Slider(0.05, 1, f.top_p, step=0.05, label="top-p", elem_id="sv-top-p")
+        c["top_k"] = gr.Number(f.top_k, precision=0, minimum=0, label="top-k (0 = off)")
+        c["greedy"] = gr.Checkbox(f.greedy, label="greedy (argmax p and q)")
         c["max_new_tokens"] = gr.Slider(
             1,
             min(512, limits.max_new_tokens),
-            64,
+            min(f.max_new_tokens, limits.max_new_tokens),
             step=1,
             label="max new tokens",
             elem_id="sv-max-new",
         )
-        c["seed"] = gr.Number(d.seed, precision=0, label="seed")
+        c["seed"] = gr.Number(f.seed, precision=0, minimum=0, label="seed")
     return c
 
 
@@ -1300,6 +1431,11 @@ def _views(limits: Limits) -> dict[str, Any]:
             scale=2,
             autoscroll=True,
         )
+    v["exact_note"] = gr.HTML(
+        render.exact_note_html(_D.to_dict()),
+        js_on_load=None,
+        elem_id="sv-exact-note",
+    )
     with gr.Tabs() as tabs:
         v["tabs"] = tabs
         with gr.Tab("Decision inspector", id="insp", elem_id="sv-inspector"):
@@ -1315,7 +1451,7 @@ def _views(limits: Limits) -> dict[str, Any]:
             v["insp_plot"] = gr.Plot(label="p and q", elem_id="sv-insp-plot")
         with gr.Tab("Live speedup", id="speed"):
             v["speed"] = gr.Plot(label="tokens against seconds", elem_id="sv-speed")
-            v["table1"] = gr.HTML(js_on_load=None)
+            v["table1"] = gr.HTML(js_on_load=None, elem_id="sv-table1")
             v["greedy"] = gr.HTML(js_on_load=None, elem_id="sv-greedy")
             v["summary"] = gr.HTML(js_on_load=None, elem_id="sv-summary")
         with gr.Tab("Acceptance", id="acc"):

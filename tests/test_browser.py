@@ -5,6 +5,7 @@ Set SPECVIZ_SCREENSHOT_DIR to also write the README's screenshots there.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -57,11 +58,19 @@ def page(app_url):
 def generate(page, prompt: str, max_new: int, draft_temperature: str = "") -> None:
     """Fill the controls, press Run and wait until the run is done."""
     page.fill("#sv-prompt textarea", prompt)
-    page.fill("#sv-draft-temp input", draft_temperature)
+    if draft_temperature:
+        page.check("#sv-own-draft-temp input")
+        page.fill("#sv-draft-temp input[type=number]", draft_temperature)
+        page.press("#sv-draft-temp input[type=number]", "Enter")
     page.fill("#sv-max-new input[type=number]", str(max_new))
     page.press("#sv-max-new input[type=number]", "Enter")
     page.fill("#sv-gamma input[type=number]", "2")
     page.press("#sv-gamma input[type=number]", "Enter")
+    press_run(page)
+
+
+def press_run(page) -> None:
+    """Press Run and wait until the run is done."""
     t0 = time.perf_counter()
     page.click("#sv-run")
     page.wait_for_selector("#sv-tokens [data-status]", timeout=120_000)
@@ -72,7 +81,7 @@ def generate(page, prompt: str, max_new: int, draft_temperature: str = "") -> No
 
 
 def test_statuses_click_and_inspector(page, tmp_path) -> None:
-    # A draft at temperature 1.8 against a target at 1.0 makes rejections near certain;
+    # A draft at temperature 1.8 against a target at 0.7 makes rejections near certain;
     # with gamma 2 over 40 tokens, full accepts (bonus tokens) are too.
     generate(page, ui.PRESETS["chat"]["prompt"], 40, draft_temperature="1.8")
     tokens = page.locator("#sv-tokens")
@@ -112,4 +121,60 @@ def test_markup_in_the_prompt_renders_as_text(page) -> None:
     assert injected == 0
     shown = page.inner_text("#sv-tokens .sv-prompt")
     assert "<img" in shown and "<script>alert(1)</script>" in shown.replace("·", " ")
+    assert page.dialogs == []
+
+
+def open_tab(page, name: str) -> None:
+    """Select a tab, through the "More tabs" menu where the tab row overflows."""
+    tab = page.get_by_role("tab", name=name)
+    if tab.count():
+        tab.click()
+        return
+    page.click("button[aria-label='More tabs']")
+    page.locator(".overflow-dropdown button", has_text=name).click()
+
+
+def exported_trace(page, name: str = "specviz-trace.json") -> dict:
+    """The session's trace through the page's own Export button."""
+    open_tab(page, "Export and import")
+    page.get_by_role("button", name="Export trace (JSON) and rounds (CSV)").click()
+    link = page.locator(f"a[href*='{name}']").first
+    link.wait_for(timeout=30_000)
+    return page.request.get(link.get_attribute("href")).json()
+
+
+def cli_trace(seed: int, capsys) -> dict:
+    """`python -m specviz generate --prompt DEFAULT_PROMPT --json --seed S`, in process."""
+    from specviz import cli
+
+    capsys.readouterr()
+    assert cli.main(["generate", "--prompt", ui.DEFAULT_PROMPT, "--json", "--seed", str(seed)]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_an_untouched_run_uses_the_cli_defaults(page, capsys, tmp_path) -> None:
+    press_run(page)  # nothing touched: the controls as the page first sends them
+    page.screenshot(path=str(tmp_path / "untouched.png"), full_page=True)
+    trace = exported_trace(page)
+    reference = cli_trace(0, capsys)
+    # every setting, field by field: the next control whose browser value differs from
+    # its Python default fails here by name
+    for key, value in reference["settings"].items():
+        assert trace["settings"][key] == value, key
+    assert trace["settings"].keys() == reference["settings"].keys()
+    assert trace["prompt"] == reference["prompt"] == ui.DEFAULT_PROMPT
+    assert trace["models"] == reference["models"]
+    # acceptance like the CLI's on the same prompt and seed, within the spread of seeds 0-2
+    cli_rates = [reference["stats"]["acceptance_rate"]]
+    cli_rates += [cli_trace(s, capsys)["stats"]["acceptance_rate"] for s in (1, 2)]
+    rate = trace["stats"]["acceptance_rate"]
+    assert min(cli_rates) - 0.1 <= rate <= max(cli_rates) + 0.1, (rate, cli_rates)
+    open_tab(page, "Live speedup")
+    table = page.inner_text("#sv-table1")
+    print(f"untouched run: acceptance {rate:.3f} (CLI seeds 0-2: {cli_rates}); {table}")
+    note = page.inner_text("#sv-exact-note")
+    assert "temperature 0.7, top-p 0.9, top-k off" in note
+    target = os.environ.get("SPECVIZ_SCREENSHOT_DIR")
+    if target:
+        page.screenshot(path=str(Path(target) / "untouched-run.png"), full_page=True)
     assert page.dialogs == []

@@ -127,7 +127,7 @@ def test_stop_ends_the_run_early(loader) -> None:
 
 
 def test_inspector_reads_the_stored_trace(loader) -> None:
-    session, _ = run_all(loader, form(draft_temperature=3.0))
+    session, _ = run_all(loader, form(own_draft_temperature=True, draft_temperature=3.0))
     rejected = next(
         (r.index, r.start + i)
         for r in session.spec.rounds
@@ -256,8 +256,8 @@ def test_client_runs_exports_and_sees_errors(app_url) -> None:
 
     with pytest.raises(AppError, match="prompt is empty"):
         a.predict(*client_args(prompt="  "), api_name="/run")
-    with pytest.raises(AppError, match="draft_temperature must be a number"):
-        a.predict(*client_args(draft_temperature=-2.0), api_name="/run")
+    with pytest.raises(AppError, match="less than minimum value 0.05"):  # the slider's bound
+        a.predict(*client_args(own_draft_temperature=True, draft_temperature=-2.0), api_name="/run")
     out = a.predict(*client_args(seed=7, max_new_tokens=5), api_name="/run")  # still serving
     assert any(isinstance(x, str) and "data-status" in x for x in out)
 
@@ -285,3 +285,101 @@ def test_distribution_check_tab_passes_the_exact_rule_and_catches_a_wrong_one() 
     assert "FAIL" in broken["check_summary"]
     with pytest.raises(ValueError, match="samples must be in 200"):
         ui.check_updates(loader, f, LIMITS, 50, 1, "exact")
+
+
+# --- untouched controls and the named API ----------------------------------------------
+
+
+def cli_defaults(prompt: str = ui.DEFAULT_PROMPT) -> dict:
+    """The settings `python -m specviz generate --prompt PROMPT` runs with."""
+    from specviz import cli
+
+    args = cli.build_parser().parse_args(["generate", "--prompt", prompt])
+    return cli.settings_from_args(args).to_dict()
+
+
+def initial_form(demo: gr.Blocks) -> ui.Form:
+    """The Form the page sends for Run when nobody has touched a control: the initial value
+    of every input of the run event, as the Blocks config gives it to the browser."""
+    run = next(fn for fn in demo.fns.values() if fn.api_name == "run")
+    components = [b for b in run.inputs if not isinstance(b, gr.State)]
+    config = {c.elem_id or id(c): c.get_config()["value"] for c in components}
+    values = [config[c.elem_id or id(c)] for c in components]
+    assert len(values) == len(ui.FORM_FIELDS)
+    return ui.Form(**dict(zip(ui.FORM_FIELDS, values, strict=True)))
+
+
+def test_untouched_controls_run_with_the_cli_defaults() -> None:
+    demo = ui.build_app(loader=lambda p, d: None, pairs=["default"])
+    f = initial_form(demo)
+    assert f.prompt == ui.DEFAULT_PROMPT and f.pair == "default" and f.compare
+    assert f.settings(LIMITS).to_dict() == cli_defaults()
+    # a lower deployment limit caps the sliders' starting points instead of failing
+    small = Limits(max_new_tokens=16, max_gamma=2)
+    f = initial_form(ui.build_app(loader=lambda p, d: None, pairs=["default"], limits=small))
+    assert f.settings(small).to_dict() == {**cli_defaults(), "max_new_tokens": 16, "gamma": 2}
+
+
+def test_the_draft_temperature_applies_only_when_switched_on() -> None:
+    assert form(draft_temperature=0.0).settings(LIMITS).draft_temperature is None
+    on = form(own_draft_temperature=True, draft_temperature=1.5).settings(LIMITS)
+    assert on.draft_temperature == 1.5 and on.draft_warp().temperature == 1.5
+    with pytest.raises(ValueError, match="draft temperature is empty"):
+        form(own_draft_temperature=True, draft_temperature=None).settings(LIMITS)
+
+
+def test_the_page_says_the_text_is_distributed_as_the_target(loader) -> None:
+    _, frames = run_all(loader, form(temperature=0.7, top_p=0.9))
+    note = frames[-1]["exact_note"]
+    assert "distributed exactly as the target&#x27;s own sampling" in note.replace(
+        "&#39;", "&#x27;"
+    )
+    assert "temperature 0.7, top-p 0.9, top-k off" in note
+    _, frames = run_all(loader, form(greedy=True))
+    assert "greedy decoding" in frames[-1]["exact_note"]
+
+
+def test_generate_endpoint_takes_the_cli_names_and_defaults(app_url, tiny) -> None:
+    from gradio_client import Client
+    from gradio_client.exceptions import AppError
+
+    client = Client(app_url, verbose=False)
+    api = client.view_api(print_info=False, return_format="dict")
+    assert list(api["named_endpoints"]) == ["/generate"]  # the page's events stay off it
+    params = {p["parameter_name"]: p for p in api["named_endpoints"]["/generate"]["parameters"]}
+    expected = {
+        k: v for k, v in cli_defaults().items() if k not in ("method", "top_n", "ngram_size")
+    }
+    expected = {k: v for k, v in expected.items() if k not in ("rule", "trace_level")}
+    names = ["prompt", "pair", "draft", "target", *expected, "compare"]
+    assert sorted(params) == sorted(set(names))
+    assert not params["prompt"]["parameter_has_default"]
+    for name, value in expected.items():
+        assert params[name]["parameter_default"] == value, name
+    assert params["compare"]["parameter_default"] is False
+
+    out = client.predict(prompt=PROMPT, pair="tiny", max_new_tokens=12, api_name="/generate")
+    trace = Trace.from_dict(out)  # the schema of `generate --json`
+    assert trace.settings == {**cli_defaults(PROMPT), "max_new_tokens": 12}
+    assert "ar" not in out and "speedup" not in out
+    settings = ui.Form(prompt=PROMPT, max_new_tokens=12).settings(LIMITS)
+    assert trace.token_ids == generate(tiny, PROMPT, settings).token_ids
+
+    out = client.predict(
+        prompt=PROMPT,
+        pair="tiny",
+        gamma=2,
+        greedy=True,
+        max_new_tokens=8,
+        compare=True,
+        api_name="/generate",
+    )
+    ar = Trace.from_dict(out.pop("ar"))
+    speedup = out.pop("speedup")
+    spec = Trace.from_dict(out)
+    assert ar.method == "ar" and spec.token_ids == ar.token_ids  # greedy, fp32
+    assert speedup == pytest.approx(ar.stats.ms_per_token / spec.stats.ms_per_token)
+    with pytest.raises(AppError, match="gamma must be in 1..32, got 0"):
+        client.predict(prompt=PROMPT, pair="tiny", gamma=0, api_name="/generate")
+    with pytest.raises(AppError, match="a custom pair needs a draft id and a target id"):
+        client.predict(prompt=PROMPT, draft="owner/a", api_name="/generate")
