@@ -45,7 +45,7 @@ def result(pair, opts):
 
 
 def test_every_contender_runs_every_repetition(result, opts, pair):
-    names = {c.name for c in bench.contenders(pair, "greedy", opts)}
+    names = {c.name for c in bench.all_contenders(pair, "greedy", opts)}
     assert "transformers assisted g=2" in names and "specviz spec g=4 minimal trace" in names
     expected = len(PROMPTS) * len(opts.modes) * len(names) * opts.reps
     assert len(result.rows) == expected
@@ -172,7 +172,7 @@ def test_cli_bench_json(pair, monkeypatch, capsys, tmp_path):
     from specviz import cli
 
     monkeypatch.setattr(cli, "load_pair_from_args", lambda args: pair)
-    monkeypatch.setattr(bench, "prompt_set", lambda quick, kinds: PROMPTS[:1])
+    monkeypatch.setattr(bench.running, "prompt_set", lambda quick, kinds: PROMPTS[:1])
     argv = ["bench", "--quick", "--max-new-tokens", "4", "--modes", "greedy", "--gammas", "2"]
     argv.append("--json")
     assert cli.main([*argv, "--no-load-probe", "--out", str(tmp_path)]) == 0
