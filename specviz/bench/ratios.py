@@ -12,7 +12,9 @@ tokens-per-round ratio, which are as named:
 - (e) measured tokens per round against Leviathan's (1 - alpha^(gamma+1)) / (1 - alpha);
 - adaptive gamma against the best constant gamma.
 
-``summarize_ratios`` pools the prompts: geometric means, the overhead's arithmetic mean.
+Each ratio's key (the "item" of ratios.csv, summary.csv and bench.json) says what it
+divides by what. ``summarize_ratios`` pools the prompts: geometric means, the overhead's
+arithmetic mean.
 """
 
 from __future__ import annotations
@@ -26,7 +28,30 @@ from specviz.bench.contenders import ADAPTIVE_START, contender_name
 from specviz.bench.options import BenchOptions, reference_gamma
 from specviz.bench.prompts import BenchPrompt
 
-RatioItem = tuple[str, str, "int | None", "float | None"]  # item, what, gamma, value
+# Each ratio's key and what it divides by what ("ratio_of"), in the report's order.
+AR_PARITY = "transformers_ar_over_specviz_ar"  # (a)
+ASSISTED_PARITY = "transformers_assisted_over_specviz_spec"  # (b), same constant gamma
+DEFAULT_SCHEDULE_PARITY = "transformers_assisted_default_over_specviz_best_spec"  # (b)
+LOOKUP_PARITY = "transformers_prompt_lookup_over_specviz_ngram"  # (b), n-gram drafting
+SPEEDUP = "specviz_ar_over_specviz_spec"  # (c)
+TRACE_OVERHEAD = "full_trace_overhead_vs_minimal"  # (d): full / minimal - 1
+ROUND_TOKENS_VS_THEORY = "measured_over_leviathan_tokens_per_round"  # (e)
+ADAPTIVE_GAIN = "best_constant_gamma_over_adaptive"
+RATIO_OF = {
+    AR_PARITY: "transformers AR / specviz AR",
+    ASSISTED_PARITY: "transformers assisted / specviz spec, constant gamma",
+    DEFAULT_SCHEDULE_PARITY: "transformers assisted default / best specviz gamma",
+    LOOKUP_PARITY: "transformers prompt lookup / specviz ngram",
+    SPEEDUP: "specviz AR / specviz spec (speedup)",
+    TRACE_OVERHEAD: "full trace / minimal trace - 1 (overhead)",
+    ROUND_TOKENS_VS_THEORY: "measured / Leviathan tokens per round",
+    ADAPTIVE_GAIN: "best constant gamma / adaptive (>1: adaptive faster)",
+}
+RATIO_KEYS = tuple(RATIO_OF)
+AT_BEST_GAMMA = (DEFAULT_SCHEDULE_PARITY, ADAPTIVE_GAIN)  # one per prompt, whatever its gamma
+
+Medians = dict[str, "float | None"]  # contender name: median ms/token
+RatioItem = tuple[str, "int | None", "float | None"]  # key, gamma, value
 
 
 def case_ratios(
@@ -37,17 +62,23 @@ def case_ratios(
     med = {name: _median_ms(rows, name) for name in {r["contender"] for r in rows}}
     items = _speed_ratios(med, opts) + _engine_ratios(med, rows, opts)
     greedy_ok = _greedy_agreement(rows) if mode == "greedy" else None
-    keys = ("item", "ratio_of", "gamma", "value")
     base = {"prompt": bp.name, "kind": bp.kind, "mode": mode}
     return [
-        base | dict(zip(keys, it, strict=True)) | {"greedy_outputs_agree": greedy_ok}
-        for it in items
+        base
+        | {"item": key, "ratio_of": RATIO_OF[key], "gamma": g, "value": value}
+        | {"greedy_outputs_agree": greedy_ok}
+        for key, g, value in items
     ]
 
 
 def _median_ms(rows: list[dict[str, Any]], name: str) -> float | None:
     ms = [r["ms_per_token"] for r in rows if r["contender"] == name]
     return statistics.median(ms) if ms else None
+
+
+def _med(med: Medians, side: str, kind: str, g: int | None = None) -> float | None:
+    """One contender's median ms/token; None where it did not run."""
+    return med.get(contender_name(side, kind, g))
 
 
 def _ratio(num: float | None, den: float | None) -> float | None:
@@ -62,81 +93,44 @@ def _greedy_agreement(rows: list[dict[str, Any]]) -> bool:
     return all(r.get("same_as_ar", True) for r in rows)
 
 
-def _spec_medians(med: dict[str, float | None], opts: BenchOptions) -> dict[int, float | None]:
+def _spec_medians(med: Medians, opts: BenchOptions) -> dict[int, float | None]:
     """Median ms/token of specviz speculative at each constant gamma."""
-    return {g: med.get(contender_name("specviz", "spec", g)) for g in opts.gammas}
+    return {g: _med(med, "specviz", "spec", g) for g in opts.gammas}
 
 
-def _best_gamma(med: dict[str, float | None], opts: BenchOptions) -> int | None:
+def _best_gamma(med: Medians, opts: BenchOptions) -> int | None:
     """The constant gamma with the lowest median ms/token."""
     spec = _spec_medians(med, opts)
     return min((g for g in spec if spec[g]), key=lambda g: spec[g] or 0.0, default=None)
 
 
-def _speed_ratios(med: dict[str, float | None], opts: BenchOptions) -> list[RatioItem]:
+def _speed_ratios(med: Medians, opts: BenchOptions) -> list[RatioItem]:
     """(a), (b) and (c): transformers over specviz, and specviz AR over speculative."""
     g_ref, best_g = reference_gamma(opts.gammas), _best_gamma(med, opts)
-    spec, ar = _spec_medians(med, opts), med.get(contender_name("specviz", "ar"))
-    hf = {kind: med.get(contender_name("transformers", kind, g_ref)) for kind in ("ar", "lookup")}
-    out: list[RatioItem] = [("a", "transformers AR / specviz AR", None, _ratio(hf["ar"], ar))]
-    out += [
-        (
-            "b",
-            "transformers assisted / specviz spec, constant gamma",
-            g,
-            _ratio(med.get(contender_name("transformers", "assisted", g)), spec[g]),
-        )
-        for g in opts.gammas
+    spec, ar = _spec_medians(med, opts), _med(med, "specviz", "ar")
+    hf_ar, hf_default = _med(med, "transformers", "ar"), _med(med, "transformers", "default")
+    assisted = {g: _med(med, "transformers", "assisted", g) for g in opts.gammas}
+    ngram, lookup = _med(med, "specviz", "ngram", g_ref), _med(med, "transformers", "lookup", g_ref)
+    return [
+        (AR_PARITY, None, _ratio(hf_ar, ar)),
+        *[(ASSISTED_PARITY, g, _ratio(assisted[g], spec[g])) for g in opts.gammas],
+        (DEFAULT_SCHEDULE_PARITY, best_g, _ratio(hf_default, spec.get(best_g))),
+        (LOOKUP_PARITY, g_ref, _ratio(lookup, ngram)),
+        *[(SPEEDUP, g, _ratio(ar, spec[g])) for g in opts.gammas],
     ]
-    default = med.get(contender_name("transformers", "default"))
-    out.append(
-        (
-            "b-dynamic",
-            "transformers assisted default / best specviz gamma",
-            best_g,
-            _ratio(default, spec.get(best_g)),
-        )
-    )
-    ngram = med.get(contender_name("specviz", "ngram", g_ref))
-    out.append(
-        (
-            "b-ngram",
-            "transformers prompt lookup / specviz ngram",
-            g_ref,
-            _ratio(hf["lookup"], ngram),
-        )
-    )
-    out += [
-        ("c", "specviz AR / specviz spec (speedup)", g, _ratio(ar, spec[g])) for g in opts.gammas
-    ]
-    return out
 
 
-def _engine_ratios(
-    med: dict[str, float | None], rows: list[dict[str, Any]], opts: BenchOptions
-) -> list[RatioItem]:
+def _engine_ratios(med: Medians, rows: list[dict[str, Any]], opts: BenchOptions) -> list[RatioItem]:
     """(d) trace overhead, (e) tokens per round against Leviathan, adaptive gamma."""
     g_ref, best_g = reference_gamma(opts.gammas), _best_gamma(med, opts)
-    full = med.get(contender_name("specviz", "spec", g_ref))
-    minimal = med.get(contender_name("specviz", "minimal", g_ref))
-    out: list[RatioItem] = [
-        ("d", "full trace / minimal trace - 1 (overhead)", g_ref, _minus_one(_ratio(full, minimal)))
+    full, minimal = _med(med, "specviz", "spec", g_ref), _med(med, "specviz", "minimal", g_ref)
+    best = _med(med, "specviz", "spec", best_g)
+    adaptive = _med(med, "specviz", "adaptive", ADAPTIVE_START)
+    return [
+        (TRACE_OVERHEAD, g_ref, _minus_one(_ratio(full, minimal))),
+        *[(ROUND_TOKENS_VS_THEORY, g, tokens_per_round_ratio(rows, g)) for g in opts.gammas],
+        (ADAPTIVE_GAIN, best_g, _ratio(best, adaptive)),
     ]
-    out += [
-        ("e", "measured / Leviathan tokens per round", g, tokens_per_round_ratio(rows, g))
-        for g in opts.gammas
-    ]
-    best = med.get(contender_name("specviz", "spec", best_g))
-    adaptive = med.get(contender_name("specviz", "adaptive", ADAPTIVE_START))
-    out.append(
-        (
-            "adaptive",
-            "best constant gamma / adaptive (>1: adaptive faster)",
-            best_g,
-            _ratio(best, adaptive),
-        )
-    )
-    return out
 
 
 def tokens_per_round_ratio(rows: list[dict[str, Any]], gamma: int) -> float | None:
@@ -166,13 +160,13 @@ def summarize_ratios(ratios: list[dict[str, Any]]) -> list[dict[str, Any]]:
         key = (
             r["mode"],
             r["item"],
-            r["gamma"] if r["item"] not in ("b-dynamic", "adaptive") else None,
+            r["gamma"] if r["item"] not in AT_BEST_GAMMA else None,
         )
         groups.setdefault(key, []).append(r["value"])
         what[key] = r["ratio_of"]
     out = []
     for (mode, item, g), vals in groups.items():
-        center = _mean_overhead(vals) if item == "d" else _geomean(vals)
+        center = _mean_overhead(vals) if item == TRACE_OVERHEAD else _geomean(vals)
         out.append(
             {
                 "mode": mode,
@@ -185,7 +179,7 @@ def summarize_ratios(ratios: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "prompts": len(vals),
             }
         )
-    return sorted(out, key=lambda r: (r["mode"], r["item"], r["gamma"] or 0))
+    return sorted(out, key=lambda r: (r["mode"], RATIO_KEYS.index(r["item"]), r["gamma"] or 0))
 
 
 def _geomean(vals: list[float]) -> float:

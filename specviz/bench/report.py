@@ -1,37 +1,60 @@
 """The benchmark's report: the Markdown tables the terminal shows, the Plotly figures, and
 the files written by --out (CSV, JSON, HTML, PNG where kaleido can render).
 
-The Markdown table keeps the (a)..(f) labels of the ratios; the files carry their keys.
+The table and the figures show the ratios by their (a)..(f) labels; the files carry their
+keys (specviz.bench.ratios).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from specviz.bench.options import SAMPLE_TEMPERATURE, SAMPLE_TOP_P
+from specviz.bench.ratios import (
+    ADAPTIVE_GAIN,
+    AR_PARITY,
+    ASSISTED_PARITY,
+    AT_BEST_GAMMA,
+    DEFAULT_SCHEDULE_PARITY,
+    LOOKUP_PARITY,
+    ROUND_TOKENS_VS_THEORY,
+    SPEEDUP,
+    TRACE_OVERHEAD,
+)
 from specviz.bench.running import BenchResult
 
-TARGETS = {
-    "a": ">= 1.0",
-    "b": ">= 1.0",
-    "b-dynamic": ">= 1.0",
-    "d": "<= 5 %",
-    "e": "within 5 %",
+
+@dataclass(frozen=True)
+class RatioRow:
+    """How the report shows one ratio."""
+
+    tag: str  # its short tag, in the figure
+    label: str  # its row label, in the table
+    target: str = ""
+
+
+ROWS = {  # in the table's order
+    AR_PARITY: RatioRow("a", "(a) transformers AR / specviz AR", ">= 1.0"),
+    ASSISTED_PARITY: RatioRow(
+        "b", "(b) transformers assisted / specviz spec, constant gamma", ">= 1.0"
+    ),
+    DEFAULT_SCHEDULE_PARITY: RatioRow(
+        "b-dynamic", "(b) transformers assisted, default schedule / best specviz gamma", ">= 1.0"
+    ),
+    LOOKUP_PARITY: RatioRow("b-ngram", "(b) transformers prompt lookup / specviz n-gram drafter"),
+    SPEEDUP: RatioRow("c", "(c) speedup: specviz AR / specviz spec"),
+    TRACE_OVERHEAD: RatioRow("d", "(d) full trace over minimal trace (overhead)", "<= 5 %"),
+    ROUND_TOKENS_VS_THEORY: RatioRow(
+        "e", "(e) tokens per round: measured / Leviathan", "within 5 %"
+    ),
+    ADAPTIVE_GAIN: RatioRow("adaptive", "adaptive gamma: best constant gamma / adaptive"),
 }
-ITEM_LABELS = {
-    "a": "(a) transformers AR / specviz AR",
-    "b": "(b) transformers assisted / specviz spec, constant gamma",
-    "b-dynamic": "(b) transformers assisted, default schedule / best specviz gamma",
-    "b-ngram": "(b) transformers prompt lookup / specviz n-gram drafter",
-    "c": "(c) speedup: specviz AR / specviz spec",
-    "d": "(d) full trace over minimal trace (overhead)",
-    "e": "(e) tokens per round: measured / Leviathan",
-    "adaptive": "adaptive gamma: best constant gamma / adaptive",
-}
-ITEM_ORDER = list(ITEM_LABELS)
+ITEM_LABELS = {key: row.label for key, row in ROWS.items()}
+ITEM_ORDER = list(ROWS)
 
 
 # --- Markdown ------------------------------------------------------------------------------
@@ -61,7 +84,7 @@ def format_report(result: BenchResult) -> str:
 def _fmt(item: str, v: float | None) -> str:
     if v is None:
         return "n/a"
-    return f"{v * 100:+.1f} %" if item == "d" else f"{v:.2f}"
+    return f"{v * 100:+.1f} %" if item == TRACE_OVERHEAD else f"{v:.2f}"
 
 
 def format_table(result: BenchResult) -> str:
@@ -78,8 +101,8 @@ def format_table(result: BenchResult) -> str:
     keys = sorted(cells, key=lambda k: (ITEM_ORDER.index(k[0]), k[1] or 0))
     for item, g in keys:
         vals = [cells[(item, g)].get(m, "n/a") for m in modes]
-        gamma = "best" if item in ("b-dynamic", "adaptive") else ("" if g is None else str(g))
-        row = [ITEM_LABELS[item], gamma, *vals, TARGETS.get(item, "")]
+        gamma = "best" if item in AT_BEST_GAMMA else ("" if g is None else str(g))
+        row = [ROWS[item].label, gamma, *vals, ROWS[item].target]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
@@ -196,7 +219,7 @@ def _ratios_figure(result: BenchResult) -> Any:
         fig.add_trace(
             go.Scatter(
                 x=[_ratio_label(r) for r in rs],
-                y=[r["value"] + (1.0 if r["item"] == "d" else 0.0) for r in rs],
+                y=[r["value"] + (1.0 if r["item"] == TRACE_OVERHEAD else 0.0) for r in rs],
                 mode="markers",
                 name=_mode_title(mode),
                 text=[r["prompt"] for r in rs],
@@ -214,9 +237,9 @@ def _ratios_figure(result: BenchResult) -> Any:
 
 def _ratio_label(r: dict[str, Any]) -> str:
     g = "" if r["gamma"] is None else f" g={r['gamma']}"
-    if r["item"] in ("b-dynamic", "adaptive"):
+    if r["item"] in AT_BEST_GAMMA:
         g = " best g"
-    return f"({r['item']}){g}"
+    return f"({ROWS[r['item']].tag}){g}"
 
 
 # --- files ---------------------------------------------------------------------------------
