@@ -26,6 +26,7 @@ from specviz.bench.ratios import (
     TRACE_OVERHEAD,
 )
 from specviz.bench.running import BenchResult
+from specviz.palette import SERIES
 
 
 @dataclass(frozen=True)
@@ -177,7 +178,8 @@ def _agreement_line(result: BenchResult) -> str:
 
 
 def bench_figures(result: BenchResult) -> list[Any]:
-    """Plotly figures: ms/token per contender and prompt, and the ratios per prompt."""
+    """Plotly figures: ms/token per contender and prompt, and the ratios per prompt; one
+    colour per prompt in the first and per mode in the second, from the palette's SERIES."""
     return [_ms_per_token_figure(result), _ratios_figure(result)]
 
 
@@ -205,7 +207,12 @@ def _ms_per_token_figure(result: BenchResult) -> Any:
                 col=1,
             )
         fig.update_yaxes(title_text="ms per token (median)", row=i, col=1)
-    fig.update_layout(barmode="group", title="ms per token by contender", height=420 * len(modes))
+    fig.update_layout(
+        barmode="group",
+        title="ms per token by contender",
+        height=420 * len(modes),
+        colorway=SERIES,
+    )
     return fig
 
 
@@ -231,6 +238,7 @@ def _ratios_figure(result: BenchResult) -> Any:
         title="Ratios per prompt (1 = parity; (d) shown as full/minimal)",
         yaxis_title="ratio",
         height=520,
+        colorway=SERIES,
     )
     return fig
 
