@@ -1,7 +1,7 @@
 """HTML for the app: token spans, the per-round view, the legend, verdicts and small tables.
 
-Colours are defined here once (``COLORS``) and read by the CSS variables and by
-specviz.plots. Every piece of text that comes from a model, a user or a file goes through
+Colours (``COLORS``) come from specviz.palette; :func:`css_variables` hands them to the
+page. Every piece of text that comes from a model, a user or a file goes through
 :func:`esc` (html.escape plus the characters that client-side templates treat specially)
 before it becomes part of a page. No gradio import.
 
@@ -17,22 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from specviz.palette import COLORS
 from specviz.trace import Added, Drafted, Round, Trace
 
-# Status and chart colours, with a cue beyond colour for each status (see assets/specviz.css).
-COLORS: dict[str, str] = {
-    "accepted": "#1a7f37",  # green, plain
-    "rejected": "#cf222e",  # red, struck through
-    "resampled": "#c2410c",  # orange, wavy underline and a small marker
-    "bonus": "#0550ae",  # blue, double underline and a small marker
-    "discarded": "#8c959f",  # grey, per-round view only
-    "p": "#0550ae",  # the target's distribution
-    "q": "#bf8700",  # the draft's distribution
-    "residual": "#c2410c",  # norm(max(0, p - q))
-    "spec": "#1a7f37",
-    "ar": "#57606a",
-    "u": "#6f42c1",  # the uniform draw
-}
 TOKEN_STATUSES = ("accepted", "rejected", "resampled", "bonus")
 LEGEND: dict[str, str] = {
     "accepted": "draft token accepted: u < min(1, p/q)",

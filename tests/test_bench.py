@@ -45,7 +45,7 @@ def result(pair, opts):
 
 
 def test_every_contender_runs_every_repetition(result, opts, pair):
-    names = {c.name for c in bench.contenders(pair, "greedy", opts)}
+    names = {c.name for c in bench.all_contenders(pair, "greedy", opts)}
     assert "transformers assisted g=2" in names and "specviz spec g=4 minimal trace" in names
     expected = len(PROMPTS) * len(opts.modes) * len(names) * opts.reps
     assert len(result.rows) == expected
@@ -107,9 +107,19 @@ def test_assistant_config_is_restored(pair):
 def test_every_ratio_is_present(result, opts):
     items = {(r["item"], r["gamma"]) for r in result.ratios}
     for g in opts.gammas:
-        assert {("b", g), ("c", g), ("e", g)} <= items
-    assert {"a", "b-dynamic", "b-ngram", "d", "adaptive"} <= {i for i, _ in items}
-    values = [r["value"] for r in result.ratios if r["item"] != "d"]
+        assert {
+            ("transformers_assisted_over_specviz_spec", g),
+            ("specviz_ar_over_specviz_spec", g),
+            ("measured_over_leviathan_tokens_per_round", g),
+        } <= items
+    assert {
+        "transformers_ar_over_specviz_ar",
+        "transformers_assisted_default_over_specviz_best_spec",
+        "transformers_prompt_lookup_over_specviz_ngram",
+        "full_trace_overhead_vs_minimal",
+        "best_constant_gamma_over_adaptive",
+    } <= {i for i, _ in items}
+    values = [r["value"] for r in result.ratios if r["item"] != "full_trace_overhead_vs_minimal"]
     assert all(v is not None and v > 0 for v in values)
     assert len(result.summary) == len({(s["mode"], s["item"], s["gamma"]) for s in result.summary})
 
@@ -172,7 +182,7 @@ def test_cli_bench_json(pair, monkeypatch, capsys, tmp_path):
     from specviz import cli
 
     monkeypatch.setattr(cli, "load_pair_from_args", lambda args: pair)
-    monkeypatch.setattr(bench, "prompt_set", lambda quick, kinds: PROMPTS[:1])
+    monkeypatch.setattr(bench.running, "prompt_set", lambda quick, kinds: PROMPTS[:1])
     argv = ["bench", "--quick", "--max-new-tokens", "4", "--modes", "greedy", "--gammas", "2"]
     argv.append("--json")
     assert cli.main([*argv, "--no-load-probe", "--out", str(tmp_path)]) == 0

@@ -1,0 +1,258 @@
+"""The contenders: named ways of generating, on the specviz side and the transformers side.
+
+Fairness. Both sides get the same prompt tokens (the chat template applied once by
+specviz), the same max_new_tokens and the same warp (temperature, top-p, top-k off).
+Both ignore EOS, so every run produces exactly max_new_tokens tokens (a chat model's EOS
+would otherwise end runs at different lengths). ms/token is the wall time of the whole
+call, prefill included, over the new tokens, with a device sync before every clock read.
+
+transformers (5.x) reads the assistant's schedule from ``assistant_model.generation_config``
+(``num_assistant_tokens``, ``num_assistant_tokens_schedule``,
+``assistant_confidence_threshold``); the same names passed to ``generate()`` do not reach
+the candidate generator. The constant-gamma contender therefore sets them on the draft's
+generation config, and restores it afterwards.
+
+A contender's name says its side, kind and gamma (``contender_name``); the runner and the
+ratios find contenders by it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from specviz.bench.options import SAMPLE_TEMPERATURE, SAMPLE_TOP_P, BenchOptions, reference_gamma
+from specviz.config import Settings
+from specviz.engine import clock, generate
+from specviz.models import ModelPair
+from specviz.trace import Trace
+
+ADAPTIVE_START = 4
+NGRAM_SIZE = 3  # specviz's ngram_size and transformers' max_matching_ngram_size
+
+NAMES = {  # (side, kind): name, with the contender's gamma for {g}
+    ("specviz", "ar"): "specviz AR",
+    ("transformers", "ar"): "transformers AR",
+    ("specviz", "spec"): "specviz spec g={g}",
+    ("transformers", "assisted"): "transformers assisted g={g}",
+    ("specviz", "minimal"): "specviz spec g={g} minimal trace",
+    ("specviz", "adaptive"): "specviz adaptive from g={g}",
+    ("specviz", "ngram"): "specviz ngram g={g}",
+    ("transformers", "default"): "transformers assisted default",
+    ("transformers", "lookup"): "transformers prompt lookup g={g}",
+}
+
+
+def contender_name(side: str, kind: str, gamma: int | None = None) -> str:
+    """The name a contender runs under, in the rows and the report."""
+    return NAMES[(side, kind)].format(g=gamma)
+
+
+@dataclass
+class Sample:
+    """One timed run of one contender."""
+
+    tokens: list[int]
+    wall_s: float
+    target_calls: int  # target forwards, the prompt's prefill included
+    trace: Trace | None = None  # specviz runs only
+
+    @property
+    def ms_per_token(self) -> float:
+        return self.wall_s * 1e3 / max(1, len(self.tokens))
+
+
+@dataclass(frozen=True)
+class Contender:
+    """A named way of generating: which side, which gamma, and how to run it."""
+
+    name: str
+    side: str  # "specviz" | "transformers"
+    kind: str  # "ar" | "spec" | "ngram" | "assisted" | "default" | "lookup" | "minimal" | ...
+    gamma: int | None
+    run: Callable[[list[int], str, int, int], Sample]  # (ids, prompt, seed, tokens)
+
+
+# --- the line-up ---------------------------------------------------------------------------
+
+
+def all_contenders(pair: ModelPair, mode: str, opts: BenchOptions) -> list[Contender]:
+    """Every contender of one mode, in their base order (the order repetitions rotate)."""
+    sv, g_ref = without_eos(pair), reference_gamma(opts.gammas)
+    out = [_specviz(sv, mode, "ar", None, method="ar")]
+    if opts.hf:
+        out.append(_transformers(pair, mode, "ar", None))
+    for g in opts.gammas:
+        out += _constant_gamma(pair, sv, mode, g, opts.hf)
+    out += _specviz_variants(sv, mode, g_ref)
+    if opts.hf:
+        out += _transformers_variants(pair, mode, g_ref)
+    return out
+
+
+def _constant_gamma(pair: ModelPair, sv: ModelPair, mode: str, g: int, hf: bool) -> list[Contender]:
+    """specviz speculative at gamma g, and transformers assisted at the same constant gamma."""
+    out = [_specviz(sv, mode, "spec", g, gamma=g)]
+    if hf and pair.draft is not None:
+        out.append(_transformers(pair, mode, "assisted", g, assistant=constant_schedule(g)))
+    return out
+
+
+def _specviz_variants(sv: ModelPair, mode: str, g_ref: int) -> list[Contender]:
+    """The minimal trace, adaptive gamma and the n-gram drafter."""
+    a = ADAPTIVE_START
+    return [
+        _specviz(sv, mode, "minimal", g_ref, gamma=g_ref, trace_level="minimal"),
+        _specviz(sv, mode, "adaptive", a, gamma=a, adaptive_gamma=True),
+        _specviz(sv, mode, "ngram", g_ref, drafter="ngram", gamma=g_ref, ngram_size=NGRAM_SIZE),
+    ]
+
+
+def _transformers_variants(pair: ModelPair, mode: str, g_ref: int) -> list[Contender]:
+    """transformers' default assistant schedule (with a draft) and its prompt lookup."""
+    out = []
+    if pair.draft is not None:
+        out.append(_transformers(pair, mode, "default", None, assistant={}))
+    lookup = {"prompt_lookup_num_tokens": g_ref, "max_matching_ngram_size": NGRAM_SIZE}
+    out.append(_transformers(pair, mode, "lookup", g_ref, **lookup))
+    return out
+
+
+def constant_schedule(g: int) -> dict[str, Any]:
+    """Draft generation-config fields that make transformers draft exactly g tokens a round."""
+    return {
+        "num_assistant_tokens": g,
+        "num_assistant_tokens_schedule": "constant",
+        "assistant_confidence_threshold": 0.0,
+    }
+
+
+def _specviz(pair: ModelPair, mode: str, kind: str, g: int | None, **changes: Any) -> Contender:
+    run = specviz_run(pair, mode, **changes)
+    return Contender(contender_name("specviz", kind, g), "specviz", kind, g, run)
+
+
+def _transformers(
+    pair: ModelPair, mode: str, kind: str, g: int | None, **hf_changes: Any
+) -> Contender:
+    run = hf_run(pair, mode, **hf_changes)
+    return Contender(contender_name("transformers", kind, g), "transformers", kind, g, run)
+
+
+# --- the specviz side ----------------------------------------------------------------------
+
+
+def mode_settings(mode: str, tokens: int, seed: int) -> Settings:
+    """The sampling settings both sides use in one mode."""
+    if mode == "greedy":
+        return Settings(greedy=True, max_new_tokens=tokens, seed=seed)
+    return Settings(
+        temperature=SAMPLE_TEMPERATURE, top_p=SAMPLE_TOP_P, max_new_tokens=tokens, seed=seed
+    )
+
+
+def without_eos(pair: ModelPair) -> ModelPair:
+    """The same pair with no EOS ids, so that specviz always generates max_new_tokens."""
+    return dataclasses.replace(pair, eos_ids=frozenset())
+
+
+def specviz_run(pair: ModelPair, mode: str, **changes: Any) -> Callable[..., Sample]:
+    """A specviz contender: generate() with the mode's settings plus changes."""
+
+    def run(ids: list[int], prompt: str, seed: int, tokens: int) -> Sample:
+        s = mode_settings(mode, tokens, seed).with_(**changes)
+        counter = CallCounter(pair.target.model)  # counted as for transformers
+        try:
+            t0 = clock(pair.device)
+            trace = generate(pair, prompt, s)
+            wall = clock(pair.device) - t0
+        finally:
+            counter.close()
+        return Sample(list(trace.token_ids), wall, counter.calls, trace)
+
+    return run
+
+
+class CallCounter:
+    """Counts a model's forward calls (a hook; negligible next to a forward)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.calls = 0
+        self._handle = model.register_forward_pre_hook(self._hook)
+
+    def _hook(self, *_: Any) -> None:
+        self.calls += 1
+
+    def close(self) -> None:
+        self._handle.remove()
+
+
+# --- the transformers side -----------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def assistant_config(model: torch.nn.Module, **values: Any) -> Iterator[None]:
+    """Set fields of model.generation_config for the duration, then restore them."""
+    gc = model.generation_config
+    saved = {k: getattr(gc, k, None) for k in values}
+    try:
+        for k, v in values.items():
+            setattr(gc, k, v)
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(gc, k, v)
+
+
+def hf_kwargs(mode: str, tokens: int, pad_id: int) -> dict[str, Any]:
+    """generate() arguments matching mode_settings: same warp, EOS ignored, fixed length."""
+    kw: dict[str, Any] = {
+        "max_new_tokens": tokens,
+        "min_new_tokens": 0,
+        "eos_token_id": None,
+        "pad_token_id": pad_id,
+    }
+    if mode == "greedy":
+        kw.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+    else:
+        kw.update(do_sample=True, temperature=SAMPLE_TEMPERATURE, top_p=SAMPLE_TOP_P, top_k=0)
+    return kw
+
+
+def hf_run(
+    pair: ModelPair, mode: str, assistant: dict[str, Any] | None = None, **extra: Any
+) -> Callable[..., Sample]:
+    """A transformers contender; assistant (if given) are draft generation-config fields."""
+    target = pair.target.model
+    pad = min(pair.eos_ids) if pair.eos_ids else 0
+
+    @torch.inference_mode()
+    def run(ids: list[int], prompt: str, seed: int, tokens: int) -> Sample:
+        x = torch.tensor([ids], device=pair.device)  # [1, prompt]
+        kw = hf_kwargs(mode, tokens, pad) | extra
+        kw["attention_mask"] = torch.ones_like(x)
+        ctx: Any = contextlib.nullcontext()
+        if assistant is not None:
+            assert pair.draft is not None
+            kw["assistant_model"] = pair.draft.model
+            ctx = assistant_config(pair.draft.model, eos_token_id=None, **assistant)
+        torch.manual_seed(seed)
+        counter = CallCounter(target)
+        try:
+            with ctx:
+                t0 = clock(pair.device)
+                out = target.generate(x, **kw)  # [1, prompt + tokens]
+                wall = clock(pair.device) - t0
+        finally:
+            counter.close()
+        new = out[0, len(ids) :].tolist()
+        if len(new) != tokens:
+            raise RuntimeError(f"transformers generated {len(new)} tokens, expected {tokens}")
+        return Sample(new, wall, counter.calls)
+
+    return run

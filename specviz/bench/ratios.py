@@ -1,0 +1,190 @@
+"""The ratios: every reported figure is a ratio of two contenders' median ms/token.
+
+Per (prompt, mode), larger than 1 favours specviz, except the trace overhead and the
+tokens-per-round ratio, which are as named:
+
+- (a) specviz autoregressive against transformers' ``generate()`` on the same target;
+- (b) specviz speculative against ``generate(assistant_model=...)`` with the same draft at
+  the same constant gamma; the best specviz gamma against transformers' default dynamic
+  schedule; the n-gram drafter against ``prompt_lookup_num_tokens``;
+- (c) specviz speculative against specviz autoregressive (the speedup);
+- (d) the full trace (top-n lists, overlaps) against the minimal one;
+- (e) measured tokens per round against Leviathan's (1 - alpha^(gamma+1)) / (1 - alpha);
+- adaptive gamma against the best constant gamma.
+
+Each ratio's key (the "item" of ratios.csv, summary.csv and bench.json) says what it
+divides by what. ``summarize_ratios`` pools the prompts: geometric means, the overhead's
+arithmetic mean.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+from specviz import metrics
+from specviz.bench.contenders import ADAPTIVE_START, contender_name
+from specviz.bench.options import BenchOptions, reference_gamma
+from specviz.bench.prompts import BenchPrompt
+
+# Each ratio's key and what it divides by what ("ratio_of"), in the report's order.
+AR_PARITY = "transformers_ar_over_specviz_ar"  # (a)
+ASSISTED_PARITY = "transformers_assisted_over_specviz_spec"  # (b), same constant gamma
+DEFAULT_SCHEDULE_PARITY = "transformers_assisted_default_over_specviz_best_spec"  # (b)
+LOOKUP_PARITY = "transformers_prompt_lookup_over_specviz_ngram"  # (b), n-gram drafting
+SPEEDUP = "specviz_ar_over_specviz_spec"  # (c)
+TRACE_OVERHEAD = "full_trace_overhead_vs_minimal"  # (d): full / minimal - 1
+ROUND_TOKENS_VS_THEORY = "measured_over_leviathan_tokens_per_round"  # (e)
+ADAPTIVE_GAIN = "best_constant_gamma_over_adaptive"
+RATIO_OF = {
+    AR_PARITY: "transformers AR / specviz AR",
+    ASSISTED_PARITY: "transformers assisted / specviz spec, constant gamma",
+    DEFAULT_SCHEDULE_PARITY: "transformers assisted default / best specviz gamma",
+    LOOKUP_PARITY: "transformers prompt lookup / specviz ngram",
+    SPEEDUP: "specviz AR / specviz spec (speedup)",
+    TRACE_OVERHEAD: "full trace / minimal trace - 1 (overhead)",
+    ROUND_TOKENS_VS_THEORY: "measured / Leviathan tokens per round",
+    ADAPTIVE_GAIN: "best constant gamma / adaptive (>1: adaptive faster)",
+}
+RATIO_KEYS = tuple(RATIO_OF)
+AT_BEST_GAMMA = (DEFAULT_SCHEDULE_PARITY, ADAPTIVE_GAIN)  # one per prompt, whatever its gamma
+
+Medians = dict[str, "float | None"]  # contender name: median ms/token
+RatioItem = tuple[str, "int | None", "float | None"]  # key, gamma, value
+
+
+def case_ratios(
+    rows: list[dict[str, Any]], bp: BenchPrompt, mode: str, opts: BenchOptions
+) -> list[dict[str, Any]]:
+    """Every ratio of one (prompt, mode): one dict per ratio, larger than 1 favours specviz
+    (except the trace overhead and the tokens-per-round ratio, which are as named)."""
+    med = {name: _median_ms(rows, name) for name in {r["contender"] for r in rows}}
+    items = _speed_ratios(med, opts) + _engine_ratios(med, rows, opts)
+    greedy_ok = _greedy_agreement(rows) if mode == "greedy" else None
+    base = {"prompt": bp.name, "kind": bp.kind, "mode": mode}
+    return [
+        base
+        | {"item": key, "ratio_of": RATIO_OF[key], "gamma": g, "value": value}
+        | {"greedy_outputs_agree": greedy_ok}
+        for key, g, value in items
+    ]
+
+
+def _median_ms(rows: list[dict[str, Any]], name: str) -> float | None:
+    ms = [r["ms_per_token"] for r in rows if r["contender"] == name]
+    return statistics.median(ms) if ms else None
+
+
+def _med(med: Medians, side: str, kind: str, g: int | None = None) -> float | None:
+    """One contender's median ms/token; None where it did not run."""
+    return med.get(contender_name(side, kind, g))
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    return num / den if num is not None and den else None
+
+
+def _minus_one(x: float | None) -> float | None:
+    return None if x is None else x - 1.0
+
+
+def _greedy_agreement(rows: list[dict[str, Any]]) -> bool:
+    return all(r.get("same_as_ar", True) for r in rows)
+
+
+def _spec_medians(med: Medians, opts: BenchOptions) -> dict[int, float | None]:
+    """Median ms/token of specviz speculative at each constant gamma."""
+    return {g: _med(med, "specviz", "spec", g) for g in opts.gammas}
+
+
+def _best_gamma(med: Medians, opts: BenchOptions) -> int | None:
+    """The constant gamma with the lowest median ms/token."""
+    spec = _spec_medians(med, opts)
+    return min((g for g in spec if spec[g]), key=lambda g: spec[g] or 0.0, default=None)
+
+
+def _speed_ratios(med: Medians, opts: BenchOptions) -> list[RatioItem]:
+    """(a), (b) and (c): transformers over specviz, and specviz AR over speculative."""
+    g_ref, best_g = reference_gamma(opts.gammas), _best_gamma(med, opts)
+    spec, ar = _spec_medians(med, opts), _med(med, "specviz", "ar")
+    hf_ar, hf_default = _med(med, "transformers", "ar"), _med(med, "transformers", "default")
+    assisted = {g: _med(med, "transformers", "assisted", g) for g in opts.gammas}
+    ngram, lookup = _med(med, "specviz", "ngram", g_ref), _med(med, "transformers", "lookup", g_ref)
+    return [
+        (AR_PARITY, None, _ratio(hf_ar, ar)),
+        *[(ASSISTED_PARITY, g, _ratio(assisted[g], spec[g])) for g in opts.gammas],
+        (DEFAULT_SCHEDULE_PARITY, best_g, _ratio(hf_default, spec.get(best_g))),
+        (LOOKUP_PARITY, g_ref, _ratio(lookup, ngram)),
+        *[(SPEEDUP, g, _ratio(ar, spec[g])) for g in opts.gammas],
+    ]
+
+
+def _engine_ratios(med: Medians, rows: list[dict[str, Any]], opts: BenchOptions) -> list[RatioItem]:
+    """(d) trace overhead, (e) tokens per round against Leviathan, adaptive gamma."""
+    g_ref, best_g = reference_gamma(opts.gammas), _best_gamma(med, opts)
+    full, minimal = _med(med, "specviz", "spec", g_ref), _med(med, "specviz", "minimal", g_ref)
+    best = _med(med, "specviz", "spec", best_g)
+    adaptive = _med(med, "specviz", "adaptive", ADAPTIVE_START)
+    return [
+        (TRACE_OVERHEAD, g_ref, _minus_one(_ratio(full, minimal))),
+        *[(ROUND_TOKENS_VS_THEORY, g, tokens_per_round_ratio(rows, g)) for g in opts.gammas],
+        (ADAPTIVE_GAIN, best_g, _ratio(best, adaptive)),
+    ]
+
+
+def tokens_per_round_ratio(rows: list[dict[str, Any]], gamma: int) -> float | None:
+    """Measured tokens per full-size round over Leviathan's expectation at the pooled
+    acceptance rate (accepted / verified drafts of those rounds, all repetitions)."""
+    name = contender_name("specviz", "spec", gamma)
+    rs = [r for r in rows if r["contender"] == name and r.get("full_rounds")]
+    rounds = sum(r["full_rounds"] for r in rs)
+    verified = sum(r["full_round_verified"] for r in rs)
+    if not rounds or not verified:
+        return None
+    alpha = sum(r["full_round_accepted"] for r in rs) / verified
+    measured = sum(r["full_round_tokens"] for r in rs) / rounds
+    return measured / metrics.expected_tokens_per_round(alpha, gamma)
+
+
+# --- pooled over prompts -------------------------------------------------------------------
+
+
+def summarize_ratios(ratios: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Geometric means over prompts of each (mode, item, gamma), with the min and max."""
+    groups: dict[tuple[str, str, Any], list[float]] = {}
+    what: dict[tuple[str, str, Any], str] = {}
+    for r in ratios:
+        if r["value"] is None:
+            continue
+        key = (
+            r["mode"],
+            r["item"],
+            r["gamma"] if r["item"] not in AT_BEST_GAMMA else None,
+        )
+        groups.setdefault(key, []).append(r["value"])
+        what[key] = r["ratio_of"]
+    out = []
+    for (mode, item, g), vals in groups.items():
+        center = _mean_overhead(vals) if item == TRACE_OVERHEAD else _geomean(vals)
+        out.append(
+            {
+                "mode": mode,
+                "item": item,
+                "ratio_of": what[(mode, item, g)],
+                "gamma": g,
+                "value": center,
+                "min": min(vals),
+                "max": max(vals),
+                "prompts": len(vals),
+            }
+        )
+    return sorted(out, key=lambda r: (r["mode"], RATIO_KEYS.index(r["item"]), r["gamma"] or 0))
+
+
+def _geomean(vals: list[float]) -> float:
+    return math.exp(statistics.fmean(math.log(v) for v in vals))
+
+
+def _mean_overhead(vals: list[float]) -> float:
+    return statistics.fmean(vals)

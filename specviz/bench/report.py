@@ -1,0 +1,293 @@
+"""The benchmark's report: the Markdown tables the terminal shows, the Plotly figures, and
+the files written by --out (CSV, JSON, HTML, PNG where kaleido can render).
+
+The table and the figures show the ratios by their (a)..(f) labels; the files carry their
+keys (specviz.bench.ratios).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specviz.bench.options import SAMPLE_TEMPERATURE, SAMPLE_TOP_P
+from specviz.bench.ratios import (
+    ADAPTIVE_GAIN,
+    AR_PARITY,
+    ASSISTED_PARITY,
+    AT_BEST_GAMMA,
+    DEFAULT_SCHEDULE_PARITY,
+    LOOKUP_PARITY,
+    ROUND_TOKENS_VS_THEORY,
+    SPEEDUP,
+    TRACE_OVERHEAD,
+)
+from specviz.bench.running import BenchResult
+from specviz.palette import SERIES
+
+
+@dataclass(frozen=True)
+class RatioRow:
+    """How the report shows one ratio."""
+
+    tag: str  # its short tag, in the figure
+    label: str  # its row label, in the table
+    target: str = ""
+
+
+ROWS = {  # in the table's order
+    AR_PARITY: RatioRow("a", "(a) transformers AR / specviz AR", ">= 1.0"),
+    ASSISTED_PARITY: RatioRow(
+        "b", "(b) transformers assisted / specviz spec, constant gamma", ">= 1.0"
+    ),
+    DEFAULT_SCHEDULE_PARITY: RatioRow(
+        "b-dynamic", "(b) transformers assisted, default schedule / best specviz gamma", ">= 1.0"
+    ),
+    LOOKUP_PARITY: RatioRow("b-ngram", "(b) transformers prompt lookup / specviz n-gram drafter"),
+    SPEEDUP: RatioRow("c", "(c) speedup: specviz AR / specviz spec"),
+    TRACE_OVERHEAD: RatioRow("d", "(d) full trace over minimal trace (overhead)", "<= 5 %"),
+    ROUND_TOKENS_VS_THEORY: RatioRow(
+        "e", "(e) tokens per round: measured / Leviathan", "within 5 %"
+    ),
+    ADAPTIVE_GAIN: RatioRow("adaptive", "adaptive gamma: best constant gamma / adaptive"),
+}
+ITEM_LABELS = {key: row.label for key, row in ROWS.items()}
+ITEM_ORDER = list(ROWS)
+
+
+# --- Markdown ------------------------------------------------------------------------------
+
+
+def format_report(result: BenchResult) -> str:
+    """Everything the terminal shows: machine, ratio table, contenders, loads."""
+    m = result.machine
+    o = result.options
+    head = (
+        f"{m['pair']} pair on {m['device']} ({m['cpu']}, {m['cores']} cores, torch "
+        f"{m['torch']}, transformers {m['transformers']}); {o['max_new_tokens']} new "
+        f"tokens, {o['reps']} repetitions, medians; load average {m['loadavg_start']} at "
+        f"the start, {m.get('loadavg_end')} at the end; {result.elapsed_s:.0f} s in all"
+    )
+    return "\n\n".join(
+        [
+            head,
+            format_table(result),
+            _agreement_line(result),
+            format_contenders(result),
+            format_loads(result),
+        ]
+    )
+
+
+def _fmt(item: str, v: float | None) -> str:
+    if v is None:
+        return "n/a"
+    return f"{v * 100:+.1f} %" if item == TRACE_OVERHEAD else f"{v:.2f}"
+
+
+def format_table(result: BenchResult) -> str:
+    """The ratio table as Markdown: one row per item (and gamma), one column per mode."""
+    modes = result.options["modes"]
+    cells: dict[tuple[str, Any], dict[str, str]] = {}
+    for s in result.summary:
+        cell = _fmt(s["item"], s["value"])
+        if s["prompts"] > 1:
+            cell += f" ({_fmt(s['item'], s['min'])} to {_fmt(s['item'], s['max'])})"
+        cells.setdefault((s["item"], s["gamma"]), {})[s["mode"]] = cell
+    head = ["ratio", "gamma", *[_mode_title(m) for m in modes], "target"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    keys = sorted(cells, key=lambda k: (ITEM_ORDER.index(k[0]), k[1] or 0))
+    for item, g in keys:
+        vals = [cells[(item, g)].get(m, "n/a") for m in modes]
+        gamma = "best" if item in AT_BEST_GAMMA else ("" if g is None else str(g))
+        row = [ROWS[item].label, gamma, *vals, ROWS[item].target]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def _mode_title(mode: str) -> str:
+    if mode == "greedy":
+        return "greedy"
+    return f"T={SAMPLE_TEMPERATURE}, top-p={SAMPLE_TOP_P}"
+
+
+def contender_frame(result: BenchResult) -> Any:
+    """Median ms/token and tokens per target call of each contender per prompt and mode."""
+    import pandas as pd
+
+    df = pd.DataFrame([{k: v for k, v in r.items() if k != "tokens"} for r in result.rows])
+    if df.empty:
+        return df
+    agg = {"ms_per_token": "median", "tokens_per_forward": "median", "new_tokens": "median"}
+    for col in ("acceptance_rate", "alpha_overlap", "mean_gamma", "same_as_ar"):
+        if col in df:
+            agg[col] = "mean" if col != "same_as_ar" else "min"
+    return df.groupby(["mode", "prompt", "contender"], sort=False).agg(agg).reset_index()
+
+
+def format_contenders(result: BenchResult) -> str:
+    """ms/token per contender, the median per prompt averaged over the prompts."""
+    df = contender_frame(result)
+    if df.empty:
+        return ""
+    t = df.groupby(["contender", "mode"], sort=False)["ms_per_token"].mean().unstack("mode")
+    modes = [m for m in result.options["modes"] if m in t.columns]
+    lines = ["| contender | " + " | ".join(f"ms/token {_mode_title(m)}" for m in modes) + " |"]
+    lines.append("|---|" + "---|" * len(modes))
+    for name, row in t.iterrows():
+        lines.append(f"| {name} | " + " | ".join(f"{row[m]:.1f}" for m in modes) + " |")
+    return "\n".join(lines)
+
+
+def format_loads(result: BenchResult) -> str:
+    """(f) as a few lines."""
+    d = result.loads
+    parts = []
+    if "cold_process_load_s" in d:
+        parts.append(
+            f"cold load (GGUF conversion into an empty cache, fresh process): "
+            f"{d['cold_process_load_s']:.1f} s, peak RSS {d['cold_peak_rss_mib']:.0f} MiB"
+        )
+    if "warm_process_load_s" in d:
+        parts.append(
+            f"warm load (converted cache, fresh process): {d['warm_process_load_s']:.1f} s "
+            f"(target {d['warm_target_load_s']:.1f} s, draft derivation "
+            f"{d['warm_draft_load_s']:.1f} s), peak RSS {d['warm_peak_rss_mib']:.0f} MiB"
+        )
+    parts.append(f"peak RSS of the whole benchmark process: {d['peak_rss_mib']:.0f} MiB")
+    if "cuda_peak_allocated_mib" in d:
+        parts.append(f"peak CUDA memory allocated: {d['cuda_peak_allocated_mib']:.0f} MiB")
+    return "\n".join(f"- {p}" for p in parts)
+
+
+def _agreement_line(result: BenchResult) -> str:
+    """Greedy: did every run of every contender reproduce the autoregressive output?"""
+    greedy = [r for r in result.rows if r["mode"] == "greedy"]
+    if not greedy:
+        return "greedy outputs: not measured"
+    differ = sorted({r["contender"] for r in greedy if not r.get("same_as_ar", True)})
+    if not differ:
+        return f"greedy outputs: all {len(greedy)} runs identical to the autoregressive output"
+    return "greedy outputs differ from the autoregressive output for: " + ", ".join(differ)
+
+
+# --- figures -------------------------------------------------------------------------------
+
+
+def bench_figures(result: BenchResult) -> list[Any]:
+    """Plotly figures: ms/token per contender and prompt, and the ratios per prompt; one
+    colour per prompt in the first and per mode in the second, from the palette's SERIES."""
+    return [_ms_per_token_figure(result), _ratios_figure(result)]
+
+
+def _ms_per_token_figure(result: BenchResult) -> Any:
+    """Grouped bars, one subplot per mode: median ms/token of each contender per prompt."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    df = contender_frame(result)
+    modes = result.options["modes"]
+    fig = make_subplots(rows=len(modes), cols=1, subplot_titles=[_mode_title(m) for m in modes])
+    for i, mode in enumerate(modes, start=1):
+        sub = df[df["mode"] == mode]
+        for prompt in sub["prompt"].unique():
+            s = sub[sub["prompt"] == prompt]
+            fig.add_trace(
+                go.Bar(
+                    x=s["contender"],
+                    y=s["ms_per_token"],
+                    name=prompt,
+                    legendgroup=prompt,
+                    showlegend=i == 1,
+                ),
+                row=i,
+                col=1,
+            )
+        fig.update_yaxes(title_text="ms per token (median)", row=i, col=1)
+    fig.update_layout(
+        barmode="group",
+        title="ms per token by contender",
+        height=420 * len(modes),
+        colorway=SERIES,
+    )
+    return fig
+
+
+def _ratios_figure(result: BenchResult) -> Any:
+    """One marker per prompt and ratio, one series per mode; 1 is parity."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for mode in result.options["modes"]:
+        rs = [r for r in result.ratios if r["mode"] == mode and r["value"] is not None]
+        fig.add_trace(
+            go.Scatter(
+                x=[_ratio_label(r) for r in rs],
+                y=[r["value"] + (1.0 if r["item"] == TRACE_OVERHEAD else 0.0) for r in rs],
+                mode="markers",
+                name=_mode_title(mode),
+                text=[r["prompt"] for r in rs],
+                hovertemplate="%{x}<br>%{text}: %{y:.3f}<extra></extra>",
+            )
+        )
+    fig.add_hline(y=1.0, line_dash="dot")
+    fig.update_layout(
+        title="Ratios per prompt (1 = parity; (d) shown as full/minimal)",
+        yaxis_title="ratio",
+        height=520,
+        colorway=SERIES,
+    )
+    return fig
+
+
+def _ratio_label(r: dict[str, Any]) -> str:
+    g = "" if r["gamma"] is None else f" g={r['gamma']}"
+    if r["item"] in AT_BEST_GAMMA:
+        g = " best g"
+    return f"({ROWS[r['item']].tag}){g}"
+
+
+# --- files ---------------------------------------------------------------------------------
+
+
+def write_outputs(result: BenchResult, out: Path) -> list[Path]:
+    """CSV of every run and of the ratios, JSON, an HTML report, and PNGs where possible."""
+    import pandas as pd
+
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "runs.csv", out / "ratios.csv", out / "summary.csv", out / "bench.json"]
+    runs = [{k: v for k, v in r.items() if k != "tokens"} for r in result.rows]
+    pd.DataFrame(runs).to_csv(paths[0], index=False)
+    pd.DataFrame(result.ratios).to_csv(paths[1], index=False)
+    pd.DataFrame(result.summary).to_csv(paths[2], index=False)
+    paths[3].write_text(json.dumps(result.to_dict(), indent=1))
+    figs = bench_figures(result)
+    html = out / "report.html"
+    body = "".join(
+        f.to_html(full_html=False, include_plotlyjs=(i == 0)) for i, f in enumerate(figs)
+    )
+    table = format_report(result).replace("&", "&amp;").replace("<", "&lt;")
+    html.write_text(
+        f"<!doctype html><meta charset='utf-8'><title>specviz bench</title><pre>{table}</pre>{body}"
+    )
+    paths.append(html)
+    paths += write_pngs(figs, out)
+    return paths
+
+
+def write_pngs(figs: list[Any], out: Path) -> list[Path]:
+    """PNG copies of the figures where kaleido (and a Chrome for kaleido 1.x) can render."""
+    if importlib.util.find_spec("kaleido") is None:
+        return []
+    paths = []
+    for i, fig in enumerate(figs, start=1):
+        p = out / f"report-{i}.png"
+        try:
+            fig.write_image(p, width=1200, height=fig.layout.height or 600)
+        except Exception:  # no usable Chrome: the HTML report stands alone
+            return paths
+        paths.append(p)
+    return paths

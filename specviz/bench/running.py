@@ -1,0 +1,301 @@
+"""Running the benchmark: warm-up, interleaved repetitions, per-run rows, and where the
+numbers came from (memory, load times, the machine).
+
+A warm-up pass runs every contender once; then each repetition runs every contender once,
+in an order rotated from one repetition to the next, so that slow drift of the machine hits
+all of them alike. Figures are medians over the repetitions (see specviz.bench.ratios).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from specviz import metrics
+from specviz.bench.contenders import Contender, Sample, all_contenders, contender_name
+from specviz.bench.options import BenchOptions
+from specviz.bench.prompts import BenchPrompt, prompt_set
+from specviz.bench.ratios import case_ratios, summarize_ratios
+from specviz.check import json_safe
+from specviz.models import ModelPair
+from specviz.trace import Trace
+
+
+@dataclass
+class BenchResult:
+    """Raw rows, the ratio table and the environment they came from."""
+
+    options: dict[str, Any]
+    machine: dict[str, Any]
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    ratios: list[dict[str, Any]] = field(default_factory=list)
+    summary: list[dict[str, Any]] = field(default_factory=list)
+    loads: dict[str, Any] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return json_safe(dataclasses.asdict(self))
+
+
+def run_bench(
+    pair: ModelPair,
+    opts: BenchOptions,
+    log: Callable[[str], None] | None = None,
+    prompts: list[BenchPrompt] | None = None,
+) -> BenchResult:
+    """Warm up, run every (prompt, mode) with interleaved repetitions, compute the ratios."""
+    import transformers
+
+    say = log or (lambda _msg: None)
+    t_start = time.perf_counter()
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()  # assisted generation warns about itself
+    try:
+        return _run_bench(pair, opts, say, prompts, t_start)
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+
+
+def _run_bench(
+    pair: ModelPair,
+    opts: BenchOptions,
+    say: Callable[[str], None],
+    prompts: list[BenchPrompt] | None,
+    t_start: float,
+) -> BenchResult:
+    prompts = prompts if prompts is not None else prompt_set(opts.quick, opts.kinds)
+    result = BenchResult(options=dataclasses.asdict(opts), machine=machine_info(pair))
+    warm_up_contenders(pair, opts, prompts[0], say)
+    for bp in prompts:
+        ids = pair.encode_prompt(bp.text)
+        for mode in opts.modes:
+            cs = all_contenders(pair, mode, opts)
+            rows = _measure(cs, bp, ids, mode, opts, say)
+            result.rows += rows
+            result.ratios += case_ratios(rows, bp, mode, opts)
+    result.summary = summarize_ratios(result.ratios)
+    result.loads = memory_and_loads(pair, opts)
+    result.machine["loadavg_end"] = _loadavg()
+    result.elapsed_s = time.perf_counter() - t_start
+    return result
+
+
+def warm_up_contenders(
+    pair: ModelPair, opts: BenchOptions, bp: BenchPrompt, say: Callable[[str], None]
+) -> None:
+    """The bench's warm-up: every contender of every mode once, warmup_tokens long, on bp."""
+    ids = pair.encode_prompt(bp.text)
+    for mode in opts.modes:
+        for c in all_contenders(pair, mode, opts):
+            c.run(ids, bp.text, opts.seed, opts.warmup_tokens)
+    say("warm-up done")
+
+
+def _measure(
+    cs: list[Contender],
+    bp: BenchPrompt,
+    ids: list[int],
+    mode: str,
+    opts: BenchOptions,
+    say: Callable[[str], None],
+) -> list[dict[str, Any]]:
+    """Interleaved repetitions: repetition r runs the contenders rotated by r."""
+    rows = []
+    for rep in range(opts.reps):
+        k = rep % len(cs)
+        for c in cs[k:] + cs[:k]:
+            s = c.run(ids, bp.text, opts.seed + rep, opts.max_new_tokens)
+            rows.append(_row(c, s, bp, mode, rep, len(ids)))
+        say(f"{bp.name} {mode}: repetition {rep + 1}/{opts.reps} done")
+    _mark_agreement(rows, mode)
+    return rows
+
+
+def _row(
+    c: Contender, s: Sample, bp: BenchPrompt, mode: str, rep: int, prompt_tokens: int
+) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "prompt": bp.name,
+        "kind": bp.kind,
+        "mode": mode,
+        "contender": c.name,
+        "side": c.side,
+        "type": c.kind,
+        "gamma": c.gamma,
+        "rep": rep,
+        "prompt_tokens": prompt_tokens,
+        "new_tokens": len(s.tokens),
+        "wall_s": s.wall_s,
+        "ms_per_token": s.ms_per_token,
+        "target_forwards": s.target_calls,
+        "tokens_per_forward": len(s.tokens) / s.target_calls if s.target_calls else None,
+        "tokens": s.tokens,
+    }
+    if s.trace is not None:
+        row.update(_trace_fields(s.trace))
+    return row
+
+
+def _trace_fields(tr: Trace) -> dict[str, Any]:
+    """Per-run figures from a specviz trace: acceptance, rounds, first token, timings."""
+    st = tr.stats
+    fields: dict[str, Any] = {"first_token_ms": tr.timeline[0][0] * 1e3 if tr.timeline else None}
+    if tr.method != "spec":
+        return fields
+    full = [r for r in tr.rounds if len(r.drafted) == r.gamma and r.gamma > 0]
+    fields.update(
+        rounds=st.rounds,
+        acceptance_rate=st.acceptance_rate,
+        alpha_overlap=st.alpha if tr.settings.get("trace_level") == "full" else None,
+        accepted=st.accepted,
+        verified=st.verified,
+        full_rounds=len(full),
+        full_round_tokens=sum(r.emitted for r in full),
+        full_round_accepted=sum(r.n_accepted for r in full),
+        full_round_verified=sum(sum(d.status != "discarded" for d in r.drafted) for r in full),
+        acceptance_by_position=metrics.acceptance_by_position(tr),
+        draft_ms=st.draft_ms,
+        verify_ms=st.verify_ms,
+        drafted=st.drafted,
+        mean_gamma=statistics.fmean(r.gamma for r in tr.rounds) if tr.rounds else None,
+    )
+    return fields
+
+
+def _mark_agreement(rows: list[dict[str, Any]], mode: str) -> None:
+    """Greedy: does each run's output equal transformers' (else specviz's) AR output?"""
+    if mode != "greedy":
+        return
+    ref = next((r for r in rows if r["contender"] == contender_name("transformers", "ar")), None)
+    ref = ref or next(r for r in rows if r["contender"] == contender_name("specviz", "ar"))
+    for r in rows:
+        r["same_as_ar"] = r["tokens"] == ref["tokens"]
+        r["first_difference"] = _first_difference(r["tokens"], ref["tokens"])
+
+
+def _first_difference(a: list[int], b: list[int]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+# --- memory, loads, machine ----------------------------------------------------------------
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory in MiB: VmHWM where /proc has it (ru_maxrss
+    would carry a parent's peak into a child process), else ru_maxrss."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def memory_and_loads(pair: ModelPair, opts: BenchOptions) -> dict[str, Any]:
+    """(f): the warm load this process did, a cold load in a subprocess, peak memory."""
+    d: dict[str, Any] = {
+        "warm_target_load_s": pair.target.load_s,
+        "warm_target_source": pair.target.source,
+        "warm_draft_load_s": pair.draft.load_s if pair.draft else None,
+        "peak_rss_mib": peak_rss_mib(),
+    }
+    if pair.device.type == "cuda":
+        d["cuda_peak_allocated_mib"] = torch.cuda.max_memory_allocated(pair.device) / 2**20
+    if opts.load_probe and pair.name == "default":
+        for cold in (True, False):
+            probe = load_in_subprocess(cold=cold, device=pair.device.type)
+            d.update({f"{'cold' if cold else 'warm'}_{k}": v for k, v in probe.items()})
+    return d
+
+
+LOAD_PROBE = """
+import json, sys, time
+t0 = time.perf_counter()
+from specviz.bench.running import peak_rss_mib
+from specviz.models import load_pair
+pair = load_pair(device=sys.argv[1])
+total = time.perf_counter() - t0
+print(json.dumps({
+    "process_load_s": total,
+    "target_load_s": pair.target.load_s,
+    "target_source": pair.target.source,
+    "draft_load_s": pair.draft.load_s,
+    "peak_rss_mib": peak_rss_mib(),
+}))
+"""
+
+
+def load_in_subprocess(cold: bool, device: str) -> dict[str, Any]:
+    """Load the offline pair in a fresh process: cold converts the GGUF into an empty cache."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    root = Path(__file__).resolve().parents[2]  # the checkout that holds specviz/
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH", "")]))
+    with tempfile.TemporaryDirectory(prefix="specviz-cold-") as tmp:
+        if cold:
+            env["SPECVIZ_CACHE"] = tmp
+        t0 = time.perf_counter()
+        out = subprocess.run(
+            [sys.executable, "-c", LOAD_PROBE, device],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        wall = time.perf_counter() - t0
+    if out.returncode != 0:
+        return {"error": (out.stderr.strip().splitlines() or ["failed"])[-1]}
+    d = json.loads(out.stdout.strip().splitlines()[-1])
+    d["subprocess_s"] = wall
+    return d
+
+
+def _loadavg() -> list[float] | None:
+    try:
+        return list(os.getloadavg())
+    except OSError:
+        return None
+
+
+def machine_info(pair: ModelPair) -> dict[str, Any]:
+    """Where the numbers came from."""
+    import transformers
+
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    d = {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "device": str(pair.device),
+        "pair": pair.name,
+        "target": pair.target.describe(),
+        "draft": pair.draft.describe() if pair.draft else None,
+        "loadavg_start": _loadavg(),
+    }
+    if pair.device.type == "cuda":
+        d["gpu"] = torch.cuda.get_device_name(pair.device)
+    return d

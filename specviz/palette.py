@@ -1,0 +1,41 @@
+"""The colours of every page and figure, defined once. No imports.
+
+``COLORS`` names a colour by what it means: the token statuses (each also has a cue beyond
+colour, see assets/specviz.css), the target's and the draft's distributions p and q, the
+residual, the two methods and the uniform draw. specviz.render writes them as CSS variables
+and specviz.plots colours its figures with them.
+
+``SERIES`` colours, in order, series that mean nothing beyond their name: the benchmark's
+prompts and modes, the distribution check's three curves.
+"""
+
+from __future__ import annotations
+
+# Status and chart colours, with a cue beyond colour for each status (see assets/specviz.css).
+COLORS: dict[str, str] = {
+    "accepted": "#1a7f37",  # green, plain
+    "rejected": "#cf222e",  # red, struck through
+    "resampled": "#c2410c",  # orange, wavy underline and a small marker
+    "bonus": "#0550ae",  # blue, double underline and a small marker
+    "discarded": "#8c959f",  # grey, per-round view only
+    "p": "#0550ae",  # the target's distribution
+    "q": "#bf8700",  # the draft's distribution
+    "residual": "#c2410c",  # norm(max(0, p - q))
+    "spec": "#1a7f37",
+    "ar": "#57606a",
+    "u": "#6f42c1",  # the uniform draw
+}
+
+# D3's category10, a Plotly colorway: series i takes SERIES[i % len(SERIES)].
+SERIES: tuple[str, ...] = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)
