@@ -133,7 +133,7 @@ def test_limits_from_the_environment(env, tiny) -> None:
         base = {"prompt": "1 2", "pair": "tiny", "max_new_tokens": 8, "gamma": 2}
         form = ui.Form(**{**base, **changes})
         with pytest.raises(ValueError, match=re.escape(message)):
-            list(ui.run_updates(ui.new_session(), form, loader, dep.limits))
+            list(ui.run_updates(ui.new_session(), form, ui.AppContext(loader, dep.limits)))
 
 
 def test_the_app_and_its_queue_follow_the_environment(env, monkeypatch) -> None:

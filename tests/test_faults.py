@@ -28,14 +28,16 @@ def form(**changes) -> ui.Form:
 
 def run(loader, f: ui.Form, session: ui.Session | None = None) -> ui.Session:
     session = session or ui.new_session()
-    list(ui.user_errors(ui.run_updates)(session, f, loader, LIMITS))
+    list(ui.user_errors(ui.run_updates)(session, f, ui.AppContext(loader, LIMITS)))
     return session
 
 
 def test_stop_mid_run_then_run_again_gives_a_complete_trace(tiny) -> None:
     loader = ui.PairSource(lambda p, d: tiny, ["tiny"], Deployment())
     session = ui.new_session()
-    frames = ui.run_updates(session, form(max_new_tokens=120, seed=4), loader, LIMITS)
+    frames = ui.run_updates(
+        session, form(max_new_tokens=120, seed=4), ui.AppContext(loader, LIMITS)
+    )
     for frame in frames:
         if "models" in frame:  # the worker is running
             ui.stop_session(session)
@@ -79,10 +81,10 @@ def test_a_pair_that_fails_to_load_leaves_the_loaded_one_serving(pair, custom, m
     f = form(pair=pair, custom_draft="a/b", custom_target="a/c")
 
     def by_run():
-        yield from ui.run_updates(ui.new_session(), f, source, LIMITS)
+        yield from ui.run_updates(ui.new_session(), f, ui.AppContext(source, LIMITS))
 
     def by_menu():
-        yield from ui.pair_updates(source, f, LIMITS)
+        yield from ui.pair_updates(ui.AppContext(source, LIMITS), f)
 
     for handler in (by_run, by_menu):
         with pytest.raises(gr.Error) as err:
@@ -98,7 +100,7 @@ def test_an_unknown_hub_id_gives_a_clear_message(monkeypatch) -> None:
     source = ui.PairSource(lambda p, d: tiny_pair(), ["tiny"], Deployment())
     f = form(pair=ui.CUSTOM, custom_draft="nobody/no-such-draft", custom_target="nobody/none")
     with pytest.raises(gr.Error) as err:
-        list(ui.user_errors(ui.run_updates)(ui.new_session(), f, source, LIMITS))
+        list(ui.user_errors(ui.run_updates)(ui.new_session(), f, ui.AppContext(source, LIMITS)))
     assert "could not load the tokenizer of 'nobody/none'" in err.value.message.replace(
         "&#x27;", "'"
     )
@@ -164,7 +166,7 @@ def test_a_corrupt_cache_that_cannot_be_rebuilt_is_one_line(
     monkeypatch.setattr(models, "offline_gguf_path", missing)
     source = ui.PairSource(ui.default_loader, ["default"], Deployment())
     with pytest.raises(gr.Error, match="the offline model is not installed"):
-        list(ui.user_errors(ui.pair_updates)(source, form(pair="default"), LIMITS))
+        list(ui.user_errors(ui.pair_updates)(ui.AppContext(source, LIMITS), form(pair="default")))
     assert not models._pairs  # nothing half-loaded is kept
 
 

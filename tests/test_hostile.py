@@ -56,7 +56,7 @@ def test_refused_ids_reach_the_page_as_one_escaped_line(tiny) -> None:
     source = ui.PairSource(lambda p, d: tiny, ["tiny"], Deployment(), lambda *a: loaded.append(a))
     for model_id in BAD_IDS:
         f = ui.Form(prompt="1 2", pair=ui.CUSTOM, custom_draft="owner/ok", custom_target=model_id)
-        shown = shown_error(ui.run_updates, ui.new_session(), f, source, LIMITS)
+        shown = shown_error(ui.run_updates, ui.new_session(), f, ui.AppContext(source, LIMITS))
         assert "<" not in shown and "\n" not in shown
     assert not loaded  # nothing was asked of the loader
 
@@ -145,7 +145,11 @@ def bad_files(good: dict) -> dict[str, tuple[bytes, str]]:
 def test_bad_trace_files_are_refused_with_a_clear_message(tmp_path, good_trace_dict, tiny) -> None:
     session = ui.new_session()
     list(
-        ui.run_updates(session, ui.Form(prompt="1 2", max_new_tokens=6), lambda p, d: tiny, LIMITS)
+        ui.run_updates(
+            session,
+            ui.Form(prompt="1 2", max_new_tokens=6),
+            ui.AppContext(lambda p, d: tiny, LIMITS),
+        )
     )
     before = session.spec.token_ids
     seen = {}
@@ -200,5 +204,5 @@ def test_markup_in_error_messages_is_escaped(tiny) -> None:
         ui.Form(prompt="1 2", pair=ui.CUSTOM, custom_draft=XSS, custom_target="a/b"),
         ui.Form(prompt="1 2", pair="tiny", drafter=XSS),
     ):
-        shown = shown_error(ui.run_updates, ui.new_session(), f, source, LIMITS)
+        shown = shown_error(ui.run_updates, ui.new_session(), f, ui.AppContext(source, LIMITS))
         assert "<" not in shown and "&lt;" in shown

@@ -46,8 +46,8 @@ def test_the_app_runs_models_on_the_model_thread(tiny):
     try:
         f = ui.Form(prompt="1 2 3", pair="tiny", max_new_tokens=8, gamma=2)
         loader = lambda p, d: tiny  # noqa: E731
-        list(ui.run_updates(ui.new_session(), f, loader, Limits()))
-        ui.step_update(ui.new_session(), f, loader, Limits())
+        list(ui.run_updates(ui.new_session(), f, ui.AppContext(loader, Limits())))
+        ui.step_update(ui.new_session(), f, ui.AppContext(loader, Limits()))
     finally:
         hook.remove()
     assert names == {MODEL_THREAD._name}

@@ -32,7 +32,7 @@ def form(**changes) -> ui.Form:
 
 def run_all(loader, f: ui.Form) -> tuple[ui.Session, list[dict]]:
     session = ui.new_session()
-    return session, list(ui.run_updates(session, f, loader, LIMITS))
+    return session, list(ui.run_updates(session, f, ui.AppContext(loader, LIMITS)))
 
 
 def test_run_streams_rounds_then_shows_everything(tiny, loader) -> None:
@@ -75,7 +75,7 @@ def test_run_streams_rounds_then_shows_everything(tiny, loader) -> None:
 def test_bad_input_is_one_visible_line(loader, changes, message) -> None:
     handler = ui.user_errors(ui.run_updates)
     with pytest.raises(gr.Error) as err:
-        list(handler(ui.new_session(), form(**changes), loader, LIMITS))
+        list(handler(ui.new_session(), form(**changes), ui.AppContext(loader, LIMITS)))
     shown = html.unescape(err.value.message)  # the modal renders the escaped message
     assert message in shown and "\n" not in shown
 
@@ -94,29 +94,29 @@ def test_step_adds_one_round_per_press(loader) -> None:
     f = form(max_new_tokens=8, gamma=2)
     counts = []
     for _ in range(20):
-        out = ui.step_update(session, f, loader, LIMITS)
+        out = ui.step_update(session, f, ui.AppContext(loader, LIMITS))
         counts.append(len(session.spec.rounds))
         assert "verdict" in out
         if "finished" in out["status"]:
             break
     assert counts == list(range(1, len(counts) + 1))
     assert session.spec.stop_reason == "max_new_tokens" and len(session.spec.token_ids) == 8
-    ui.step_update(session, f, loader, LIMITS)  # starts over
+    ui.step_update(session, f, ui.AppContext(loader, LIMITS))  # starts over
     assert len(session.spec.rounds) == 1
 
 
 def test_changing_a_control_restarts_the_stepper(loader) -> None:
     session = ui.new_session()
-    ui.step_update(session, form(seed=1), loader, LIMITS)
-    ui.step_update(session, form(seed=1), loader, LIMITS)
+    ui.step_update(session, form(seed=1), ui.AppContext(loader, LIMITS))
+    ui.step_update(session, form(seed=1), ui.AppContext(loader, LIMITS))
     assert len(session.spec.rounds) == 2
-    ui.step_update(session, form(seed=2), loader, LIMITS)
+    ui.step_update(session, form(seed=2), ui.AppContext(loader, LIMITS))
     assert len(session.spec.rounds) == 1
 
 
 def test_stop_ends_the_run_early(loader) -> None:
     session = ui.new_session()
-    frames = ui.run_updates(session, form(max_new_tokens=120), loader, LIMITS)
+    frames = ui.run_updates(session, form(max_new_tokens=120), ui.AppContext(loader, LIMITS))
     for frame in frames:
         if "models" in frame:  # the worker has started
             ui.stop_session(session)
@@ -278,13 +278,15 @@ def test_distribution_check_tab_passes_the_exact_rule_and_catches_a_wrong_one() 
     loader = lambda name, dtype: pair  # noqa: E731
     seen: list[float] = []
     f = form(prompt="1 2", temperature=1.0, gamma=2)
-    exact = ui.check_updates(loader, f, LIMITS, 200, 1, "exact", lambda x, _: seen.append(x))
+    exact = ui.check_updates(
+        ui.AppContext(loader, LIMITS), f, 200, 1, "exact", lambda x, _: seen.append(x)
+    )
     assert "PASS" in exact["check_summary"] and exact["check_plot"] is not None
     assert seen and seen[-1] == pytest.approx(1.0)
-    broken = ui.check_updates(loader, f, LIMITS, 200, 1, "resample-from-p")
+    broken = ui.check_updates(ui.AppContext(loader, LIMITS), f, 200, 1, "resample-from-p")
     assert "FAIL" in broken["check_summary"]
     with pytest.raises(ValueError, match="samples must be in 200"):
-        ui.check_updates(loader, f, LIMITS, 50, 1, "exact")
+        ui.check_updates(ui.AppContext(loader, LIMITS), f, 50, 1, "exact")
 
 
 # --- untouched controls and the named API ----------------------------------------------

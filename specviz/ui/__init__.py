@@ -1,0 +1,92 @@
+"""The Gradio app: the only package that imports gradio.
+
+Modules, each with one job (imports point down this list, never up):
+    layout        the Blocks from its parts; serving
+    controls      the left column and its own events (presets, pair loading)
+    api           the named endpoint /generate
+    live          Run, Step and Stop: the worker streaming both runs
+    inspector_tab, theory_tab, check_tab, io_tab
+                  one module per tab with handlers: layout and events together
+    views         frames, summaries, the inspector's views, from stored traces
+    page          what the parts share once built: context, session, views, options
+    pairs         what may load, ZeroGPU, failures as one line, warm-up, AppContext
+    content       presets, help text, the token script
+    state         Form, Session, and ValueError -> one visible line
+
+Handlers are plain functions over a per-session Session and a Form, taking an AppContext
+(what may load, the limits); they yield dicts keyed by view name, so they are testable
+without a browser.
+"""
+
+from specviz.config import DEFAULT_PROMPT
+from specviz.ui.api import api_result, generate_endpoint
+from specviz.ui.check_tab import CHECK_MAX_SAMPLES, check_updates
+from specviz.ui.content import PRESET_FIELDS, PRESETS, apply_preset
+from specviz.ui.controls import pair_updates
+from specviz.ui.io_tab import (
+    MAX_IMPORT_BYTES,
+    export_files,
+    import_updates,
+    read_trace,
+    replay_updates,
+)
+from specviz.ui.layout import build_app, launch_options, serve
+from specviz.ui.live import complete_traces, run_updates, step_update, stop_session
+from specviz.ui.pairs import (
+    CUSTOM,
+    GPU_SECONDS,
+    AppContext,
+    PairSource,
+    default_loader,
+    failure,
+    gpu,
+    has_gpu,
+    offered_pairs,
+    zero_gpu,
+)
+from specviz.ui.state import DEFAULTS, FORM_FIELDS, Form, Session, new_session, user_errors
+from specviz.ui.theory_tab import projection_update
+from specviz.ui.views import final_frame, inspect_view
+
+__all__ = [
+    "CHECK_MAX_SAMPLES",
+    "CUSTOM",
+    "DEFAULTS",
+    "DEFAULT_PROMPT",
+    "FORM_FIELDS",
+    "GPU_SECONDS",
+    "MAX_IMPORT_BYTES",
+    "PRESETS",
+    "PRESET_FIELDS",
+    "AppContext",
+    "Form",
+    "PairSource",
+    "Session",
+    "api_result",
+    "apply_preset",
+    "build_app",
+    "check_updates",
+    "complete_traces",
+    "default_loader",
+    "export_files",
+    "failure",
+    "final_frame",
+    "generate_endpoint",
+    "gpu",
+    "has_gpu",
+    "import_updates",
+    "inspect_view",
+    "launch_options",
+    "new_session",
+    "offered_pairs",
+    "pair_updates",
+    "projection_update",
+    "read_trace",
+    "replay_updates",
+    "run_updates",
+    "serve",
+    "step_update",
+    "stop_session",
+    "user_errors",
+    "zero_gpu",
+]

@@ -1,0 +1,151 @@
+"""The left column: presets, the prompt, Run/Step/Stop, the pair and the sampling controls,
+and the events of the controls themselves (a preset fills them in, a new pair loads and
+warms, the draft-temperature switch reveals its slider).
+
+Every control starts at Form's default, which is the CLI's: an untouched page runs what
+``python -m specviz generate`` runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import gradio as gr
+
+from specviz import render
+from specviz.config import DRAFTERS, Deployment
+from specviz.ui.content import PRESET_FIELDS, PRESETS, apply_preset
+from specviz.ui.page import INTERNAL, Page
+from specviz.ui.pairs import CUSTOM, AppContext, pair_label
+from specviz.ui.state import PROMPT_CHARS_PER_TOKEN, Form, View, user_errors
+
+
+def layout(pairs: list[str], dep: Deployment) -> dict[str, Any]:
+    """The left column: presets, prompt, model and sampling controls, buttons. Every
+    control starts at Form's default, which is the CLI's."""
+    limits, f = dep.limits, Form()
+    c: dict[str, Any] = {}
+    c["preset"] = gr.Dropdown(list(PRESETS), value=None, label="preset")
+    c["prompt"] = gr.Textbox(
+        f.prompt,
+        label="prompt",
+        lines=4,
+        max_lines=12,
+        max_length=limits.max_prompt_tokens * PROMPT_CHARS_PER_TOKEN,
+        elem_id="sv-prompt",
+    )
+    with gr.Row():
+        c["run"] = gr.Button("Run", variant="primary", elem_id="sv-run")
+        c["step"] = gr.Button("Step", elem_id="sv-step")
+        c["stop"] = gr.Button("Stop", variant="stop", elem_id="sv-stop")
+    c["compare"] = gr.Checkbox(
+        f.compare, label="compare with autoregressive decoding (measured speedup)"
+    )
+    with gr.Accordion("models", open=True):
+        c["pair"] = gr.Dropdown(pairs, value=pairs[0], label="pair (draft -> target)")
+        c["dtype"] = gr.Dropdown(["auto", "float32", "bfloat16"], value=f.dtype, label="dtype")
+        with gr.Row(visible=dep.custom_models):
+            c["custom_draft"] = gr.Textbox(
+                "", label="custom draft id (pair: custom)", placeholder="owner/name", max_length=200
+            )
+            c["custom_target"] = gr.Textbox(
+                "", label="custom target id", placeholder="owner/name", max_length=200
+            )
+        c["drafter"] = gr.Radio(list(DRAFTERS), value=f.drafter, label="drafter")
+        c["models"] = gr.HTML(
+            render.status_html("models load when the page opens"),
+            js_on_load=None,
+            elem_id="sv-models",
+        )
+    with gr.Accordion("sampling", open=True):
+        c["gamma"] = gr.Slider(
+            1,
+            limits.max_gamma,
+            min(f.gamma, limits.max_gamma),
+            step=1,
+            label="gamma (drafts/round)",
+            elem_id="sv-gamma",
+        )
+        c["adaptive_gamma"] = gr.Checkbox(f.adaptive_gamma, label="adaptive gamma")
+        c["temperature"] = gr.Slider(
+            0, 2, f.temperature, step=0.05, label="temperature", elem_id="sv-temperature"
+        )
+        c["own_draft_temperature"] = gr.Checkbox(
+            f.own_draft_temperature,
+            label="draft uses its own temperature (changes q only: the output stays exact, "
+            "acceptance drops)",
+            elem_id="sv-own-draft-temp",
+        )
+        c["draft_temperature"] = gr.Slider(
+            0.05,
+            3,
+            f.draft_temperature,
+            step=0.05,
+            label="draft temperature",
+            visible=f.own_draft_temperature,
+            elem_id="sv-draft-temp",
+        )
+        c["top_p"] = gr.Slider(0.05, 1, f.top_p, step=0.05, label="top-p", elem_id="sv-top-p")
+        c["top_k"] = gr.Number(f.top_k, precision=0, minimum=0, label="top-k (0 = off)")
+        c["greedy"] = gr.Checkbox(f.greedy, label="greedy (argmax p and q)")
+        c["max_new_tokens"] = gr.Slider(
+            1,
+            min(512, limits.max_new_tokens),
+            min(f.max_new_tokens, limits.max_new_tokens),
+            step=1,
+            label="max new tokens",
+            elem_id="sv-max-new",
+        )
+        c["seed"] = gr.Number(f.seed, precision=0, minimum=0, label="seed")
+    return c
+
+
+def pair_updates(ctx: AppContext, form: Form) -> Iterator[View]:
+    """Load (and warm) a pair with visible progress, then show where each model runs."""
+    pair = pair_label(form)
+    if form.pair == CUSTOM and not (form.custom_draft.strip() and form.custom_target.strip()):
+        yield {"status": render.status_html("custom pair: enter a draft id and a target id")}
+        return
+    yield {
+        "status": render.status_html(
+            f"loading pair {pair!r} (the first load takes a while) ...", "busy"
+        ),
+        "models": render.status_html("loading ...", "busy"),
+    }
+    loaded = ctx.pair(form)
+    try:
+        ctx.warm_pair(form)
+    except ValueError:
+        pass  # the form is not valid yet; the first Run warms the pair instead
+    yield {
+        "status": render.status_html(f"pair {pair!r} ready: press Run or Step"),
+        "models": render.models_html(loaded.describe()),
+    }
+
+
+def wire(page: Page) -> None:
+    """A preset fills the controls; a new pair (or the page opening) loads and warms it."""
+    c = page.controls
+    c["preset"].change(
+        user_errors(apply_preset),
+        [c["preset"]],
+        [c[f] for f in PRESET_FIELDS],
+        api_name="preset",
+        **page.quiet,
+    )
+    c["own_draft_temperature"].change(
+        lambda on: gr.Slider(visible=bool(on)),
+        [c["own_draft_temperature"]],
+        [c["draft_temperature"]],
+        queue=False,
+        show_progress="hidden",
+        **INTERNAL,
+    )
+    load = page.stream(lambda *values: pair_updates(page.ctx, page.form(values)))
+    options = {**page.live, **INTERNAL}
+    for comp in (c["pair"], c["dtype"]):
+        comp.change(load, page.inputs, page.outputs, **options)
+    for comp in (c["custom_draft"], c["custom_target"]):
+        comp.submit(load, page.inputs, page.outputs, **options)
+    page.blocks.load(load, page.inputs, page.outputs, **options)

@@ -1,0 +1,69 @@
+"""The decision inspector tab: p and q over the top tokens, min(1, p/q) against the draw u,
+the residual a resampled token came from. Clicking a token (or a round row) opens it on that
+token; a round and a position can also be typed. Reads the stored trace: no model call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+
+from specviz import render
+from specviz.ui.page import INTERNAL, Page
+from specviz.ui.state import Session
+from specviz.ui.views import inspect_view
+
+
+def layout(v: dict[str, Any]) -> None:
+    """The tab's components, into the views by name."""
+    with gr.Tab("Decision inspector", id="insp", elem_id="sv-inspector"):
+        with gr.Row():
+            v["insp_round"] = gr.Number(None, precision=0, label="round (empty: from position)")
+            v["insp_pos"] = gr.Number(None, precision=0, minimum=0, label="output position")
+            v["inspect"] = gr.Button("Inspect", elem_id="sv-inspect")
+        v["verdict"] = gr.HTML(
+            render.status_html("click a token, or choose a round and position"),
+            js_on_load=None,
+            elem_id="sv-verdict",
+        )
+        v["insp_plot"] = gr.Plot(label="p and q", elem_id="sv-insp-plot")
+
+
+def on_click(sess: Session, evt: gr.EventData) -> dict[str, Any]:
+    """A click on a token span: its round and position come from the token script."""
+    data = getattr(evt, "_data", None) or {}
+    if "pos" not in data:
+        return {}
+    try:
+        return inspect_view(sess.spec, data.get("round"), data["pos"])
+    except (ValueError, TypeError):
+        return {}
+
+
+def opened() -> dict[str, Any]:
+    """The update that brings this tab to the front (built per event: a Tabs made while
+    the page is being built would become a component of its own)."""
+    return {"tabs": gr.Tabs(selected="insp")}
+
+
+def wire(page: Page) -> None:
+    """The Inspect button, and clicks on the token view and the round rows."""
+    v = page.views
+
+    def pick(sess: Session, rnd: Any, pos: Any) -> dict[str, Any]:
+        return {**inspect_view(sess.spec, rnd, pos), **opened()}
+
+    def click(sess: Session, evt: gr.EventData) -> dict[Any, Any]:
+        out = on_click(sess, evt)
+        return page.keyed({**out, **opened()}) if out else {}
+
+    v["inspect"].click(
+        page.once(pick),
+        [page.session, v["insp_round"], v["insp_pos"]],
+        page.outputs,
+        api_name="inspect",
+        **page.quiet,
+    )
+    for view in (v["tokens"], v["rounds"]):
+        view.click(click, [page.session], page.outputs, **{**page.quiet, **INTERNAL})

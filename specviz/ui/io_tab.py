@@ -1,0 +1,126 @@
+"""The export and import tab: the session's traces as JSON and its rounds as CSV; a JSON
+trace file read back (size-capped, schema-checked, refused whole when inconsistent) and
+replayed round by round at its recorded pace, with no model."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from specviz import metrics, render
+from specviz.trace import Trace
+from specviz.ui.page import HIDDEN, Page
+from specviz.ui.pairs import failure
+from specviz.ui.state import Session, View, user_errors
+from specviz.ui.views import final_frame
+
+MAX_IMPORT_BYTES = 5_000_000  # a trace file for import: 5 MB
+
+
+REPLAY_SECONDS = 3.0  # an imported trace replays in at most this long
+
+
+def read_trace(path: str | None) -> Trace:
+    """A trace from an uploaded JSON file (ValueError with one line when it is not one)."""
+    if not path:
+        raise ValueError("choose a JSON trace file first")
+    with open(path, "rb") as f:
+        data = f.read(MAX_IMPORT_BYTES + 1)
+    if len(data) > MAX_IMPORT_BYTES:
+        raise ValueError(f"trace file is larger than {MAX_IMPORT_BYTES // 1_000_000} MB")
+    try:
+        trace = Trace.from_json(data)
+    except RecursionError:
+        raise ValueError("not a JSON trace: nested too deeply") from None
+    check_renders(trace)
+    return trace
+
+
+def check_renders(trace: Trace) -> None:
+    """A schema-valid trace whose parts disagree (positions, rounds) is refused whole."""
+    spec, ar = (trace, None) if trace.method == "spec" else (None, trace)
+    try:
+        final_frame(Session(spec=spec, ar=ar), int(trace.settings.get("gamma", 4)))
+    except Exception as exc:
+        raise ValueError(f"trace file is inconsistent: {failure(exc, 'rendering')}") from None
+
+
+def replay_updates(session: Session, trace: Trace | None = None) -> Iterator[View]:
+    """Replay a stored trace round by round at its recorded pace (capped), no model call."""
+    if trace is not None:
+        spec, ar = (trace, None) if trace.method == "spec" else (None, trace)
+        session.start(spec, ar, "replay")
+        session.decode = None
+    spec = session.spec
+    if spec is None and session.ar is None:
+        raise ValueError("nothing to replay: press Run, or import a JSON trace")
+    gamma = int((spec or session.ar).settings.get("gamma", 4))  # type: ignore[union-attr]
+    if spec is not None and spec.rounds:
+        session.parts, session.rows = [], []
+        delay = min(0.25, REPLAY_SECONDS / len(spec.rounds))
+        for i in range(1, len(spec.rounds) + 1):
+            session.sync_rounds(upto=i)
+            yield {
+                "tokens": render.tokens_html(session.parts, spec.prompt),
+                "rounds": render.rounds_html(session.rows),
+                "status": render.status_html(f"replaying round {i} of {len(spec.rounds)}", "busy"),
+            }
+            time.sleep(delay)
+    yield final_frame(session, gamma)
+
+
+def import_updates(session: Session, path: str | None) -> Iterator[View]:
+    """Import a JSON trace and replay it."""
+    yield from replay_updates(session, read_trace(path))
+
+
+def export_files(session: Session) -> list[str]:
+    """The speculative trace as JSON and CSV, and the baseline trace as JSON."""
+    if session.spec is None and session.ar is None:
+        raise ValueError("nothing to export yet: press Run first")
+    out = Path(tempfile.mkdtemp(prefix="specviz-export-"))
+    files = []
+    if session.spec is not None:
+        files.append(out / "specviz-trace.json")
+        files[-1].write_text(session.spec.to_json(indent=1), encoding="utf-8")
+        files.append(out / "specviz-rounds.csv")
+        metrics.rounds_frame(session.spec).to_csv(files[-1], index=False)
+    if session.ar is not None:
+        files.append(out / "specviz-ar-trace.json")
+        files[-1].write_text(session.ar.to_json(indent=1), encoding="utf-8")
+    return [str(f) for f in files]
+
+
+def layout(v: dict[str, Any]) -> None:
+    """The tab's components, into the views by name."""
+    with gr.Tab("Export and import", id="io"):
+        v["export"] = gr.Button("Export trace (JSON) and rounds (CSV)")
+        v["files"] = gr.File(label="exported files", file_count="multiple", interactive=False)
+        v["upload"] = gr.File(
+            label="import a JSON trace (replayed with no model)",
+            file_types=[".json"],
+            type="filepath",
+        )
+        v["replay"] = gr.Button("Replay the current trace")
+
+
+def wire(page: Page) -> None:
+    v, sess = page.views, page.session
+    v["export"].click(
+        user_errors(export_files), [sess], [v["files"]], api_name="export", **page.quiet
+    )
+    v["upload"].upload(
+        page.stream(import_updates),
+        [sess, v["upload"]],
+        page.outputs,
+        api_name="import",
+        **HIDDEN,
+    )
+    v["replay"].click(
+        page.stream(replay_updates), [sess], page.outputs, api_name="replay", **HIDDEN
+    )

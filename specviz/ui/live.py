@@ -1,0 +1,202 @@
+"""Live runs: Run streams the speculative run and then the autoregressive baseline (same
+prompt, settings and seed), Step takes one round per press, Stop ends a run where it stands.
+
+Both runs execute back to back on the model thread (specviz.modelthread), driven by a
+:class:`Worker` that never waits for the page, so each trace's own clock (t_s) measures
+generation only. The handler polls the live traces, renders only the rounds that are new
+and yields.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from specviz import render
+from specviz.config import Settings
+from specviz.engine import Run, Update, generate
+from specviz.modelthread import MODEL_THREAD
+from specviz.trace import Trace
+from specviz.ui.page import Page
+from specviz.ui.pairs import AppContext, PairSource, failure, pair_label, run_traces_gpu, zero_gpu
+from specviz.ui.state import Form, Session, View
+from specviz.ui.views import exact_note, final_frame, inspect_view, live_frame
+
+
+class Worker(threading.Thread):
+    """Runs the speculative run, then the baseline, without ever waiting for the page."""
+
+    def __init__(self, runs: list[Run], stop: threading.Event) -> None:
+        super().__init__(daemon=True, name="specviz-run")
+        self.runs, self.stop = runs, stop
+        self.tick = threading.Event()  # set after every update
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            MODEL_THREAD.call(self.drive)
+        except BaseException as exc:  # reported by the handler
+            self.error = exc
+        finally:
+            self.tick.set()
+
+    def drive(self) -> None:
+        for r in self.runs:
+            it = iter(r)
+            for _ in it:
+                self.tick.set()
+                if self.stop.is_set():
+                    it.close()  # finalises the trace as "stopped"
+                    break
+            if self.stop.is_set():
+                break
+
+
+def run_updates(session: Session, form: Form, ctx: AppContext) -> Iterator[View]:
+    """Run: load, warm, then stream the speculative run and the baseline; end with all views."""
+    t_click = time.perf_counter()
+    settings = ctx.settings(form)
+    session.start(None, None, "run")
+    yield {"status": render.status_html(f"loading pair {pair_label(form)!r} ...", "busy")}
+    if zero_gpu():
+        yield from zero_run(session, form, ctx, settings)
+        return
+    pair = ctx.warm_pair(form)
+    spec_run = Run(pair, form.prompt, settings)
+    ar_run = Run(pair, form.prompt, settings.with_(method="ar")) if form.compare else None
+    session.start(spec_run.trace, ar_run.trace if ar_run else None, "run")
+    session.decode = pair.decode
+    worker = Worker([spec_run] + ([ar_run] if ar_run else []), session.stop)
+    worker.start()
+    yield {
+        "models": render.models_html(pair.describe()),
+        "tokens": render.tokens_html([]),
+        "exact_note": exact_note(spec_run.trace),
+    }
+    last_speed = 0.0
+    try:
+        while worker.is_alive():
+            worker.tick.wait(0.5)
+            worker.tick.clear()
+            frame, last_speed = live_frame(session, last_speed)
+            if frame:
+                if session.first_round_s is None and session.parts:
+                    session.first_round_s = time.perf_counter() - t_click
+                yield frame
+    finally:
+        session.stop.set()  # the page went away or the handler was cancelled
+    worker.join()
+    if worker.error is not None:
+        session.start(None, None, "idle")  # no half-finished trace to export or inspect
+        raise failure(worker.error, f"running pair {pair_label(form)!r}")
+    yield final_frame(session, settings.gamma)
+
+
+def zero_run(session: Session, form: Form, ctx: AppContext, settings: Settings) -> Iterator[View]:
+    """ZeroGPU: both runs in one GPU call (no live frames), then every view."""
+    spec, ar = complete_traces(ctx, form, settings)
+    session.start(spec, ar, "run")
+    yield final_frame(session, settings.gamma)
+
+
+def complete_traces(ctx: AppContext, form: Form, settings: Settings) -> tuple[Trace, Trace | None]:
+    """The speculative run and (with compare) the baseline, each to the end, with no live
+    frames: the named API's path, and every run's path on ZeroGPU."""
+    if zero_gpu():
+        if isinstance(ctx.loader, PairSource):
+            ctx.loader.check(form.pair, form.custom_draft, form.custom_target)
+        work = functools.partial(run_traces_gpu, form, settings)
+    else:
+        pair = ctx.warm_pair(form)
+
+        def both() -> tuple[Trace, Trace | None]:
+            spec = generate(pair, form.prompt, settings)
+            ar = generate(pair, form.prompt, settings.with_(method="ar")) if form.compare else None
+            return spec, ar
+
+        work = functools.partial(MODEL_THREAD.call, both)
+    try:
+        return work()
+    except ValueError:
+        raise
+    except Exception as exc:
+        raise failure(exc, f"running pair {pair_label(form)!r}") from None
+
+
+def step_update(session: Session, form: Form, ctx: AppContext) -> View:
+    """Step: one round of a speculative run (a new one when the controls changed)."""
+    settings = ctx.settings(form)
+    if zero_gpu():
+        raise ValueError("Step needs a model kept in memory; on ZeroGPU press Run, then Replay")
+    key = (form.pair, form.custom_draft, form.custom_target, form.dtype, form.prompt, settings)
+    out: View = {}
+    if session.stepper is None or session.step_key != key or session.mode != "step":
+        pair = ctx.pair(form)
+        run = Run(pair, form.prompt, settings)
+        session.start(run.trace, None, "step")
+        session.stepper, session.step_key = iter(run), key
+        session.decode = pair.decode
+        out["models"] = render.models_html(pair.describe())
+    assert session.stepper is not None and session.spec is not None
+    try:
+        upd = MODEL_THREAD.call(lambda: _step(session, settings))
+    except Exception as exc:
+        session.start(None, None, "idle")
+        raise failure(exc, f"running pair {pair_label(form)!r}") from None
+    done = session.spec.stop_reason != "running"
+    if done:
+        session.stepper = None
+    session.sync_rounds()
+    out["tokens"] = render.tokens_html(session.parts, session.spec.prompt)
+    out["rounds"] = render.rounds_html(session.rows)
+    if upd is not None and upd.round is not None:
+        r = upd.round
+        out.update(inspect_view(session.spec, r.index, r.start + min(r.n_accepted, r.emitted)))
+    n = len(session.spec.rounds)
+    msg = f"step mode: round {n} done, {len(session.spec.token_ids)} tokens"
+    msg += " (finished: Step again starts over)" if done else " (timings include the pauses)"
+    out["status"] = render.status_html(msg, "info")
+    if done:
+        out.update(final_frame(session, settings.gamma))
+        out["status"] = render.status_html(msg, "info")
+    return out
+
+
+def _step(session: Session, settings: Settings) -> Update | None:
+    """One round from the session's stepper (on the model thread)."""
+    assert session.stepper is not None and session.spec is not None
+    upd = next(session.stepper, None)
+    if upd is not None and (upd.round is None or _is_last(upd, settings, session.spec)):
+        next(session.stepper, None)  # let the run finish and record its stop reason
+        upd = upd if upd.round is not None else None
+    return upd
+
+
+def _is_last(upd: Update, settings: Settings, spec: Trace) -> bool:
+    r = upd.round
+    assert r is not None
+    return (
+        upd.n_tokens >= settings.max_new_tokens or r.added is None or spec.stop_reason != "running"
+    )
+
+
+def stop_session(session: Session) -> str:
+    """Stop: the worker finishes its current round and the run is shown as it stands."""
+    session.stop.set()
+    if session.mode == "step":
+        session.close_stepper()
+    return render.status_html("stopping ...", "busy")
+
+
+def wire(page: Page) -> None:
+    """Run, Step and Stop."""
+    c, sess = page.controls, page.session
+    run = page.stream(lambda s, *values: run_updates(s, page.form(values), page.ctx))
+    step = page.once(lambda s, *values: step_update(s, page.form(values), page.ctx))
+    c["run"].click(run, [sess, *page.inputs], page.outputs, api_name="run", **page.live)
+    c["step"].click(step, [sess, *page.inputs], page.outputs, api_name="step", **page.live)
+    status: Any = [page.views["status"]]
+    c["stop"].click(stop_session, [sess], status, api_name="stop", **page.quiet)

@@ -1,0 +1,260 @@
+"""What may load, and loading it: the pair policy (offered pairs, custom hub ids, the
+allow-list), ZeroGPU, failures as one line (out of memory included), the once-per-process
+warm-up, and :class:`AppContext`, the one object the handlers receive.
+
+Models load once per process (specviz.models caches them) and every model call runs on the
+model thread (specviz.modelthread). On a ZeroGPU Space (the ``spaces`` package importable
+and SPACES_ZERO_GPU set) a run executes in one GPU-decorated call that returns both traces.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from specviz.config import Deployment, Limits, Settings
+from specviz.engine import Run, generate
+from specviz.models import OFFLINE_IDS, PAIRS, ModelPair, check_model_id, load_pair
+from specviz.modelthread import MODEL_THREAD
+from specviz.trace import Trace
+from specviz.ui.state import Form
+
+CUSTOM = "custom"  # the pair-menu entry for a draft and target given by hub ids
+
+
+GPU_SECONDS = 120  # ZeroGPU: the longest one run may hold a GPU
+
+
+Loader = Callable[[str, str], ModelPair]
+
+
+CustomLoader = Callable[[str, str, str], ModelPair]  # (draft id, target id, dtype)
+
+
+_warm_lock = threading.Lock()
+
+
+_warmed: dict[int, ModelPair] = {}  # pairs that have run once in this process
+
+
+def default_loader(pair: str, dtype: str) -> ModelPair:
+    """The registry's pairs through specviz.models (cached once per process)."""
+    return load_pair(pair, dtype=dtype)
+
+
+def default_custom_loader(draft: str, target: str, dtype: str) -> ModelPair:
+    """A custom pair of hub ids through specviz.models (cached once per process)."""
+    return load_pair(draft=draft, target=target, dtype=dtype)
+
+
+def zero_gpu() -> bool:
+    """Whether this is a ZeroGPU Space: SPACES_ZERO_GPU set and ``spaces`` importable."""
+    flag = os.environ.get("SPACES_ZERO_GPU", "").strip().lower() in ("1", "t", "true")
+    return flag and _spaces() is not None
+
+
+def has_gpu() -> bool:
+    """A CUDA device here, or one attached per call by ZeroGPU."""
+    return torch.cuda.is_available() or zero_gpu()
+
+
+def _spaces() -> Any | None:
+    try:
+        import spaces
+    except ImportError:
+        return None
+    return spaces
+
+
+def gpu(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """fn with the ZeroGPU decorator when ``spaces`` is importable (a no-op off ZeroGPU)."""
+    spaces = _spaces()
+    return fn if spaces is None else spaces.GPU(duration=GPU_SECONDS)(fn)
+
+
+def offered_pairs(deployment: Deployment, gpu_present: bool | None = None) -> list[str]:
+    """The registry pairs this deployment allows: hub pairs first where a GPU is present,
+    the offline pair first on a CPU; "custom" last when custom ids are on."""
+    gpu_present = has_gpu() if gpu_present is None else gpu_present
+    names = [
+        n for n, p in PAIRS.items() if deployment.allows(p.draft) and deployment.allows(p.target)
+    ]
+    offline = [n for n in names if PAIRS[n].target in OFFLINE_IDS]
+    hub = [n for n in names if n not in offline]
+    ordered = hub + offline if gpu_present else offline + hub
+    return ordered + ([CUSTOM] if deployment.custom_models else [])
+
+
+class PairSource:
+    """What this app may load: the offered registry pairs and, when allowed, custom hub ids
+    inside the allow-list. Called like a Loader for registry pairs."""
+
+    def __init__(
+        self,
+        loader: Loader,
+        pairs: list[str],
+        deployment: Deployment,
+        custom_loader: CustomLoader = default_custom_loader,
+    ) -> None:
+        self.loader, self.custom_loader = loader, custom_loader
+        self.pairs = [p for p in pairs if p != CUSTOM]
+        self.deployment = deployment
+
+    def __call__(self, pair: str, dtype: str) -> ModelPair:
+        self.check(pair)
+        return self.loader(pair, dtype)
+
+    def check(self, pair: str, draft: str = "", target: str = "") -> tuple[str, str]:
+        """Raise ValueError unless this pair may load; return the checked custom ids."""
+        if pair != CUSTOM:
+            if pair not in self.pairs:
+                raise ValueError(f"unknown pair {pair!r}; this app offers {', '.join(self.pairs)}")
+            return "", ""
+        if not self.deployment.custom_models:
+            raise ValueError("custom model ids are turned off on this deployment")
+        if not (str(draft or "").strip() and str(target or "").strip()):
+            raise ValueError("a custom pair needs a draft id and a target id")
+        ids = check_model_id(draft), check_model_id(target)
+        for model_id in ids:
+            self.deployment.check_allowed(model_id)
+        return ids
+
+    def custom(self, draft: str, target: str, dtype: str) -> ModelPair:
+        """A custom pair of hub ids, once they pass :meth:`check`."""
+        d, t = self.check(CUSTOM, draft, target)
+        return self.custom_loader(d, t, dtype)
+
+
+def pair_label(form: Form) -> str:
+    if form.pair == CUSTOM:
+        return f"{form.custom_draft} -> {form.custom_target}"
+    return str(form.pair)
+
+
+def open_pair(loader: Loader, form: Form) -> ModelPair:
+    """The form's pair, loaded once per process. Any failure is one ValueError line; pairs
+    already loaded stay loaded and keep serving."""
+    try:
+        if form.pair != CUSTOM:
+            return MODEL_THREAD.call(lambda: loader(form.pair, form.dtype))
+        if not isinstance(loader, PairSource):
+            raise ValueError("custom pairs are not available in this app")
+        source = loader
+        return MODEL_THREAD.call(
+            lambda: source.custom(form.custom_draft, form.custom_target, form.dtype)
+        )
+    except ValueError:
+        raise
+    except Exception as exc:
+        raise failure(exc, f"loading pair {pair_label(form)!r}") from None
+
+
+def failure(exc: BaseException, doing: str) -> ValueError:
+    """A one-line ValueError for an error while loading or running a model."""
+    if isinstance(exc, ValueError):
+        return exc
+    if is_out_of_memory(exc):
+        free_gpu_memory()
+        where = "GPU memory" if not isinstance(exc, MemoryError) else "memory"
+        return ValueError(
+            f"out of {where} while {doing}: choose a smaller pair (such as 'default'), "
+            "fewer max new tokens or a shorter prompt"
+        )
+    text = str(exc).strip().splitlines()
+    return ValueError(f"{doing} failed: {text[0] if text else type(exc).__name__}")
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """torch.cuda.OutOfMemoryError, MemoryError, or an older RuntimeError saying so."""
+    if isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)):
+        return True
+    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+
+
+def free_gpu_memory() -> None:
+    """Release cached CUDA blocks after an out-of-memory error (no-op without CUDA)."""
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def warm(pair: ModelPair, prompt: str, settings: Settings) -> None:
+    """Run the pair once on this prompt, so no timed run pays first-call costs."""
+    s = settings.with_(max_new_tokens=2, gamma=2)
+    for method in ("spec", "ar"):
+        if method == "spec" and pair.draft is None and s.drafter == "model":
+            continue
+        for _ in Run(pair, prompt, s.with_(method=method)):
+            pass
+
+
+def warm_pair(loader: Loader, form: Form, limits: Limits) -> ModelPair:
+    """Load a pair and warm it once per process."""
+    settings = form.settings(limits)
+    pair = open_pair(loader, form)
+    with _warm_lock:
+        if id(pair) not in _warmed:
+            try:
+                MODEL_THREAD.call(lambda: warm(pair, form.prompt, settings))
+            except ValueError:
+                raise
+            except Exception as exc:
+                raise failure(exc, f"running pair {pair_label(form)!r}") from None
+            _warmed[id(pair)] = pair
+    return pair
+
+
+def run_traces(form: Form, settings: Settings) -> tuple[Trace, Trace | None]:
+    """Both runs to the end in one call, with the default loaders: the ZeroGPU path, where
+    a GPU is attached per call and arguments and results cross a process boundary."""
+    if form.pair == CUSTOM:
+        pair = default_custom_loader(form.custom_draft, form.custom_target, form.dtype)
+    else:
+        pair = default_loader(form.pair, form.dtype)
+    warm(pair, form.prompt, settings)
+    spec = generate(pair, form.prompt, settings)
+    ar = generate(pair, form.prompt, settings.with_(method="ar")) if form.compare else None
+    return spec, ar
+
+
+run_traces_gpu = gpu(run_traces)
+
+
+def app_context(
+    dep: Deployment,
+    loader: Loader | None = None,
+    pairs: list[str] | None = None,
+    custom_loader: CustomLoader | None = None,
+) -> tuple[AppContext, list[str]]:
+    """The context of an app serving this deployment, and its pair menu: the registry pairs
+    given (default: those the deployment allows, ordered for this machine's device), then
+    "custom" when custom ids are on."""
+    menu = [p for p in (pairs or offered_pairs(dep)) if p != CUSTOM]
+    menu += [CUSTOM] if dep.custom_models else []
+    source = PairSource(loader or default_loader, menu, dep, custom_loader or default_custom_loader)
+    return AppContext(source, dep.limits), menu
+
+
+@dataclass(frozen=True)
+class AppContext:
+    """What every handler needs from the app: what may load (a :class:`PairSource` in the
+    app; any Loader in tests) and the deployment's input limits."""
+
+    loader: Loader
+    limits: Limits = field(default_factory=Limits)
+
+    def settings(self, form: Form) -> Settings:
+        """The form's validated settings under this deployment's limits."""
+        return form.settings(self.limits)
+
+    def pair(self, form: Form) -> ModelPair:
+        """The form's pair, loaded once per process."""
+        return open_pair(self.loader, form)
+
+    def warm_pair(self, form: Form) -> ModelPair:
+        """The form's pair, loaded and warmed once per process."""
+        return warm_pair(self.loader, form, self.limits)

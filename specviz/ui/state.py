@@ -1,0 +1,190 @@
+"""Per-request and per-visitor state: the form the controls deliver, the session a browser
+tab keeps in ``gr.State``, and the rule that turns a ValueError into one visible line.
+
+Form's defaults are the controls' initial values and equal the CLI's defaults, so an
+untouched page runs exactly what ``python -m specviz generate`` runs.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import inspect
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import gradio as gr
+
+from specviz import render
+from specviz.config import DEFAULT_PROMPT, Limits, Settings
+from specviz.engine import Update
+from specviz.trace import Trace
+
+PROMPT_CHARS_PER_TOKEN = 16  # prompts longer than this many characters per allowed token
+View = dict[str, Any]  # a handler's output: view name -> value
+
+
+DEFAULTS = Settings()  # the CLI's defaults: untouched controls mean exactly these
+DRAFT_TEMPERATURE = 1.5  # where the draft-temperature slider starts once it is switched on
+
+
+@dataclass
+class Form:
+    """The control values of one request, as the widgets deliver them. The defaults are the
+    widgets' initial values, which are the CLI's defaults (:data:`DEFAULTS`)."""
+
+    prompt: str = DEFAULT_PROMPT
+    pair: str = "default"
+    dtype: str = "auto"
+    custom_draft: str = ""
+    custom_target: str = ""
+    drafter: str = DEFAULTS.drafter
+    gamma: float = DEFAULTS.gamma
+    adaptive_gamma: bool = DEFAULTS.adaptive_gamma
+    temperature: float = DEFAULTS.temperature
+    # The draft's own temperature applies only while the box is ticked: an untouched page
+    # drafts at the target's temperature, as the CLI does without --draft-temperature.
+    own_draft_temperature: bool = False
+    draft_temperature: float | None = DRAFT_TEMPERATURE
+    top_p: float = DEFAULTS.top_p
+    top_k: float = DEFAULTS.top_k
+    greedy: bool = DEFAULTS.greedy
+    max_new_tokens: float = DEFAULTS.max_new_tokens
+    seed: float = DEFAULTS.seed
+    compare: bool = True
+
+    def settings(self, limits: Limits) -> Settings:
+        """Validated settings (raises ValueError with the engine's one-line message)."""
+        check_prompt_size(self.prompt, limits)
+        return Settings(
+            drafter=self.drafter,
+            gamma=as_int("gamma", self.gamma),
+            adaptive_gamma=bool(self.adaptive_gamma),
+            temperature=as_float("temperature", self.temperature),
+            draft_temperature=as_float("draft temperature", self.draft_temperature)
+            if self.own_draft_temperature
+            else None,
+            top_p=as_float("top_p", self.top_p),
+            top_k=as_int("top_k", self.top_k),
+            greedy=bool(self.greedy),
+            max_new_tokens=as_int("max_new_tokens", self.max_new_tokens),
+            seed=as_int("seed", self.seed),
+            limits=limits,
+        )
+
+
+FORM_FIELDS = tuple(f.name for f in fields(Form))
+
+
+def check_prompt_size(prompt: Any, limits: Limits) -> None:
+    """Refuse a prompt far too long to fit before it reaches the tokenizer."""
+    most = limits.max_prompt_tokens * PROMPT_CHARS_PER_TOKEN
+    if isinstance(prompt, str) and len(prompt) > most:
+        raise ValueError(
+            f"prompt is {len(prompt)} characters; this deployment accepts at most {most}"
+        )
+
+
+def as_int(name: str, x: Any) -> Any:
+    """Whole floats from number widgets become ints; anything else is left to Settings."""
+    if isinstance(x, float) and x.is_integer():
+        return int(x)
+    if x is None:
+        raise ValueError(f"{name} is empty")
+    return x
+
+
+def as_float(name: str, x: Any) -> Any:
+    if x is None:
+        raise ValueError(f"{name} is empty")
+    return float(x) if isinstance(x, int) and not isinstance(x, bool) else x
+
+
+@dataclass
+class Session:
+    """One browser tab's state: its traces, the cached HTML, the stepper and timings."""
+
+    spec: Trace | None = None
+    ar: Trace | None = None
+    parts: list[str] = field(default_factory=list)  # token-view spans, one string per round
+    rows: list[str] = field(default_factory=list)  # per-round view rows
+    stop: threading.Event = field(default_factory=threading.Event)
+    stepper: Iterator[Update] | None = None
+    step_key: tuple[Any, ...] | None = None
+    decode: Callable[[list[int]], str] | None = None
+    ui_ms: list[float] = field(default_factory=list)  # cost of each live page update
+    first_round_s: float | None = None  # Run pressed -> first round ready to send
+    mode: str = "idle"  # idle | run | step | replay
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Session:
+        """Copies hold copies of the traces; the live machinery (stop event, stepper) is new."""
+        return Session(
+            spec=copy.deepcopy(self.spec, memo),
+            ar=copy.deepcopy(self.ar, memo),
+            parts=list(self.parts),
+            rows=list(self.rows),
+            decode=self.decode,
+            ui_ms=list(self.ui_ms),
+            first_round_s=self.first_round_s,
+            mode="idle" if self.mode in ("run", "step") else self.mode,
+        )
+
+    def start(self, spec: Trace | None, ar: Trace | None, mode: str) -> None:
+        """Forget the previous generation and hold new (possibly live) traces."""
+        self.close_stepper()
+        self.spec, self.ar, self.mode = spec, ar, mode
+        self.parts, self.rows, self.ui_ms = [], [], []
+        self.first_round_s = None
+        self.stop = threading.Event()
+
+    def sync_rounds(self, upto: int | None = None) -> int:
+        """Render the rounds not yet cached (up to `upto`); return how many were new."""
+        if self.spec is None:
+            return 0
+        rounds = self.spec.rounds[: upto if upto is not None else len(self.spec.rounds)]
+        new = rounds[len(self.parts) :]
+        for r in new:
+            self.parts.append(render.round_spans(r))
+            self.rows.append(render.round_row(r))
+        return len(new)
+
+    def close_stepper(self) -> None:
+        if self.stepper is not None:
+            try:
+                self.stepper.close()  # type: ignore[attr-defined]
+            except ValueError:  # a step is executing in another thread right now
+                pass
+        self.stepper, self.step_key = None, None
+
+
+def new_session() -> Session:
+    return Session()
+
+
+def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn ValueError into gr.Error (escaped, one line) for plain and generator handlers."""
+
+    def error(exc: ValueError) -> gr.Error:
+        return gr.Error(render.esc(str(exc).splitlines()[0] if str(exc) else "invalid input"))
+
+    if inspect.isgeneratorfunction(fn):
+
+        @functools.wraps(fn)
+        def gen_wrapper(*args: Any, **kwargs: Any) -> Iterator[Any]:
+            try:
+                yield from fn(*args, **kwargs)
+            except ValueError as exc:
+                raise error(exc) from None
+
+        return gen_wrapper
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ValueError as exc:
+            raise error(exc) from None
+
+    return wrapper

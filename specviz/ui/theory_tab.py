@@ -1,0 +1,49 @@
+"""The theory and projection tab: Leviathan's expected speedup against gamma from the
+measured alpha and c, and a projection for a cost ratio c the visitor chooses (labelled as a
+projection, not a measurement)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+
+from specviz import metrics, plots
+from specviz.ui.page import Page
+from specviz.ui.state import Session, as_float, user_errors
+
+
+def layout(v: dict[str, Any]) -> None:
+    """The tab's components, into the views by name."""
+    with gr.Tab("Theory and projection", id="theory"):
+        v["theory"] = gr.Plot(label="expected speedup against gamma (Leviathan)")
+        v["c_user"] = gr.Slider(
+            0.01,
+            1.0,
+            0.1,
+            step=0.01,
+            label="projection: cost ratio c of a draft step to a bigger target's step",
+        )
+        v["projection"] = gr.Plot(label="projection (not a measurement)")
+
+
+def projection_update(session: Session, c: float) -> Any:
+    """The projection for a user-chosen cost ratio c from the measured alpha."""
+    spec = session.spec
+    if spec is None or not spec.rounds:
+        return plots.empty_figure("run first: the projection uses the measured alpha")
+    c = as_float("c", c)
+    if not 0 < c <= 10:
+        raise ValueError(f"c must be in (0, 10], got {c}")
+    return plots.projection_figure(metrics.alpha(spec), c, int(spec.settings.get("gamma", 4)))
+
+
+def wire(page: Page) -> None:
+    v = page.views
+    v["c_user"].change(
+        user_errors(projection_update),
+        [page.session, v["c_user"]],
+        [v["projection"]],
+        api_name="projection",
+        **page.quiet,
+    )

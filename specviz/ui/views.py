@@ -1,0 +1,223 @@
+"""What the page shows for a session's traces: the cheap live frame sent after each round,
+the final frame with every view, the summaries, and the decision inspector. Everything here
+reads stored traces only: no model call.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from typing import Any
+
+from gradio.components.plot import PlotData
+
+from specviz import metrics, plots, render
+from specviz.trace import Trace
+from specviz.ui.state import Session, View
+
+
+def live_frame(session: Session, last_speed: float) -> tuple[View, float]:
+    """The cheap per-round update: new spans, new rows, the speedup chart, a status line."""
+    t0 = time.perf_counter()
+    new = session.sync_rounds()
+    spec, ar = session.spec, session.ar
+    out: View = {}
+    if new:
+        out["tokens"] = render.tokens_html(session.parts, spec.prompt if spec else "")
+        out["rounds"] = render.rounds_html(session.rows)
+    # The baseline runs token by token: redraw its curve at most ~6 times a second.
+    if new or (ar is not None and ar.timeline and t0 - last_speed > 0.15):
+        out["speed"] = live_plot(plots.speedup_spec(spec, ar))
+        out["status"] = render.status_html(_progress(spec, ar), "busy")
+        last_speed = t0
+    if out:
+        session.ui_ms.append((time.perf_counter() - t0) * 1e3)
+    return out, last_speed
+
+
+def live_plot(spec: dict[str, Any]) -> PlotData:
+    """A plotly JSON spec handed to gr.Plot as is, skipping figure validation."""
+    return PlotData(type="plotly", plot=json.dumps(spec))
+
+
+def _progress(spec: Trace | None, ar: Trace | None) -> str:
+    text = ""
+    if spec is not None:
+        text = f"speculative: round {len(spec.rounds)}, {len(spec.token_ids)} tokens"
+    if ar is not None and ar.token_ids:
+        text += f" · autoregressive baseline: {len(ar.token_ids)} tokens"
+    return text or "generating ..."
+
+
+def final_frame(session: Session, gamma: int) -> View:
+    """Every view, from the session's traces alone."""
+    session.sync_rounds()
+    spec, ar = session.spec, session.ar
+    main = spec or ar
+    out: View = {
+        "tokens": render.trace_tokens_html(main)
+        if spec is None
+        else render.tokens_html(session.parts, spec.prompt),
+        "rounds": render.rounds_html(session.rows),
+        "speed": plots.speedup_figure(spec, ar),
+        "summary": summary_html(session),
+        "table1": table1_html(spec, ar),
+        "greedy": greedy_html(session),
+        "status": render.status_html(_done_message(main), "info"),
+    }
+    if main is not None:
+        out["models"] = render.models_html({k: str(v) for k, v in main.models.items()})
+        out["exact_note"] = exact_note(main)
+    out.update(charts(spec, ar, gamma))
+    out.update(default_inspection(spec))
+    return out
+
+
+def exact_note(trace: Trace) -> str:
+    """The sentence under the text: what it is distributed as, for this trace's settings."""
+    drafter = "the n-gram drafter" if trace.models.get("drafter") == "ngram" else "the draft"
+    return render.exact_note_html(trace.settings, drafter)
+
+
+def _done_message(trace: Trace | None) -> str:
+    if trace is None:
+        return "nothing generated"
+    s = trace.stats
+    return (
+        f"done ({trace.stop_reason}): {s.new_tokens} tokens in {s.wall_s:.2f} s; "
+        "click any token to inspect its decision"
+    )
+
+
+def charts(spec: Trace | None, ar: Trace | None, gamma: int, c_user: float = 0.1) -> View:
+    """Acceptance charts, theory against measurement, and the projection."""
+    if spec is None or not spec.rounds:
+        blank = plots.empty_figure("no speculative rounds")
+        return {k: blank for k in ("acc_round", "acc_hist", "acc_pos", "theory", "projection")}
+    alpha = metrics.alpha(spec)
+    c = metrics.cost_ratio(spec, ar) if ar is not None and ar.token_ids else 0.0
+    measured = metrics.speedup(ar, spec) if ar is not None and ar.token_ids else None
+    return {
+        "acc_round": plots.acceptance_per_round_figure(spec),
+        "acc_hist": plots.accepted_histogram_figure(spec),
+        "acc_pos": plots.acceptance_by_position_figure(spec),
+        "theory": plots.theory_figure(alpha, c, gamma, measured)
+        if c
+        else plots.empty_figure(
+            "theory needs c, measured against the autoregressive baseline (tick Compare)"
+        ),
+        "projection": plots.projection_figure(alpha, c_user, gamma),
+    }
+
+
+def default_inspection(spec: Trace | None) -> View:
+    """Open the inspector on the first rejection (else the first token)."""
+    if spec is None or not spec.rounds:
+        return {}
+    target = next(
+        (
+            (r.index, r.start + i)
+            for r in spec.rounds
+            for i, d in enumerate(r.drafted)
+            if d.status == "rejected"
+        ),
+        (0, 0),
+    )
+    try:
+        return inspect_view(spec, *target)
+    except ValueError:
+        return {}
+
+
+def inspect_view(trace: Trace | None, round_index: int | None, pos: int | None) -> View:
+    """Inspector views for (round, pos) from the stored trace: no model call."""
+    if trace is None or not trace.rounds:
+        raise ValueError("no speculative trace yet: press Run or Step, or import a trace")
+    if pos is None:
+        raise ValueError("choose a position")
+    r = None if round_index is None or round_index < 0 else int(round_index)
+    dec = render.decision_at(trace, r, int(pos))
+    return {
+        "insp_round": dec.round.index,
+        "insp_pos": dec.pos,
+        "insp_plot": plots.decision_figure(dec),
+        "verdict": render.verdict_html(dec),
+    }
+
+
+def summary_html(session: Session) -> str:
+    """The run's figures, each with its definition where it has one."""
+    spec, ar = session.spec, session.ar
+    rows: list[tuple[str, str]] = []
+    if spec is not None and spec.rounds:
+        s = spec.stats
+        d = metrics.DEFINITIONS
+        rows += [
+            ("new tokens / rounds", f"{s.new_tokens} / {s.rounds}"),
+            ("tokens per target call", f"{s.tokens_per_call:.2f}  ({d['tokens per call']})"),
+            ("acceptance rate", f"{s.acceptance_rate:.3f}  ({d['acceptance rate']})"),
+            ("alpha", f"{s.alpha:.3f}  ({d['alpha']})"),
+            (
+                "mean accepted per round",
+                f"{metrics.mean_accepted(spec):.2f} drafts, "
+                f"{metrics.mean_accepted(spec, with_added=True):.2f} with the added token",
+            ),
+            ("draft ms / verify ms", f"{s.draft_ms:.0f} / {s.verify_ms:.0f}"),
+            ("speculative ms/token", f"{s.ms_per_token:.1f}"),
+        ]
+    if ar is not None and ar.token_ids:
+        rows.append(("autoregressive ms/token", f"{ar.stats.ms_per_token:.1f}"))
+        if spec is not None and spec.rounds:
+            rows.append(("c", f"{metrics.cost_ratio(spec, ar):.3f}  ({metrics.DEFINITIONS['c']})"))
+    rows += _ui_cost_rows(session)
+    return render.table_html(rows, "this run") if rows else ""
+
+
+def _ui_cost_rows(session: Session) -> list[tuple[str, str]]:
+    """First-round latency and the page-update cost next to the round it follows."""
+    rows = []
+    if session.first_round_s is not None:
+        rows.append(("first round shown after Run", f"{session.first_round_s:.2f} s"))
+    spec = session.spec
+    if session.ui_ms and spec is not None and spec.rounds:
+        round_ms = statistics.median(r.draft_ms + r.verify_ms for r in spec.rounds)
+        rows.append(
+            (
+                "page update per round (median)",
+                f"{statistics.median(session.ui_ms):.1f} ms, against {round_ms:.1f} ms "
+                "per round of generation",
+            )
+        )
+    return rows
+
+
+def table1_html(spec: Trace | None, ar: Trace | None) -> str:
+    """Chen et al.'s Table 1 row for this prompt: ms/token both ways and the speedup."""
+    if spec is None or ar is None or not spec.token_ids or not ar.token_ids:
+        return render.status_html("Table 1 needs both runs: tick Compare and press Run.")
+    row = metrics.table1_row(ar, spec)
+    return render.table_html(
+        [
+            ("ArS (autoregressive) ms/token", f"{row['ar_ms_per_token']:.1f}  (1x)"),
+            ("SpS (speculative) ms/token", f"{row['spec_ms_per_token']:.1f}"),
+            ("speedup", f"{row['speedup']:.2f}x"),
+        ],
+        "Chen et al. Table 1 columns, measured here (batch size 1)",
+    )
+
+
+def greedy_html(session: Session) -> str:
+    """In greedy mode: do both methods give the same text, and if not, where do they part?"""
+    spec, ar = session.spec, session.ar
+    if spec is None or ar is None:
+        return render.status_html("The greedy check compares both runs: tick Compare.")
+    s = spec.settings
+    if not (s.get("greedy") or s.get("temperature") == 0):
+        return render.status_html(
+            "Greedy check: switch on Greedy (or temperature 0). When sampling, the two runs "
+            "consume random numbers differently, so only their distributions agree."
+        )
+    verdict = render.greedy_check(spec, ar, session.decode)
+    kind = "info" if verdict.startswith("identical") else "error"
+    return render.status_html(f"Greedy check: {verdict}", kind)
