@@ -34,6 +34,8 @@ STATS_KEYS = {
         (["--prompt", "hi", "--gamma", "0"], "gamma must be in 1..32"),
         (["--prompt", "hi", "--gamma", "33"], "gamma must be in 1..32"),
         (["--prompt", "hi", "--temperature", "-1"], "temperature must be a number >= 0"),
+        (["--prompt", "hi", "--temperature", "1e-40"], "temperature must be 0 (greedy) or at"),
+        (["--prompt", "hi", "--draft-temperature", "1e-40"], "draft_temperature must be 0"),
         (["--prompt", "hi", "--top-p", "0"], "top_p must be in (0, 1]"),
         (["--prompt", "hi", "--top-p", "1.01"], "top_p must be in (0, 1]"),
         (["--prompt", "hi", "--top-k", "-2"], "top_k must be in >= 0"),
