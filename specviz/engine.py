@@ -221,7 +221,7 @@ class Run:
         p_x, q_x = verdict.p_x.tolist(), verdict.q_x.tolist()
         ratio = verdict.ratio.clamp(max=1.0).tolist()
         u_list = u.tolist() if u is not None else [None] * k
-        overlaps = overlap(p[:k], q).tolist() if full else [0.0] * k
+        overlaps = overlap(p[:k], q).tolist() if full else [None] * k
         tops: list[list[dict[str, Any]]] = [[] for _ in range(k)]
         if full and k:
             tops = _tops(torch.maximum(p[:k], q), p[:k], q, draft.ids, top_n, "q", text)
@@ -336,7 +336,7 @@ def summarize(trace: Trace, wall_s: float) -> Stats:
         verified=len(verified),
         accepted=accepted,
         acceptance_rate=accepted / len(verified) if verified else 0.0,
-        alpha=sum(d.overlap for d in verified) / len(verified) if verified else 0.0,
+        alpha=mean_overlap(verified),
         tokens_per_call=n / calls if calls else 0.0,
         first_token_ms=trace.timeline[0][0] * 1e3 if trace.timeline else 0.0,
         draft_ms=sum(r.draft_ms for r in rounds),
@@ -344,6 +344,14 @@ def summarize(trace: Trace, wall_s: float) -> Stats:
         wall_s=wall_s,
         ms_per_token=wall_s * 1e3 / n if n else 0.0,
     )
+
+
+def mean_overlap(verified: list[Drafted]) -> float | None:
+    """alpha over verified drafts; None (not measured) without overlaps or verified drafts."""
+    overlaps = [d.overlap for d in verified]
+    if not overlaps or None in overlaps:
+        return None
+    return sum(overlaps) / len(overlaps)  # type: ignore[arg-type]
 
 
 def generate(pair: ModelPair, prompt: str, settings: Settings, raw: bool = False) -> Trace:

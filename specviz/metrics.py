@@ -39,10 +39,18 @@ def acceptance_rate(trace: Trace) -> float:
     return sum(d.status == "accepted" for d in v) / len(v) if v else 0.0
 
 
-def alpha(trace: Trace) -> float:
-    """Mean overlap sum_x min(p, q) over verified positions (0 if none were recorded)."""
-    v = _verified(trace)
-    return sum(d.overlap for d in v) / len(v) if v else 0.0
+def alpha(trace: Trace) -> float | None:
+    """Mean overlap sum_x min(p, q) over verified positions; None when not measured (a
+    "minimal" trace records no overlaps) or when no draft was verified."""
+    overlaps = [d.overlap for d in _verified(trace)]
+    if not overlaps or None in overlaps:
+        return None
+    return sum(overlaps) / len(overlaps)  # type: ignore[arg-type]
+
+
+def alpha_text(value: float | None) -> str:
+    """alpha for a summary: three decimals, or "not measured" (never a misleading 0)."""
+    return "not measured" if value is None else f"{value:.3f}"
 
 
 def mean_accepted(trace: Trace, with_added: bool = False) -> float:

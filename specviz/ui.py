@@ -54,6 +54,7 @@ REPLAY_SECONDS = 3.0  # an imported trace replays in at most this long
 PROMPT_CHARS_PER_TOKEN = 16  # prompts longer than this many characters per allowed token
 CUSTOM = "custom"  # the pair-menu entry for a draft and target given by hub ids
 GPU_SECONDS = 120  # ZeroGPU: the longest one run may hold a GPU
+NO_ALPHA = "alpha was not measured (a minimal trace, or no verified drafts): no theory curve"
 
 Loader = Callable[[str, str], ModelPair]
 CustomLoader = Callable[[str, str, str], ModelPair]  # (draft id, target id, dtype)
@@ -686,10 +687,19 @@ def charts(spec: Trace | None, ar: Trace | None, gamma: int, c_user: float = 0.1
     alpha = metrics.alpha(spec)
     c = metrics.cost_ratio(spec, ar) if ar is not None and ar.token_ids else 0.0
     measured = metrics.speedup(ar, spec) if ar is not None and ar.token_ids else None
-    return {
+    out = {
         "acc_round": plots.acceptance_per_round_figure(spec),
         "acc_hist": plots.accepted_histogram_figure(spec),
         "acc_pos": plots.acceptance_by_position_figure(spec),
+    }
+    if alpha is None:
+        return {
+            **out,
+            "theory": plots.empty_figure(NO_ALPHA),
+            "projection": plots.empty_figure(NO_ALPHA),
+        }
+    return {
+        **out,
         "theory": plots.theory_figure(alpha, c, gamma, measured)
         if c
         else plots.empty_figure(
@@ -748,7 +758,7 @@ def summary_html(session: Session) -> str:
             ("new tokens / rounds", f"{s.new_tokens} / {s.rounds}"),
             ("tokens per target call", f"{s.tokens_per_call:.2f}  ({d['tokens per call']})"),
             ("acceptance rate", f"{s.acceptance_rate:.3f}  ({d['acceptance rate']})"),
-            ("alpha", f"{s.alpha:.3f}  ({d['alpha']})"),
+            ("alpha", f"{metrics.alpha_text(s.alpha)}  ({d['alpha']})"),
             (
                 "mean accepted per round",
                 f"{metrics.mean_accepted(spec):.2f} drafts, "
@@ -961,7 +971,10 @@ def projection_update(session: Session, c: float) -> Any:
     c = _as_float("c", c)
     if not 0 < c <= 10:
         raise ValueError(f"c must be in (0, 10], got {c}")
-    return plots.projection_figure(metrics.alpha(spec), c, int(spec.settings.get("gamma", 4)))
+    alpha = metrics.alpha(spec)
+    if alpha is None:
+        return plots.empty_figure(NO_ALPHA)
+    return plots.projection_figure(alpha, c, int(spec.settings.get("gamma", 4)))
 
 
 def pair_updates(loader: Loader, form: Form, limits: Limits) -> Iterator[View]:

@@ -105,6 +105,23 @@ def test_terminal_output_marks_statuses(capsys, offline_pair):
     assert "acceptance rate" in out and "ms per token" in out and "[-" in out
 
 
+def test_alpha_not_measured_is_said_so(capsys):
+    from specviz.cli import print_comparison, print_trace
+    from specviz.config import Settings
+    from specviz.engine import generate
+    from tests.tiny import tiny_pair
+
+    pair = tiny_pair(vocab=8, sharpness=1.0)
+    s = Settings(gamma=3, max_new_tokens=12, trace_level="minimal")
+    spec, ar = generate(pair, "1 2", s), generate(pair, "1 2", s.with_(method="ar"))
+    print_trace(spec, color=False)
+    print_comparison(ar, spec)
+    out = capsys.readouterr().out
+    alpha_line = next(line for line in out.splitlines() if line.startswith("alpha"))
+    assert "not measured" in alpha_line and "0.000" not in alpha_line
+    assert "expected (Leviathan)   needs alpha" in out
+
+
 def test_the_module_runs_offline_without_a_traceback():
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     cmd = [

@@ -169,6 +169,22 @@ def test_trace_json_round_trip():
         assert (method == "ar") == (back.rounds == [])
 
 
+def test_a_minimal_trace_marks_alpha_as_not_measured():
+    from specviz import metrics
+
+    pair = tiny_pair(vocab=8, sharpness=1.0)
+    s = Settings(gamma=3, max_new_tokens=12)
+    full = generate(pair, "1 2", s)
+    minimal = generate(pair, "1 2", s.with_(trace_level="minimal"))
+    assert minimal.token_ids == full.token_ids and minimal.stats.verified > 0
+    assert 0.0 < full.stats.alpha <= 1.0 and metrics.alpha(full) == full.stats.alpha
+    # no overlap was computed: alpha is unknown, not 0
+    assert minimal.stats.alpha is None and metrics.alpha(minimal) is None
+    assert all(d.overlap is None for r in minimal.rounds for d in r.drafted)
+    back = Trace.from_json(minimal.to_json())
+    assert back.to_dict() == minimal.to_dict() and back.stats.alpha is None
+
+
 def test_ar_trace_has_no_rounds_and_one_call_per_token():
     pair = tiny_pair(vocab=8, sharpness=1.0)
     t = generate(pair, "1 2", Settings(method="ar", max_new_tokens=9))

@@ -168,6 +168,19 @@ def test_export_import_and_replay_without_a_model(loader, tmp_path) -> None:
         ui.export_files(ui.new_session())
 
 
+def test_an_imported_minimal_trace_shows_alpha_as_not_measured(tiny, tmp_path) -> None:
+    trace = generate(tiny, PROMPT, form().settings(LIMITS).with_(trace_level="minimal"))
+    path = tmp_path / "minimal.json"
+    path.write_text(trace.to_json())
+    session = ui.new_session()
+    final = list(ui.import_updates(session, str(path)))[-1]
+    assert "not measured" in final["summary"] and "0.000" not in final["summary"]
+    for key in ("theory", "projection"):
+        assert "alpha was not measured" in final[key].layout.annotations[0].text
+    fig = ui.projection_update(session, 0.05)
+    assert "alpha was not measured" in fig.layout.annotations[0].text
+
+
 def test_greedy_check_agrees_in_fp32(loader) -> None:
     _, frames = run_all(loader, form(greedy=True))
     assert "identical" in frames[-1]["greedy"]
