@@ -170,13 +170,13 @@ class Run:
                 # Never draft past the budget: a round emits at most k + 1 tokens.
                 k_max = min(gamma, s.max_new_tokens - len(out) - 1)
                 ta = clock(dev)
-                draft = (
-                    drafter.propose(seq, k_max, gen) if k_max > 0 else Draft([], torch.empty(0, 1))
-                )
+                draft = drafter.propose(seq, k_max, gen) if k_max > 0 else self._no_draft()
                 tb = clock(dev)
                 k = len(draft.ids)
-                p = warp(target.logits(seq + draft.ids, keep=k + 1), pw)  # [k+1, Vp]
-                p, q = _same_width(p, draft.q.to(dev))  # q: [k, V]
+                # Both are over the tokenizer's V ids: padded columns are cut (specviz.lm)
+                # and a pair whose model is narrower than V cannot be built (ModelPair).
+                p = warp(target.logits(seq + draft.ids, keep=k + 1), pw)  # [k+1, V]
+                q = draft.q.to(dev)  # [k, V]
                 drafts = torch.tensor(draft.ids, dtype=torch.long, device=dev)  # [k]
                 u = None if pw.greedy or k == 0 else torch.rand(k, generator=gen, device=dev)
                 verdict = verify(p, q, drafts, u, s.rule)
@@ -203,6 +203,10 @@ class Run:
                 reason = "max_new_tokens"
         finally:
             self._finish(reason, t0)
+
+    def _no_draft(self) -> Draft:
+        """The round after the budget is spent drafts nothing: a plain target step."""
+        return Draft([], torch.empty(0, self.pair.vocab_size))
 
     def _round(
         self,
@@ -273,16 +277,6 @@ class Run:
             verify_ms=0.0,
             t_s=0.0,
         )
-
-
-def _same_width(p: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pad p or q with zero columns to one vocabulary width (padded embeddings differ)."""
-    vp, vq = p.shape[-1], q.shape[-1]
-    if vq < vp:
-        q = torch.nn.functional.pad(q, (0, vp - vq))
-    elif vp < vq:
-        p = torch.nn.functional.pad(p, (0, vq - vp))
-    return p, q
 
 
 def _tops(

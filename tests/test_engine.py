@@ -150,14 +150,37 @@ def test_statuses_and_decisions_are_consistent():
     assert out == t.token_ids
 
 
-@pytest.mark.parametrize("target_vocab,draft_vocab", [(12, 8), (8, 11)])
-def test_padded_output_columns_are_dropped(target_vocab, draft_vocab):
-    # One tokenizer of 8 tokens; the models' output layers are padded differently.
-    pair = tiny_pair(vocab=8, target_vocab=target_vocab, draft_vocab=draft_vocab, sharpness=3.0)
+def _heavy_padding(model: torch.nn.Module, real: int) -> None:
+    """Give the output columns beyond the real tokens nearly all of the softmax mass."""
+    head = model.lm_head
+    biased = torch.nn.Linear(head.in_features, head.out_features, bias=True)
+    with torch.no_grad():
+        biased.weight.copy_(head.weight)
+        biased.bias.zero_()
+        biased.bias[real:] = 200.0
+    model.lm_head = biased
+
+
+@pytest.mark.parametrize("target_width,draft_width", [(12, 10), (9, 13)])
+def test_padded_output_columns_are_dropped(target_width, draft_width):
+    # One tokenizer of 8 tokens; both models' output layers are padded, by different widths,
+    # and the padding holds > 99 % of their raw softmax mass: kept, it would be sampled.
+    pair = tiny_pair(vocab=8, target_vocab=target_width, draft_vocab=draft_width, sharpness=3.0)
+    prompt = [1, 2]
+    rows = {}
+    for role, lm in (("p", pair.target), ("q", pair.draft)):
+        _heavy_padding(lm.model, 8)
+        with torch.no_grad():
+            raw = lm.model(input_ids=torch.tensor([prompt])).logits[0, -1]
+        assert raw.shape[-1] == lm.vocab_size > 8 and torch.softmax(raw, -1)[8:].sum() > 0.99
+        rows[role] = torch.softmax(raw[:8].double(), -1)  # the real tokens, renormalised
     for seed in range(10):
         t = generate(pair, "1 2", Settings(gamma=3, max_new_tokens=20, seed=seed))
         assert len(t.token_ids) == 20 and max(t.token_ids) < 8
         assert all(e["id"] < 8 for r in t.rounds for d in r.drafted for e in d.top)
+        first = t.rounds[0].drafted[0]  # drawn from q after the prompt, scored by p there
+        assert first.q == pytest.approx(float(rows["q"][first.id]), rel=1e-4)
+        assert first.p == pytest.approx(float(rows["p"][first.id]), rel=1e-4)
 
 
 def test_trace_json_round_trip():
