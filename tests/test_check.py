@@ -118,7 +118,7 @@ def test_a_tiny_other_bin_keeps_its_exact_mass(pair):
     # Two tokens, n = 1000: the four outcomes of 0 and 1 get bins; the other five (those
     # with a 2) have a true mass of about 8e-7. One correct sample landing there must not
     # be called impossible.
-    probs, n = FixedRows(4e-7), 1000
+    probs = FixedRows(4e-7)
     e = float(probs.p[2])
     p = probs.p.double().tolist()
     rare = sum(p[a] * p[b] for a in range(3) for b in range(3) if 2 in (a, b))
