@@ -3,6 +3,7 @@ the exact target distribution over short continuations can be enumerated."""
 
 from __future__ import annotations
 
+import copy
 from types import SimpleNamespace
 from typing import Any
 
@@ -88,6 +89,21 @@ def tiny_pair(
         eos_ids=frozenset() if eos is None else frozenset({eos}),
         context_len=128,
     )
+
+
+def close_pair(vocab: int = 16, noise: float = 0.16, sharpness: float = 1.0) -> ModelPair:
+    """A draft that is the target with its output layer perturbed (noise times the weights'
+    standard deviation): both accepted and rejected drafts are common, greedy included."""
+    pair = tiny_pair(vocab=vocab, sharpness=sharpness)
+    draft = copy.deepcopy(pair.target.model)
+    g = torch.Generator().manual_seed(99)
+    with torch.no_grad():
+        w = draft.lm_head.weight
+        w.add_(torch.randn(w.shape, generator=g) * noise * w.std())
+    pair.draft = LoadedModel(
+        "tiny-close-draft", draft, torch.device("cpu"), "float32", vocab, 0, "test"
+    )
+    return pair
 
 
 class BagLM(torch.nn.Module):
