@@ -175,22 +175,36 @@ class TargetProbs:
         return self._rows[prefix]
 
 
-def frequent_continuations(
+def continuations(
     probs: TargetProbs, length: int, eos_ids: frozenset[int], min_prob: float
-) -> dict[Outcome, float]:
-    """Every continuation of `length` tokens (or ending at EOS) with P >= min_prob, exactly."""
+) -> tuple[dict[Outcome, float], float]:
+    """Every continuation of `length` tokens (or ending at EOS) with P >= min_prob, exactly,
+    and the total P of all the others: the pruned subtrees' masses summed, each one from its
+    row (not 1 - sum, whose round-off would swamp a rest of 1e-7)."""
     out: dict[Outcome, float] = {}
+    rest = 0.0
     stack: list[tuple[Outcome, float]] = [((), 1.0)]
     while stack:
         prefix, pp = stack.pop()
         if len(prefix) == length or (prefix and prefix[-1] in eos_ids):
-            out[prefix] = pp
+            if pp >= min_prob:
+                out[prefix] = pp
+            else:  # its own mass fell below the bar on the way down
+                rest += pp
             continue
-        row = probs.row(prefix)
-        ids = (row * pp >= min_prob).nonzero().flatten().tolist()
-        for x in ids:
+        row = probs.row(prefix).double()
+        keep = row * pp >= min_prob
+        rest += pp * float(row[~keep].sum())
+        for x in keep.nonzero().flatten().tolist():
             stack.append(((*prefix, x), pp * float(row[x])))
-    return out
+    return out, rest
+
+
+def frequent_continuations(
+    probs: TargetProbs, length: int, eos_ids: frozenset[int], min_prob: float
+) -> dict[Outcome, float]:
+    """Every continuation of `length` tokens (or ending at EOS) with P >= min_prob, exactly."""
+    return continuations(probs, length, eos_ids, min_prob)[0]
 
 
 # --- results -------------------------------------------------------------------------------
@@ -290,18 +304,21 @@ def make_view(
     spec: Sequence[Outcome],
     ar: Sequence[Outcome],
     label: Callable[[Outcome], str],
-    complete: bool,
+    rest: float = 0.0,
     min_expected: float = MIN_EXPECTED,
 ) -> View:
     """Bin both samples by the outcomes that p makes frequent and run the tests.
 
-    exact maps outcomes to p; complete says it lists every outcome with p > 0 (the first
-    token), otherwise it lists the frequent ones and "other" gets the remaining mass.
+    exact maps outcomes to p; rest is the exact total p of the outcomes it does not list
+    (0 for the first token, where every outcome with p > 0 is listed). "other" gets rest
+    plus the listed outcomes too rare for a bin of their own.
     """
     n = max(len(spec), len(ar))
     bins = choose_bins(exact, n, min_expected)
     listed = [exact[b] for b in bins]
-    probs = [*listed, _other_prob(exact, bins, complete)]
+    binned = set(bins)
+    other = rest + sum(p for o, p in exact.items() if o not in binned)
+    probs = [*listed, other]
     cs, ca = bin_counts(spec, bins), bin_counts(ar, bins)
     fs, fa = frequencies(cs), frequencies(ca)
     return View(
@@ -321,15 +338,6 @@ def make_view(
             merge_small_other(ca, probs, n, min_expected)[0],
         ),
     )
-
-
-def _other_prob(exact: dict[Outcome, float], bins: list[Outcome], complete: bool) -> float:
-    """p of the "other" bin; float32 round-off below 1e-6 counts as exactly 0."""
-    if complete:
-        listed = set(bins)
-        return sum(p for o, p in exact.items() if o not in listed)
-    other = 1.0 - sum(exact[b] for b in bins)
-    return other if other > 1e-6 else 0.0
 
 
 def merge_small_other(
@@ -443,12 +451,10 @@ def compare(
     n = max(len(spec), len(ar))
     p0 = probs.row(())
     first = {(int(i),): float(p0[i]) for i in p0.nonzero().flatten().tolist()}
-    views = [
-        make_view("first token", first, [s[:1] for s in spec], [s[:1] for s in ar], label, True)
-    ]
+    views = [make_view("first token", first, [s[:1] for s in spec], [s[:1] for s in ar], label)]
     if length > 1:
-        cont = frequent_continuations(probs, length, pair.eos_ids, MIN_EXPECTED / n)
-        views.append(make_view(f"continuation of {length} tokens", cont, spec, ar, label, False))
+        cont, rest = continuations(probs, length, pair.eos_ids, MIN_EXPECTED / n)
+        views.append(make_view(f"continuation of {length} tokens", cont, spec, ar, label, rest))
     return views
 
 

@@ -167,10 +167,13 @@ def print_comparison(ar: Trace, spec: Trace) -> None:
     print(f"speculative ms/token   {row['spec_ms_per_token']:.1f}")
     print(f"speedup                {row['speedup']:.2f}x  ({metrics.DEFINITIONS['speedup']})")
     print(f"c                      {c:.2f}  ({metrics.DEFINITIONS['c']})")
-    print(
-        f"expected (Leviathan)   {metrics.expected_speedup(a, g, c):.2f}x at alpha {a:.2f}, "
-        f"gamma {g}; best gamma {metrics.best_gamma(a, c)}"
-    )
+    if a is None:
+        print("expected (Leviathan)   needs alpha, which this trace did not measure")
+    else:
+        print(
+            f"expected (Leviathan)   {metrics.expected_speedup(a, g, c):.2f}x at alpha {a:.2f}, "
+            f"gamma {g}; best gamma {metrics.best_gamma(a, c)}"
+        )
     if ar.settings["greedy"] or ar.settings["temperature"] == 0:
         same = ar.token_ids == spec.token_ids
         print(f"greedy outputs equal   {'yes' if same else 'no'}")
@@ -354,7 +357,7 @@ def print_trace(trace: Trace, color: bool) -> None:
                 "acceptance rate",
                 f"{s.acceptance_rate:.3f}  ({metrics.DEFINITIONS['acceptance rate']})",
             ),
-            ("alpha", f"{s.alpha:.3f}  ({metrics.DEFINITIONS['alpha']})"),
+            ("alpha", f"{metrics.alpha_text(s.alpha)}  ({metrics.DEFINITIONS['alpha']})"),
             ("draft ms / verify ms", f"{s.draft_ms:.0f} / {s.verify_ms:.0f}"),
         ]
     rows += [

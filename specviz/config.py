@@ -25,6 +25,12 @@ RULES = ("exact", "resample-from-p", "accept-without-draw")
 TRACE_LEVELS = ("full", "minimal")
 # The prompt a run starts from when nobody typed one: the app's first preset, the CLI's check.
 DEFAULT_PROMPT = "Explain in three sentences why the sky is blue."
+# The smallest temperature above 0 (greedy). logits / T must stay finite in float32: at
+# T = 1e-40 it overflows and softmax returns NaN. vLLM raises temperatures below 0.01 to
+# 0.01 for the same reason; here they are refused instead, since a silent change would
+# change the target distribution the user asked for. At 0.01 a logit gap of 0.1 already
+# scales the odds by e^-10, so nothing between 0 and 0.01 differs visibly from greedy.
+MIN_TEMPERATURE = 0.01
 
 
 def _env_int(name: str, default: int, lo: int = 1) -> int:
@@ -226,3 +232,5 @@ def _int_range(name: str, value: Any, lo: int, hi: int | None) -> None:
 def _temperature(name: str, value: Any) -> None:
     if not _is_number(value) or value < 0:
         raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+    if 0 < value < MIN_TEMPERATURE:
+        raise ValueError(f"{name} must be 0 (greedy) or at least {MIN_TEMPERATURE}, got {value!r}")

@@ -170,13 +170,13 @@ class Run:
                 # Never draft past the budget: a round emits at most k + 1 tokens.
                 k_max = min(gamma, s.max_new_tokens - len(out) - 1)
                 ta = clock(dev)
-                draft = (
-                    drafter.propose(seq, k_max, gen) if k_max > 0 else Draft([], torch.empty(0, 1))
-                )
+                draft = drafter.propose(seq, k_max, gen) if k_max > 0 else self._no_draft()
                 tb = clock(dev)
                 k = len(draft.ids)
-                p = warp(target.logits(seq + draft.ids, keep=k + 1), pw)  # [k+1, Vp]
-                p, q = _same_width(p, draft.q.to(dev))  # q: [k, V]
+                # Both are over the tokenizer's V ids: padded columns are cut (specviz.lm)
+                # and a pair whose model is narrower than V cannot be built (ModelPair).
+                p = warp(target.logits(seq + draft.ids, keep=k + 1), pw)  # [k+1, V]
+                q = draft.q.to(dev)  # [k, V]
                 drafts = torch.tensor(draft.ids, dtype=torch.long, device=dev)  # [k]
                 u = None if pw.greedy or k == 0 else torch.rand(k, generator=gen, device=dev)
                 verdict = verify(p, q, drafts, u, s.rule)
@@ -204,6 +204,10 @@ class Run:
         finally:
             self._finish(reason, t0)
 
+    def _no_draft(self) -> Draft:
+        """The round after the budget is spent drafts nothing: a plain target step."""
+        return Draft([], torch.empty(0, self.pair.vocab_size))
+
     def _round(
         self,
         gamma: int,
@@ -221,7 +225,7 @@ class Run:
         p_x, q_x = verdict.p_x.tolist(), verdict.q_x.tolist()
         ratio = verdict.ratio.clamp(max=1.0).tolist()
         u_list = u.tolist() if u is not None else [None] * k
-        overlaps = overlap(p[:k], q).tolist() if full else [0.0] * k
+        overlaps = overlap(p[:k], q).tolist() if full else [None] * k
         tops: list[list[dict[str, Any]]] = [[] for _ in range(k)]
         if full and k:
             tops = _tops(torch.maximum(p[:k], q), p[:k], q, draft.ids, top_n, "q", text)
@@ -275,16 +279,6 @@ class Run:
         )
 
 
-def _same_width(p: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pad p or q with zero columns to one vocabulary width (padded embeddings differ)."""
-    vp, vq = p.shape[-1], q.shape[-1]
-    if vq < vp:
-        q = torch.nn.functional.pad(q, (0, vp - vq))
-    elif vp < vq:
-        p = torch.nn.functional.pad(p, (0, vq - vp))
-    return p, q
-
-
 def _tops(
     score: torch.Tensor,  # [m, V] what orders the list
     first: torch.Tensor,  # [m, V] p
@@ -336,7 +330,7 @@ def summarize(trace: Trace, wall_s: float) -> Stats:
         verified=len(verified),
         accepted=accepted,
         acceptance_rate=accepted / len(verified) if verified else 0.0,
-        alpha=sum(d.overlap for d in verified) / len(verified) if verified else 0.0,
+        alpha=mean_overlap(verified),
         tokens_per_call=n / calls if calls else 0.0,
         first_token_ms=trace.timeline[0][0] * 1e3 if trace.timeline else 0.0,
         draft_ms=sum(r.draft_ms for r in rounds),
@@ -344,6 +338,14 @@ def summarize(trace: Trace, wall_s: float) -> Stats:
         wall_s=wall_s,
         ms_per_token=wall_s * 1e3 / n if n else 0.0,
     )
+
+
+def mean_overlap(verified: list[Drafted]) -> float | None:
+    """alpha over verified drafts; None (not measured) without overlaps or verified drafts."""
+    overlaps = [d.overlap for d in verified]
+    if not overlaps or None in overlaps:
+        return None
+    return sum(overlaps) / len(overlaps)  # type: ignore[arg-type]
 
 
 def generate(pair: ModelPair, prompt: str, settings: Settings, raw: bool = False) -> Trace:

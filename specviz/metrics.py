@@ -18,7 +18,12 @@ from typing import Any
 
 import pandas as pd
 
+from specviz.config import Limits
 from specviz.trace import Trace
+
+# The gammas that theory ranges over: every gamma a user can set. The command line and the
+# app both search this one range for the best gamma, so they always agree.
+GAMMAS = range(1, Limits.max_gamma + 1)
 
 DEFINITIONS = {
     "acceptance rate": "accepted drafts / verified drafts (discarded drafts are not tested)",
@@ -39,10 +44,18 @@ def acceptance_rate(trace: Trace) -> float:
     return sum(d.status == "accepted" for d in v) / len(v) if v else 0.0
 
 
-def alpha(trace: Trace) -> float:
-    """Mean overlap sum_x min(p, q) over verified positions (0 if none were recorded)."""
-    v = _verified(trace)
-    return sum(d.overlap for d in v) / len(v) if v else 0.0
+def alpha(trace: Trace) -> float | None:
+    """Mean overlap sum_x min(p, q) over verified positions; None when not measured (a
+    "minimal" trace records no overlaps) or when no draft was verified."""
+    overlaps = [d.overlap for d in _verified(trace)]
+    if not overlaps or None in overlaps:
+        return None
+    return sum(overlaps) / len(overlaps)  # type: ignore[arg-type]
+
+
+def alpha_text(value: float | None) -> str:
+    """alpha for a summary: three decimals, or "not measured" (never a misleading 0)."""
+    return "not measured" if value is None else f"{value:.3f}"
 
 
 def mean_accepted(trace: Trace, with_added: bool = False) -> float:
@@ -111,9 +124,15 @@ def expected_speedup(alpha: float, gamma: int, c: float) -> float:
     return expected_tokens_per_round(alpha, gamma) / (gamma * c + 1.0)
 
 
-def best_gamma(alpha: float, c: float, max_gamma: int = 32) -> int:
-    """The gamma in 1..max_gamma with the largest expected walltime improvement."""
-    return max(range(1, max_gamma + 1), key=lambda g: expected_speedup(alpha, g, c))
+def expected_curve(alpha: float, c: float) -> tuple[list[int], list[float]]:
+    """Leviathan's expected walltime improvement at every gamma in GAMMAS."""
+    gammas = list(GAMMAS)
+    return gammas, [expected_speedup(alpha, g, c) for g in gammas]
+
+
+def best_gamma(alpha: float, c: float) -> int:
+    """The gamma in GAMMAS with the largest expected walltime improvement."""
+    return max(GAMMAS, key=lambda g: expected_speedup(alpha, g, c))
 
 
 def table1_row(ar: Trace, spec: Trace) -> dict[str, float]:

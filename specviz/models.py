@@ -274,7 +274,7 @@ class LoadedModel:
     model: torch.nn.Module
     device: torch.device
     dtype: str  # e.g. "float32", "int8 weights / bfloat16"
-    vocab_size: int
+    vocab_size: int  # token ids it can embed and score (see token_width)
     load_s: float
     source: str  # "cache", "converted from GGUF", "hub", "derived"
 
@@ -282,9 +282,30 @@ class LoadedModel:
         return f"{self.name} on {self.device.type} ({self.dtype})"
 
 
+def token_width(model: torch.nn.Module) -> int:
+    """How many token ids a model can both embed and score: the smaller of its input
+    embedding's rows and its output layer's columns (the config is not trusted)."""
+    widths = [int(model.config.vocab_size)] if hasattr(model, "config") else []
+    inp = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if inp is not None:
+        widths = [int(inp.weight.shape[0])]
+    if out is not None:
+        widths.append(int(getattr(out, "out_features", 0) or out.weight.shape[0]))
+    if not widths:
+        raise ValueError(f"cannot tell how many token ids {type(model).__name__} embeds")
+    return min(widths)
+
+
 @dataclass
 class ModelPair:
-    """A target, its draft and their shared tokenizer."""
+    """A target, its draft and their shared tokenizer.
+
+    Both models must embed and score every id of the tokenizer: a model narrower than the
+    tokenizer would be handed ids it cannot embed (an IndexError on the CPU, a device-side
+    assert on CUDA). Wider models (padded embeddings) are fine: their extra columns are
+    dropped (see specviz.lm).
+    """
 
     name: str
     target: LoadedModel
@@ -293,6 +314,16 @@ class ModelPair:
     eos_ids: frozenset[int]
     context_len: int
     _texts: dict[int, str] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        n = len(self.tokenizer)
+        for role, m in (("target", self.target), ("draft", self.draft)):
+            if m is not None and m.vocab_size < n:
+                raise ValueError(
+                    f"refused pair: the tokenizer has {n} tokens but the {role} {m.name!r} "
+                    f"embeds and scores only {m.vocab_size} token ids "
+                    f"(ids {m.vocab_size}..{n - 1} would crash it)"
+                )
 
     @property
     def device(self) -> torch.device:
@@ -360,7 +391,7 @@ def _load_offline_target(device: torch.device, dtype: torch.dtype) -> LoadedMode
         model,
         device,
         str(dtype).removeprefix("torch."),
-        model.config.vocab_size,
+        token_width(model),
         time.perf_counter() - t0 + converted,
         source,
     )
@@ -396,7 +427,7 @@ def _load_hub(model_id: str, device: torch.device, dtype: torch.dtype) -> Loaded
         model,
         device,
         str(dtype).removeprefix("torch."),
-        model.config.vocab_size,
+        token_width(model),
         time.perf_counter() - t0,
         "hub",
     )

@@ -316,16 +316,9 @@ def acceptance_by_position_figure(trace: Trace) -> go.Figure:
 # --- theory ----------------------------------------------------------------------------
 
 
-def _expected_curve(alpha: float, c: float, max_gamma: int) -> tuple[list[int], list[float]]:
-    gammas = list(range(1, max_gamma + 1))
-    return gammas, [metrics.expected_speedup(alpha, g, c) for g in gammas]
-
-
-def theory_figure(
-    alpha: float, c: float, gamma: int, measured: float | None, max_gamma: int = 16
-) -> go.Figure:
+def theory_figure(alpha: float, c: float, gamma: int, measured: float | None) -> go.Figure:
     """Leviathan's expected walltime improvement against gamma, with the measured point."""
-    gammas, ys = _expected_curve(alpha, c, max_gamma)
+    gammas, ys = metrics.expected_curve(alpha, c)
     fig = go.Figure()
     fig.add_scatter(
         x=gammas,
@@ -342,7 +335,7 @@ def theory_figure(
             name="measured",
             marker={"color": COLORS["rejected"], "size": 14, "symbol": "star"},
         )
-    best = metrics.best_gamma(alpha, c, max_gamma)
+    best = metrics.best_gamma(alpha, c)
     fig.update_layout(
         _LAYOUT,
         height=340,
@@ -353,9 +346,9 @@ def theory_figure(
     return fig
 
 
-def projection_figure(alpha: float, c: float, gamma: int, max_gamma: int = 16) -> go.Figure:
+def projection_figure(alpha: float, c: float, gamma: int) -> go.Figure:
     """Projected speedup for a chosen cost ratio c: a projection, not a measurement."""
-    gammas, ys = _expected_curve(alpha, c, max_gamma)
+    gammas, ys = metrics.expected_curve(alpha, c)
     fig = go.Figure()
     fig.add_scatter(
         x=gammas,
@@ -364,7 +357,7 @@ def projection_figure(alpha: float, c: float, gamma: int, max_gamma: int = 16) -
         name="projection",
         line={"color": COLORS["resampled"], "dash": "dash"},
     )
-    if 1 <= gamma <= max_gamma:
+    if gamma in metrics.GAMMAS:
         fig.add_scatter(
             x=[gamma],
             y=[ys[gamma - 1]],

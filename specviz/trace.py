@@ -33,7 +33,7 @@ class Drafted:
     accept_prob: float  # min(1, p/q)
     u: float | None  # the uniform draw; None when not drawn (greedy, or discarded)
     status: str  # accepted | rejected | discarded
-    overlap: float  # sum_x min(p(x), q(x)) over the whole vocabulary
+    overlap: float | None  # sum_x min(p(x), q(x)) over the vocabulary; None: not measured
     top: list[dict[str, Any]]  # [{"id", "text", "p", "q"}], most likely under p or q first
 
 
@@ -85,7 +85,9 @@ class Stats:
     verified: int = 0  # drafted tokens the rule tested: accepted + rejected
     accepted: int = 0
     acceptance_rate: float = 0.0  # accepted / verified
-    alpha: float = 0.0  # mean overlap sum_x min(p, q) over verified positions
+    # mean overlap sum_x min(p, q) over verified positions; None when not measured (trace
+    # level "minimal" records no overlaps) or when no draft was verified
+    alpha: float | None = None
     tokens_per_call: float = 0.0  # new_tokens / target_calls
     first_token_ms: float = 0.0  # until the first call (which reads the prompt) emitted
     draft_ms: float = 0.0
@@ -189,6 +191,13 @@ def _num(d: dict[str, Any], key: str, where: str) -> float:
     return float(_get(d, key, float, where))
 
 
+def _opt_num(d: dict[str, Any], key: str, where: str) -> float | None:
+    """A number that may be null (not measured); the key itself must be present."""
+    if key in d and d[key] is None:
+        return None
+    return _num(d, key, where)
+
+
 def _point(x: Any) -> list[float]:
     _expect(x, list, "trace.timeline entry")
     if len(x) != 2:
@@ -232,7 +241,7 @@ def _round(r: Any, i: int) -> Round:
                 accept_prob=_num(x, "accept_prob", w),
                 u=None if u is None else float(_expect(u, float, f"{w}.u")),
                 status=status,
-                overlap=_num(x, "overlap", w),
+                overlap=_opt_num(x, "overlap", w),
                 top=_top(x.get("top", []), "q", f"{w}.top"),
             )
         )
@@ -264,10 +273,12 @@ def _round(r: Any, i: int) -> Round:
 
 
 def _stats(d: dict[str, Any]) -> Stats:
-    values = {}
+    values: dict[str, Any] = {}
     for name, f in Stats.__dataclass_fields__.items():
-        kind = int if f.type == "int" else float
-        values[name] = _get(d, name, kind, "trace.stats")
-        if kind is float:
-            values[name] = float(values[name])
+        if f.type == "int":
+            values[name] = _get(d, name, int, "trace.stats")
+        elif "None" in str(f.type):
+            values[name] = _opt_num(d, name, "trace.stats")
+        else:
+            values[name] = _num(d, name, "trace.stats")
     return Stats(**values)

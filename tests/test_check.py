@@ -104,6 +104,34 @@ def test_small_other_bin_is_merged_but_zero_stays():
     assert same == ([50, 50, 1], [0.5, 0.5, 0.0])
 
 
+class FixedRows:
+    """Target rows that are the same after every prefix: p = [0.6, 0.4 - e, e]."""
+
+    def __init__(self, e: float) -> None:
+        self.p = torch.tensor([0.6, 0.4 - e, e], dtype=torch.float32)
+
+    def row(self, prefix: tuple[int, ...]) -> torch.Tensor:
+        return self.p
+
+
+def test_a_tiny_other_bin_keeps_its_exact_mass(pair):
+    # Two tokens, n = 1000: the four outcomes of 0 and 1 get bins; the other five (those
+    # with a 2) have a true mass of about 8e-7. One correct sample landing there must not
+    # be called impossible.
+    probs = FixedRows(4e-7)
+    e = float(probs.p[2])
+    p = probs.p.double().tolist()
+    rare = sum(p[a] * p[b] for a in range(3) for b in range(3) if 2 in (a, b))
+    ar = [(0, 0)] * 360 + [(0, 1)] * 240 + [(1, 0)] * 240 + [(1, 1)] * 160  # n p, rounded
+    spec = ar[:-1] + [(0, 2)]
+    views = check.compare(pair, probs, spec, ar, length=2)
+    other = views[1]
+    assert other.labels[-1] == check.OTHER and len(other.labels) == 5
+    assert other.exact[-1] == pytest.approx(rare, rel=1e-3) and 0 < other.exact[-1] < 1e-6
+    assert other.spec_test.p_value > 0.0 and math.isfinite(other.spec_test.statistic)
+    assert views[0].exact[-1] == pytest.approx(e, rel=1e-6)  # first token: complete anyway
+
+
 def test_rule_first_token_exact_is_p_and_wrong_rules_are_not():
     g = torch.Generator().manual_seed(0)
     p = torch.softmax(torch.randn(8, generator=g) * 2, -1)

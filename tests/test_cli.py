@@ -34,6 +34,8 @@ STATS_KEYS = {
         (["--prompt", "hi", "--gamma", "0"], "gamma must be in 1..32"),
         (["--prompt", "hi", "--gamma", "33"], "gamma must be in 1..32"),
         (["--prompt", "hi", "--temperature", "-1"], "temperature must be a number >= 0"),
+        (["--prompt", "hi", "--temperature", "1e-40"], "temperature must be 0 (greedy) or at"),
+        (["--prompt", "hi", "--draft-temperature", "1e-40"], "draft_temperature must be 0"),
         (["--prompt", "hi", "--top-p", "0"], "top_p must be in (0, 1]"),
         (["--prompt", "hi", "--top-p", "1.01"], "top_p must be in (0, 1]"),
         (["--prompt", "hi", "--top-k", "-2"], "top_k must be in >= 0"),
@@ -101,6 +103,23 @@ def test_terminal_output_marks_statuses(capsys, offline_pair):
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "acceptance rate" in out and "ms per token" in out and "[-" in out
+
+
+def test_alpha_not_measured_is_said_so(capsys):
+    from specviz.cli import print_comparison, print_trace
+    from specviz.config import Settings
+    from specviz.engine import generate
+    from tests.tiny import tiny_pair
+
+    pair = tiny_pair(vocab=8, sharpness=1.0)
+    s = Settings(gamma=3, max_new_tokens=12, trace_level="minimal")
+    spec, ar = generate(pair, "1 2", s), generate(pair, "1 2", s.with_(method="ar"))
+    print_trace(spec, color=False)
+    print_comparison(ar, spec)
+    out = capsys.readouterr().out
+    alpha_line = next(line for line in out.splitlines() if line.startswith("alpha"))
+    assert "not measured" in alpha_line and "0.000" not in alpha_line
+    assert "expected (Leviathan)   needs alpha" in out
 
 
 def test_the_module_runs_offline_without_a_traceback():

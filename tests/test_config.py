@@ -20,6 +20,10 @@ BAD = [
     ({"gamma": 2.5}, "gamma must be an integer"),
     ({"temperature": float("nan")}, "temperature must be a number"),
     ({"draft_temperature": -1.0}, "draft_temperature must be a number >= 0"),
+    # logits / 1e-40 overflow float32: refused, not a NaN distribution and a traceback
+    ({"temperature": 1e-40}, "temperature must be 0 (greedy) or at least 0.01, got 1e-40"),
+    ({"temperature": 0.009}, "temperature must be 0 (greedy) or at least 0.01"),
+    ({"draft_temperature": 1e-40}, "draft_temperature must be 0 (greedy) or at least 0.01"),
 ]
 
 
@@ -28,6 +32,18 @@ def test_bad_settings_raise_one_line(change, message):
     with pytest.raises(ValueError) as err:
         Settings(**change)
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_smallest_temperature_gives_a_finite_distribution():
+    import torch
+
+    from specviz.sampling import warp
+
+    s = Settings(temperature=0.01, draft_temperature=0.01)
+    logits = torch.tensor([3.0e3, -3.0e3, 0.0, 2.9e3])  # far wider than any real model's
+    for w in (s.target_warp(), s.draft_warp()):
+        probs = warp(logits, w)
+        assert torch.isfinite(probs).all() and probs.sum().item() == 1.0
 
 
 def test_greedy_means_one_hot_p_and_q():

@@ -1,27 +1,131 @@
 """Speculative sampling leaves the target's distribution unchanged.
 
-On tiny models with a 6-token vocabulary, the exact probability of every 3-token
-continuation under the target (after temperature, top-k and top-p) is enumerated, and
-20,000 seeded speculative samples are compared with it by a chi-square test and a
-total-variation bound. The same check must reject the deliberately wrong rules. A smaller
-run on a transformers Llama checks the same on the model class the app uses.
+Each case runs the engine on BagLM models (tests/tiny.py) with a 6-token vocabulary. The
+exact probability of every continuation the case can produce (``max_new_tokens`` tokens,
+or fewer when one is EOS) is enumerated from the target's formula, evaluated without a
+cache, through a plain-Python statement of temperature / top-k / top-p. Seeded speculative
+samples are compared with it by Pearson's chi-square in two views: the whole continuation
+and its first two tokens (outcomes expected fewer than 5 times are pooled).
+
+Every case drafts k >= 3 tokens in some rounds and needs several rounds per sample, and
+each asserts that its feature was exercised: EOS drafted, accepted and resampled; n-gram
+drafts accepted and rejected; gamma changing under the adaptive schedule. Each must pass
+with the exact rule and fail with both deliberately wrong rules.
+
+Sample counts are set by power, to keep the suite quick (one sample costs about 2 ms):
+- exact rule, N_EXACT = 8,000 per case; each view must keep p > 1e-4 (16 views: a seed set
+  that is merely unlucky fails about once in 600). Power: let D be the chi-square distance
+  sum (w - p)^2 / p between p and what a wrong rule samples (w), estimated per case and
+  view from 2,000 wrong-rule samples. For the case and rule where D is smallest, a
+  distribution moved a quarter of the way from p towards w is caught with probability 0.98
+  at this N (noncentral chi-square); moved half of the way, with probability 1.00.
+- wrong rules, N_WRONG = 800 per case: the test asks for p < 1e-6; the least visible
+  wrong rule (resample-from-p with a draft temperature) ends at p = 1e-18.
+The whole module takes about three minutes on one core.
+A smaller run on a transformers Llama checks one case on the model class the app uses.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections import Counter
+from dataclasses import dataclass, field
 
 import pytest
 import torch
 
 from specviz.config import Settings
 from specviz.engine import generate
+from specviz.trace import Trace
 from tests.tiny import bag_pair, tiny_pair
 
-VOCAB, LENGTH, N = 6, 3, 20_000
-PROMPT = "1"
+VOCAB = 6
+N_EXACT = 8_000
+N_WRONG = 800
+EXACT_P = 1e-4  # smallest p-value the exact rule may show in a view
+WRONG_P = 1e-6  # largest p-value a wrong rule may show in its most telling view
+PREFIX = 2  # the second view: the first PREFIX tokens
+WRONG_RULES = ("resample-from-p", "accept-without-draw")
+
+Outcome = tuple[int, ...]
+
+
+@dataclass
+class Tally:
+    """What the samples of a case exercised."""
+
+    samples: int = 0
+    rounds: int = 0
+    multi_round: int = 0  # samples generated over two or more rounds that drafted
+    k3: int = 0  # rounds that drafted three tokens or more
+    drafted: int = 0
+    accepted: int = 0
+    rejected: int = 0
+    gammas: set[int] = field(default_factory=set)
+    eos: Counter = field(default_factory=Counter)  # drafted / accepted / resampled / bonus
+
+    def add(self, t: Trace, eos: int | None) -> None:
+        drafting = [r for r in t.rounds if r.drafted]
+        self.samples += 1
+        self.rounds += len(t.rounds)
+        self.multi_round += len(drafting) >= 2
+        self.k3 += sum(len(r.drafted) >= 3 for r in t.rounds)
+        for r in t.rounds:
+            self.gammas.add(r.gamma)
+            for d in r.drafted:
+                self.drafted += 1
+                self.accepted += d.status == "accepted"
+                self.rejected += d.status == "rejected"
+                if d.id == eos:
+                    self.eos["drafted"] += 1
+                    self.eos["accepted"] += d.status == "accepted"
+            if r.added is not None and r.added.id == eos:
+                self.eos[r.added.status] += 1
+
+
+@dataclass(frozen=True)
+class Case:
+    settings: Settings
+    prompt: str = "1"
+    eos: int | None = None
+
+    @property
+    def length(self) -> int:
+        return self.settings.max_new_tokens
+
+
+def _s(**kw) -> Settings:
+    return Settings(trace_level="minimal", **kw)
+
+
+CASES = {
+    "rounds": Case(_s(gamma=4, max_new_tokens=6)),
+    "temperature": Case(_s(gamma=3, temperature=0.7, max_new_tokens=5)),
+    "top-k": Case(_s(gamma=3, top_k=3, max_new_tokens=5)),
+    "top-p": Case(_s(gamma=3, top_p=0.8, temperature=1.3, max_new_tokens=5)),
+    "eos": Case(_s(gamma=3, max_new_tokens=5), eos=2),
+    "ngram": Case(_s(drafter="ngram", gamma=3, max_new_tokens=5), prompt="1 2 3 1 4 1 2"),
+    "draft-temperature": Case(_s(gamma=3, draft_temperature=1.8, max_new_tokens=5)),
+    "adaptive": Case(_s(gamma=3, adaptive_gamma=True, max_new_tokens=6)),
+}
+
+
+def exercised(case: str, t: Tally) -> list[str]:
+    """What the case must have exercised, as readable failures (empty: all of it)."""
+    need = {
+        "several rounds per sample": t.multi_round > t.samples // 2,
+        "rounds drafting k >= 3": t.k3 > t.samples // 10,
+        "accepted and rejected drafts": t.accepted > 100 and t.rejected > 100,
+    }
+    if case == "eos":
+        for what in ("drafted", "accepted", "resampled", "bonus"):
+            need[f"EOS {what}"] = t.eos[what] >= 20
+    if case == "adaptive":
+        need["gamma lowered and raised"] = {2, 3, 5} <= t.gammas
+    return [f"{case}: {what} ({t})" for what, ok in need.items() if not ok]
+
+
+# --- the exact target distribution, independently of the engine --------------------------
 
 
 def reference_probs(
@@ -47,45 +151,55 @@ def reference_probs(
     return probs
 
 
-def full_logits(model, ids: torch.Tensor) -> torch.Tensor:
-    """Logits at every position of each row of ids [S, len], without reusing a cache."""
-    from transformers import DynamicCache
-
-    if isinstance(model, torch.nn.Module) and hasattr(model, "config"):
-        return model(input_ids=ids).logits
-    rows = [
-        model(
-            input_ids=r[None], past_key_values=DynamicCache(), logits_to_keep=ids.shape[1]
-        ).logits[0]
-        for r in ids
-    ]
-    return torch.stack(rows)
+def last_logits(model, ids: list[list[int]]) -> torch.Tensor:
+    """Logits after each row of ids (rows of equal length), without a cache: [S, V]."""
+    batch = torch.tensor(ids)
+    if hasattr(model, "batch_logits"):
+        return model.batch_logits(batch)[:, -1]
+    with torch.no_grad():
+        return model(input_ids=batch).logits[:, -1]
 
 
-@torch.no_grad()
-def exact_distribution(pair, settings: Settings) -> dict[tuple[int, ...], float]:
-    """P(x1..xL | prompt) under the target, for every continuation, by full forwards."""
-    prompt = [int(t) for t in PROMPT.split()]
-    seqs = list(itertools.product(range(VOCAB), repeat=LENGTH))
-    ids = torch.tensor([prompt + list(s[:-1]) for s in seqs])
-    logits = full_logits(pair.target.model, ids)  # [S, len, V]
+def exact_distribution(pair, prompt: str, settings: Settings) -> dict[Outcome, float]:
+    """P(continuation | prompt) under the target for every continuation of up to
+    max_new_tokens tokens (a continuation ends early at EOS), level by level."""
     w = settings.target_warp()
-    out = {}
-    for row, s in enumerate(seqs):
-        prob = 1.0
-        for i, x in enumerate(s):
-            pos = len(prompt) - 1 + i
-            prob *= reference_probs(logits[row, pos], w.temperature, w.top_k, w.top_p)[x]
-        out[s] = prob
+    base = [int(t) for t in prompt.split()]
+    out: dict[Outcome, float] = {}
+    level: dict[Outcome, float] = {(): 1.0}
+    for _ in range(settings.max_new_tokens):
+        prefixes = list(level)
+        logits = last_logits(pair.target.model, [base + list(s) for s in prefixes])
+        nxt: dict[Outcome, float] = {}
+        for s, row in zip(prefixes, logits, strict=True):
+            for x, px in enumerate(reference_probs(row, w.temperature, w.top_k, w.top_p)):
+                if px > 0:
+                    child = (*s, x)
+                    (out if x in pair.eos_ids else nxt)[child] = level[s] * px
+        level = nxt
+    out.update(level)
     return out
 
 
-def sample(pair, settings: Settings, n: int) -> Counter:
+def marginal(dist: dict[Outcome, float], n: int) -> dict[Outcome, float]:
+    """The distribution of the first n tokens."""
+    m: Counter = Counter()
+    for s, p in dist.items():
+        m[s[:n]] += p
+    return dict(m)
+
+
+# --- sampling and the test ----------------------------------------------------------------
+
+
+def sample(pair, case: Case, settings: Settings, n: int) -> tuple[Counter, Tally]:
     counts: Counter = Counter()
+    tally = Tally()
     for seed in range(n):
-        trace = generate(pair, PROMPT, settings.with_(seed=seed))
+        trace = generate(pair, case.prompt, settings.with_(seed=seed))
         counts[tuple(trace.token_ids)] += 1
-    return counts
+        tally.add(trace, case.eos)
+    return counts, tally
 
 
 def chi_square_pvalue(counts: Counter, exact: dict, n: int) -> tuple[float, float]:
@@ -109,61 +223,80 @@ def chi_square_pvalue(counts: Counter, exact: dict, n: int) -> tuple[float, floa
     return stat, float(p)
 
 
-def total_variation(counts: Counter, exact: dict, n: int) -> float:
-    keys = set(exact) | set(counts)
-    return 0.5 * sum(abs(counts.get(s, 0) / n - exact.get(s, 0.0)) for s in keys)
+def views(counts: Counter, exact: dict, n: int) -> dict[str, tuple[float, float]]:
+    """(chi-square, p-value) for the whole continuation and for its first PREFIX tokens."""
+    short: Counter = Counter()
+    for s, c in counts.items():
+        short[s[:PREFIX]] += c
+    return {
+        "continuation": chi_square_pvalue(counts, exact, n),
+        f"first {PREFIX}": chi_square_pvalue(short, marginal(exact, PREFIX), n),
+    }
 
 
-@pytest.fixture(scope="module")
-def pair():
-    return bag_pair(vocab=VOCAB, target_seed=3, draft_seed=4)
+def pair_for(case: Case):
+    return bag_pair(vocab=VOCAB, target_seed=3, draft_seed=4, eos=case.eos)
 
 
-EXACT_CASES = {
-    "plain": Settings(gamma=2, max_new_tokens=LENGTH, trace_level="minimal"),
-    "temperature": Settings(gamma=3, temperature=0.7, max_new_tokens=LENGTH, trace_level="minimal"),
-    "top-k": Settings(gamma=2, top_k=3, max_new_tokens=LENGTH, trace_level="minimal"),
-    "top-p": Settings(
-        gamma=2, top_p=0.8, temperature=1.3, max_new_tokens=LENGTH, trace_level="minimal"
-    ),
-}
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("case", list(EXACT_CASES))
-def test_speculative_samples_follow_the_target(pair, case):
-    settings = EXACT_CASES[case]
-    exact = exact_distribution(pair, settings)
-    counts = sample(pair, settings, N)
-    stat, p = chi_square_pvalue(counts, exact, N)
-    tv = total_variation(counts, exact, N)
-    assert p > 1e-3, f"{case}: chi2={stat:.1f}, p={p:.2g}, tv={tv:.3f}"
-    assert tv < 0.04, f"{case}: total variation {tv:.3f}"
+def run_case(name: str, rule: str, n: int) -> tuple[dict[Outcome, float], Counter, Tally]:
+    """The case's exact distribution, and n samples under the rule with what they exercised."""
+    case = CASES[name]
+    pair = pair_for(case)
+    exact = exact_distribution(pair, case.prompt, case.settings)
+    counts, tally = sample(pair, case, case.settings.with_(rule=rule), n)
+    return exact, counts, tally
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("rule", ["resample-from-p", "accept-without-draw"])
-def test_the_check_rejects_a_wrong_rule(pair, rule):
-    settings = EXACT_CASES["plain"].with_(rule=rule)
-    exact = exact_distribution(pair, settings)
-    counts = sample(pair, settings, N)
-    stat, p = chi_square_pvalue(counts, exact, N)
-    assert p < 1e-6, f"{rule} passed the check: chi2={stat:.1f}, p={p:.2g}"
+@pytest.mark.parametrize("name", list(CASES))
+def test_speculative_samples_follow_the_target(name, one_thread):
+    exact, counts, tally = run_case(name, "exact", N_EXACT)
+    assert not exercised(name, tally)
+    for view, (stat, p) in views(counts, exact, N_EXACT).items():
+        assert p > EXACT_P, f"{name}, {view}: chi2={stat:.1f}, p={p:.2g}"
 
 
-def test_samples_follow_the_target_on_a_transformers_llama():
+@pytest.mark.slow
+@pytest.mark.parametrize("rule", WRONG_RULES)
+@pytest.mark.parametrize("name", list(CASES))
+def test_each_case_rejects_a_wrong_rule(name, rule, one_thread):
+    exact, counts, _ = run_case(name, rule, N_WRONG)
+    found = views(counts, exact, N_WRONG)
+    p = min(p for _, p in found.values())
+    assert p < WRONG_P, f"{name}: {rule} passed the check: {found}"
+
+
+def test_samples_follow_the_target_on_a_transformers_llama(one_thread):
     llama = tiny_pair(vocab=VOCAB, target_seed=3, draft_seed=4, sharpness=0.7)
-    settings = EXACT_CASES["plain"]
-    exact = exact_distribution(llama, settings)
+    case = Case(Settings(gamma=3, max_new_tokens=4, trace_level="minimal"))
+    exact = exact_distribution(llama, case.prompt, case.settings)
     n = 2000
-    counts = sample(llama, settings, n)
-    stat, p = chi_square_pvalue(counts, exact, n)
-    assert p > 1e-3, f"chi2={stat:.1f}, p={p:.2g}"
+    counts, tally = sample(llama, case, case.settings, n)
+    assert tally.k3 > 0 and tally.multi_round > 0
+    for view, (stat, p) in views(counts, exact, n).items():
+        assert p > EXACT_P, f"{view}: chi2={stat:.1f}, p={p:.2g}"
 
 
-def test_the_rejection_check_is_not_vacuous(pair):
+def test_the_rejection_check_is_not_vacuous():
     """The draft differs enough from the target for wrong rules to show: alpha well below 1."""
-    trace = generate(
-        pair, PROMPT, EXACT_CASES["plain"].with_(trace_level="full", max_new_tokens=30)
-    )
+    case = CASES["rounds"]
+    settings = case.settings.with_(trace_level="full", max_new_tokens=30)
+    trace = generate(pair_for(case), case.prompt, settings)
     assert 0.2 < trace.stats.alpha < 0.9
+
+
+def test_the_exact_distribution_sums_to_one_and_matches_the_cached_forward():
+    """The enumeration's rows (the formula, no cache) equal the engine's cached forward, and
+    every case's continuations add up to 1."""
+    from specviz.lm import CachedLM
+
+    pair = pair_for(CASES["eos"])
+    seq = [1, 4, 2, 0, 5, 3]
+    lm = CachedLM(pair.target.model, VOCAB)
+    for i in range(1, len(seq) + 1):
+        cached = lm.logits(seq[:i])[-1]
+        assert torch.allclose(cached, last_logits(pair.target.model, [seq[:i]])[0], atol=1e-5)
+    for case in CASES.values():
+        dist = exact_distribution(pair_for(case), case.prompt, case.settings)
+        assert sum(dist.values()) == pytest.approx(1.0, abs=1e-9)
+        assert all(len(s) == case.length or s[-1] == case.eos for s in dist)

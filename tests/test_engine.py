@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections import Counter
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ import torch
 from specviz.config import Settings
 from specviz.engine import Run, generate
 from specviz.trace import Trace
-from tests.tiny import tiny_pair
+from tests.tiny import close_pair, tiny_pair
 
 PROMPTS = [
     "Explain in two sentences why the sky is blue.",
@@ -53,18 +54,25 @@ def _check_caches(run: Run, seq: list[int]) -> None:
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_caches_hold_the_accepted_prefix_and_match_a_recompute(temperature):
-    pair = tiny_pair(vocab=16, sharpness=1.5)
-    run = Run(pair, "3 1 4 1 5", Settings(gamma=4, temperature=temperature, max_new_tokens=30))
-    full_accepts = 0
-    for update in run:
-        seq = run.prompt_ids + run.trace.token_ids
-        _check_caches(run, seq)
-        full_accepts += update.round.n_accepted == len(update.round.drafted)
-        with torch.no_grad():
-            fresh = pair.target.model(input_ids=torch.tensor([seq])).logits[0, -1]
-        cached = run.target_lm.logits(seq)[-1]
-        assert torch.allclose(cached, fresh, atol=1e-5)
-    assert full_accepts > 0  # the draft cache must also be right after a full accept
+    pair = close_pair()  # drafts are often accepted, and often rejected, greedy included
+    kinds: Counter[str] = Counter()
+    for prompt in ("3 1 4 1 5", "2 7 1 8"):
+        run = Run(pair, prompt, Settings(gamma=4, temperature=temperature, max_new_tokens=30))
+        for update in run:
+            r = update.round
+            if r.drafted:
+                kinds["full accept" if r.n_accepted == len(r.drafted) else "rejection"] += 1
+            seq = run.prompt_ids + run.trace.token_ids
+            _check_caches(run, seq)
+            for lm, model in (
+                (run.target_lm, pair.target.model),
+                (run.drafter.lm, pair.draft.model),
+            ):
+                with torch.no_grad():
+                    fresh = model(input_ids=torch.tensor([seq])).logits[0, -1]
+                assert torch.allclose(lm.logits(seq)[-1], fresh, atol=1e-5)
+    # both caches are checked after rounds that drafted and ended each way
+    assert kinds["full accept"] >= 2 and kinds["rejection"] >= 2, kinds
 
 
 def test_offline_pair_caches_match_a_recompute(offline_pair):
@@ -128,36 +136,80 @@ def test_same_seed_same_trace_and_concurrent_runs_share_no_rng():
         assert decisions(results[seed]) == decisions(alone[seed])
 
 
+def _rows(model: torch.nn.Module, ids: list[int], first: int) -> torch.Tensor:
+    """softmax rows (temperature 1) after ids[:first], ids[:first+1], ...: one forward
+    without a cache, in float64. [len(ids) - first + 1, V]"""
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([ids])).logits[0, first - 1 :].double()
+    return torch.softmax(logits, -1)
+
+
 def test_statuses_and_decisions_are_consistent():
-    pair = tiny_pair(vocab=8, sharpness=1.0)
+    pair = close_pair(noise=0.3)
     t = generate(pair, "1 2 3", Settings(gamma=4, max_new_tokens=60, seed=3))
-    assert any(r.added and r.added.status == "resampled" for r in t.rounds)
-    assert any(r.added and r.added.status == "bonus" for r in t.rounds)
+    kinds: Counter[str] = Counter()
     out: list[int] = []
     for r in t.rounds:
         assert r.start == len(out)
-        statuses = [d.status for d in r.drafted]
-        n = r.n_accepted
-        assert statuses[:n] == ["accepted"] * n
-        if n < len(statuses):
-            assert statuses[n] == "rejected" and set(statuses[n + 1 :]) <= {"discarded"}
-            assert r.added.status == "resampled" and r.added.id != r.drafted[n].id
-            assert r.drafted[n].u >= r.drafted[n].accept_prob
-        for d in r.drafted[:n]:
-            assert d.u < d.p / d.q
-            assert 0.0 <= d.overlap <= 1.0 + 1e-6
-        out += [d.id for d in r.drafted[:n]] + [r.added.id]
+        ctx, ids, n, k = t.prompt_ids + out, [d.id for d in r.drafted], r.n_accepted, len(r.drafted)
+        p = _rows(pair.target.model, ctx + ids, len(ctx))  # [k+1, V], independent of the engine
+        q = _rows(pair.draft.model, ctx + ids[:-1], len(ctx)) if k else None  # [k, V]
+        tail = ["rejected"] + ["discarded"] * (k - n - 1) if n < k else []
+        assert [d.status for d in r.drafted] == ["accepted"] * n + tail
+        for i, d in enumerate(r.drafted):
+            pi, qi = float(p[i, d.id]), float(q[i, d.id])
+            assert d.p == pytest.approx(pi, rel=1e-4) and d.q == pytest.approx(qi, rel=1e-4)
+            assert d.accept_prob == pytest.approx(min(1.0, pi / qi), rel=1e-4)
+            if d.status != "discarded":
+                assert (d.u < pi / qi) == (d.status == "accepted")
+        a = r.added
+        assert a is not None  # this pair has no EOS: every round adds a token
+        if n < k:  # the residual norm(max(0, p - q)) at the rejected position
+            res = (p[n] - q[n]).clamp_min(0.0)
+            res /= res.sum()
+            assert a.status == "resampled" and float(res[a.id]) > 0
+            assert a.prob == pytest.approx(float(res[a.id]), rel=1e-3, abs=1e-6)
+            kinds["resampled"] += 1
+        else:  # a full accept: the bonus token comes from p at position k + 1
+            assert a.status == "bonus" and a.prob == pytest.approx(float(p[k, a.id]), rel=1e-4)
+            kinds["bonus after drafts" if k else "bonus, nothing drafted"] += 1
+        assert a.p == pytest.approx(float(p[n, a.id]), rel=1e-4)
+        out += ids[:n] + [a.id]
     assert out == t.token_ids
+    assert kinds["resampled"] >= 3 and kinds["bonus after drafts"] >= 3, kinds
 
 
-@pytest.mark.parametrize("target_vocab,draft_vocab", [(12, 8), (8, 11)])
-def test_padded_output_columns_are_dropped(target_vocab, draft_vocab):
-    # One tokenizer of 8 tokens; the models' output layers are padded differently.
-    pair = tiny_pair(vocab=8, target_vocab=target_vocab, draft_vocab=draft_vocab, sharpness=3.0)
+def _heavy_padding(model: torch.nn.Module, real: int) -> None:
+    """Give the output columns beyond the real tokens nearly all of the softmax mass."""
+    head = model.lm_head
+    biased = torch.nn.Linear(head.in_features, head.out_features, bias=True)
+    with torch.no_grad():
+        biased.weight.copy_(head.weight)
+        biased.bias.zero_()
+        biased.bias[real:] = 200.0
+    model.lm_head = biased
+
+
+@pytest.mark.parametrize("target_width,draft_width", [(12, 10), (9, 13)])
+def test_padded_output_columns_are_dropped(target_width, draft_width):
+    # One tokenizer of 8 tokens; both models' output layers are padded, by different widths,
+    # and the padding holds > 99 % of their raw softmax mass: kept, it would be sampled.
+    pair = tiny_pair(vocab=8, target_vocab=target_width, draft_vocab=draft_width, sharpness=3.0)
+    prompt = [1, 2]
+    rows = {}
+    for role, lm in (("p", pair.target), ("q", pair.draft)):
+        _heavy_padding(lm.model, 8)
+        with torch.no_grad():
+            raw = lm.model(input_ids=torch.tensor([prompt])).logits[0, -1]
+        assert raw.shape[-1] == lm.vocab_size > 8 and torch.softmax(raw, -1)[8:].sum() > 0.99
+        rows[role] = torch.softmax(raw[:8].double(), -1)  # the real tokens, renormalised
     for seed in range(10):
         t = generate(pair, "1 2", Settings(gamma=3, max_new_tokens=20, seed=seed))
         assert len(t.token_ids) == 20 and max(t.token_ids) < 8
         assert all(e["id"] < 8 for r in t.rounds for d in r.drafted for e in d.top)
+        first = t.rounds[0].drafted[0]  # drawn from q after the prompt, scored by p there
+        assert first.q == pytest.approx(float(rows["q"][first.id]), rel=1e-4)
+        assert first.p == pytest.approx(float(rows["p"][first.id]), rel=1e-4)
 
 
 def test_trace_json_round_trip():
@@ -167,6 +219,22 @@ def test_trace_json_round_trip():
         back = Trace.from_json(t.to_json())
         assert back.to_dict() == t.to_dict()
         assert (method == "ar") == (back.rounds == [])
+
+
+def test_a_minimal_trace_marks_alpha_as_not_measured():
+    from specviz import metrics
+
+    pair = tiny_pair(vocab=8, sharpness=1.0)
+    s = Settings(gamma=3, max_new_tokens=12)
+    full = generate(pair, "1 2", s)
+    minimal = generate(pair, "1 2", s.with_(trace_level="minimal"))
+    assert minimal.token_ids == full.token_ids and minimal.stats.verified > 0
+    assert 0.0 < full.stats.alpha <= 1.0 and metrics.alpha(full) == full.stats.alpha
+    # no overlap was computed: alpha is unknown, not 0
+    assert minimal.stats.alpha is None and metrics.alpha(minimal) is None
+    assert all(d.overlap is None for r in minimal.rounds for d in r.drafted)
+    back = Trace.from_json(minimal.to_json())
+    assert back.to_dict() == minimal.to_dict() and back.stats.alpha is None
 
 
 def test_ar_trace_has_no_rounds_and_one_call_per_token():

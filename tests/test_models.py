@@ -54,6 +54,30 @@ def test_tokenizer_mismatch_names_both_models():
     check_tokenizers(TinyTokenizer(8, None), TinyTokenizer(8, None), "d/x", "t/y")
 
 
+@pytest.mark.parametrize("role", ["target", "draft"])
+def test_a_tokenizer_wider_than_a_model_is_refused(role):
+    from tests.tiny import tiny_pair
+
+    # 10 tokens, but one model embeds and scores only 8: ids 8 and 9 could reach it
+    narrow = {f"{role}_vocab": 8, "draft_vocab" if role == "target" else "target_vocab": 10}
+    with pytest.raises(ValueError) as err:
+        tiny_pair(vocab=10, **narrow)
+    message = str(err.value)
+    assert f"{role} 'tiny-{role}'" in message and "8 token ids" in message
+    assert "tokenizer has 10" in message and "\n" not in message
+    tiny_pair(vocab=8, target_vocab=12, draft_vocab=9)  # wider (padded) models are fine
+
+
+def test_token_width_reads_the_model_not_the_config():
+    from specviz.models import token_width
+    from tests.tiny import tiny_model
+
+    model = tiny_model(12, seed=0)
+    assert token_width(model) == 12
+    model.config.vocab_size = 99  # a stale config must not widen what the model can embed
+    assert token_width(model) == 12
+
+
 def test_unknown_hub_model_fails_cleanly_offline():
     with pytest.raises(ValueError, match="could not load the tokenizer of 'nobody/no-such-model'"):
         load_pair(draft="nobody/no-such-model", target="nobody/no-such-model")

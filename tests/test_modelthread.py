@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -11,24 +12,42 @@ from specviz.config import Limits
 from specviz.modelthread import MODEL_THREAD, ModelThread
 
 
+def _wait_for(condition, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.001)
+
+
 def test_calls_from_many_threads_run_on_one_thread_in_order():
     mt = ModelThread(name="test-model")
-    seen: list[str] = []
+    seen: list[tuple[str, int]] = []
+    busy, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        busy.set()
+        release.wait(10)
 
     def work(i: int) -> int:
-        seen.append(threading.current_thread().name)
+        seen.append((threading.current_thread().name, i))
         return i * i
 
+    blocker = threading.Thread(target=lambda: mt.call(hold))
+    blocker.start()
+    assert busy.wait(10)  # the model thread is occupied: every call below queues
     results: dict[int, int] = {}
-    callers = [
-        threading.Thread(target=lambda i=i: results.update({i: mt.call(lambda: work(i))}))
-        for i in range(6)
-    ]
-    for t in callers:
-        t.start()
-    for t in callers:
+    callers = []
+    for i in range(6):  # each caller queues its call before the next caller starts
+        callers.append(
+            threading.Thread(target=lambda i=i: results.update({i: mt.call(lambda: work(i))}))
+        )
+        callers[-1].start()
+        _wait_for(lambda i=i: mt._jobs.qsize() == i + 1)
+    release.set()
+    for t in [blocker, *callers]:
         t.join()
-    assert results == {i: i * i for i in range(6)} and set(seen) == {"test-model"}
+    assert results == {i: i * i for i in range(6)}
+    assert seen == [("test-model", i) for i in range(6)]  # one thread, in arrival order
     assert mt.call(lambda: mt.call(lambda: 7)) == 7  # a nested call runs inline, no deadlock
 
 

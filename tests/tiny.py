@@ -3,6 +3,7 @@ the exact target distribution over short continuations can be enumerated."""
 
 from __future__ import annotations
 
+import copy
 from types import SimpleNamespace
 from typing import Any
 
@@ -90,6 +91,21 @@ def tiny_pair(
     )
 
 
+def close_pair(vocab: int = 16, noise: float = 0.16, sharpness: float = 1.0) -> ModelPair:
+    """A draft that is the target with its output layer perturbed (noise times the weights'
+    standard deviation): both accepted and rejected drafts are common, greedy included."""
+    pair = tiny_pair(vocab=vocab, sharpness=sharpness)
+    draft = copy.deepcopy(pair.target.model)
+    g = torch.Generator().manual_seed(99)
+    with torch.no_grad():
+        w = draft.lm_head.weight
+        w.add_(torch.randn(w.shape, generator=g) * noise * w.std())
+    pair.draft = LoadedModel(
+        "tiny-close-draft", draft, torch.device("cpu"), "float32", vocab, 0, "test"
+    )
+    return pair
+
+
 class BagLM(torch.nn.Module):
     """A very small autoregressive LM whose context lives in a transformers DynamicCache.
 
@@ -117,9 +133,19 @@ class BagLM(torch.nn.Module):
         logits = self.A[x] + mean @ self.B + self.P[pos]  # [n, V]
         return SimpleNamespace(logits=logits[None, -logits_to_keep:])
 
+    @torch.no_grad()
+    def batch_logits(self, ids: torch.Tensor) -> torch.Tensor:
+        """The same logits at every position of each row of ids [S, n], computed directly
+        from the formula (no cache): [S, n, V]."""
+        pos = torch.arange(ids.shape[1])
+        mean = self.E[ids].cumsum(1) / (pos + 1)[None, :, None]  # [S, n, dim]
+        return self.A[ids] + mean @ self.B + self.P[pos]
 
-def bag_pair(vocab: int = 6, target_seed: int = 0, draft_seed: int = 1) -> ModelPair:
-    """A BagLM target and draft with different weights."""
+
+def bag_pair(
+    vocab: int = 6, target_seed: int = 0, draft_seed: int = 1, eos: int | None = None
+) -> ModelPair:
+    """A BagLM target and draft with different weights (token eos ends a generation)."""
 
     def loaded(name: str, model: Any) -> LoadedModel:
         return LoadedModel(name, model.eval(), torch.device("cpu"), "float32", vocab, 0.0, "test")
@@ -128,7 +154,7 @@ def bag_pair(vocab: int = 6, target_seed: int = 0, draft_seed: int = 1) -> Model
         name="bag",
         target=loaded("bag-target", BagLM(vocab, target_seed)),
         draft=loaded("bag-draft", BagLM(vocab, draft_seed)),
-        tokenizer=TinyTokenizer(vocab, None),
-        eos_ids=frozenset(),
+        tokenizer=TinyTokenizer(vocab, eos),
+        eos_ids=frozenset() if eos is None else frozenset({eos}),
         context_len=128,
     )

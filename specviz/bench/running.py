@@ -161,7 +161,7 @@ def _trace_fields(tr: Trace) -> dict[str, Any]:
     fields.update(
         rounds=st.rounds,
         acceptance_rate=st.acceptance_rate,
-        alpha_overlap=st.alpha if tr.settings.get("trace_level") == "full" else None,
+        alpha_overlap=st.alpha,  # None for a minimal trace: not measured
         accepted=st.accepted,
         verified=st.verified,
         full_rounds=len(full),

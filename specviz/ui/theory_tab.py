@@ -11,6 +11,7 @@ import gradio as gr
 from specviz import metrics, plots
 from specviz.ui.page import Page
 from specviz.ui.state import Session, as_float, user_errors
+from specviz.ui.views import no_alpha_figure
 
 
 def layout(v: dict[str, Any]) -> None:
@@ -35,7 +36,10 @@ def projection_update(session: Session, c: float) -> Any:
     c = as_float("c", c)
     if not 0 < c <= 10:
         raise ValueError(f"c must be in (0, 10], got {c}")
-    return plots.projection_figure(metrics.alpha(spec), c, int(spec.settings.get("gamma", 4)))
+    alpha = metrics.alpha(spec)
+    if alpha is None:
+        return no_alpha_figure()
+    return plots.projection_figure(alpha, c, int(spec.settings.get("gamma", 4)))
 
 
 def wire(page: Page) -> None:

@@ -16,6 +16,8 @@ from specviz import metrics, plots, render
 from specviz.trace import Trace
 from specviz.ui.state import Session, View
 
+NO_ALPHA = "alpha was not measured (a minimal trace, or no verified drafts): no theory curve"
+
 
 def live_frame(session: Session, last_speed: float) -> tuple[View, float]:
     """The cheap per-round update: new spans, new rows, the speedup chart, a status line."""
@@ -98,10 +100,15 @@ def charts(spec: Trace | None, ar: Trace | None, gamma: int, c_user: float = 0.1
     alpha = metrics.alpha(spec)
     c = metrics.cost_ratio(spec, ar) if ar is not None and ar.token_ids else 0.0
     measured = metrics.speedup(ar, spec) if ar is not None and ar.token_ids else None
-    return {
+    out = {
         "acc_round": plots.acceptance_per_round_figure(spec),
         "acc_hist": plots.accepted_histogram_figure(spec),
         "acc_pos": plots.acceptance_by_position_figure(spec),
+    }
+    if alpha is None:
+        return {**out, "theory": no_alpha_figure(), "projection": no_alpha_figure()}
+    return {
+        **out,
         "theory": plots.theory_figure(alpha, c, gamma, measured)
         if c
         else plots.empty_figure(
@@ -109,6 +116,11 @@ def charts(spec: Trace | None, ar: Trace | None, gamma: int, c_user: float = 0.1
         ),
         "projection": plots.projection_figure(alpha, c_user, gamma),
     }
+
+
+def no_alpha_figure() -> Any:
+    """The theory and projection figures where alpha was not measured."""
+    return plots.empty_figure(NO_ALPHA)
 
 
 def default_inspection(spec: Trace | None) -> View:
@@ -157,7 +169,7 @@ def summary_html(session: Session) -> str:
             ("new tokens / rounds", f"{s.new_tokens} / {s.rounds}"),
             ("tokens per target call", f"{s.tokens_per_call:.2f}  ({d['tokens per call']})"),
             ("acceptance rate", f"{s.acceptance_rate:.3f}  ({d['acceptance rate']})"),
-            ("alpha", f"{s.alpha:.3f}  ({d['alpha']})"),
+            ("alpha", f"{metrics.alpha_text(s.alpha)}  ({d['alpha']})"),
             (
                 "mean accepted per round",
                 f"{metrics.mean_accepted(spec):.2f} drafts, "
