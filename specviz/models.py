@@ -298,8 +298,9 @@ class LoadedModel:
     source: str  # "cache", "converted from GGUF", "hub", "derived"
 
     def describe(self) -> str:
-        placed = {str(d) for d in (getattr(self.model, "hf_device_map", None) or {}).values()}
-        where = f"{len(placed)} devices" if len(placed) > 1 else self.device.type
+        spread = (getattr(self.model, "hf_device_map", None) or {}).values()
+        placed = sorted({f"cuda:{d}" if isinstance(d, int) else str(d) for d in spread})
+        where = "+".join(placed) if len(placed) > 1 else self.device.type
         return f"{self.name} on {where} ({self.dtype})"
 
 
