@@ -167,3 +167,9 @@ def test_a_bad_setting_is_one_line_naming_the_variable(fake_hub, monkeypatch) ->
     with pytest.raises(ValueError, match="^environment variable SPECVIZ_DEVICE_MAP must be") as e:
         load()
     assert "\n" not in str(e.value) and not fake_hub
+
+
+def test_the_readme_documents_the_setting() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("## Deploying", 1)[1].split("\n## ", 1)[0]
+    assert "| `SPECVIZ_DEVICE_MAP` |" in section and "SPECVIZ_DEVICE_MAP=auto" in section

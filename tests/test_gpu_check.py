@@ -127,3 +127,9 @@ def test_without_a_gpu_the_full_run_refuses_in_one_line(monkeypatch, capsys) -> 
     assert gpucheck.main([]) == 2
     err = capsys.readouterr().err
     assert err.startswith("gpu_check: no CUDA device") and err.count("\n") == 1
+
+
+def test_the_readme_says_how_to_run_it() -> None:
+    readme = (SCRIPT.parent.parent / "README.md").read_text()
+    section = readme.split("## GPU check", 1)[1].split("\n## ", 1)[0]
+    assert "scripts/gpu_check.sh" in section and "--tiny" in section
