@@ -103,6 +103,11 @@ class Run:
     def _generator(self) -> torch.Generator:
         return torch.Generator(device=self.device).manual_seed(self.settings.seed)
 
+    def _target_lm(self) -> CachedLM:
+        """The target's cache. Its logits come to the pair's device, where the rule runs and
+        the generator lives, even when a device map spreads its layers over several."""
+        return CachedLM(self.pair.target.model, self.pair.vocab_size, self.device)
+
     def _emit(self, new_ids: list[int], t_s: float) -> None:
         tr = self.trace
         tr.token_ids.extend(new_ids)
@@ -121,7 +126,7 @@ class Run:
     def _ar(self) -> Iterator[Update]:
         s, eos = self.settings, self.pair.eos_ids
         pw = s.target_warp()
-        target = self.target_lm = CachedLM(self.pair.target.model, self.pair.vocab_size)
+        target = self.target_lm = self._target_lm()
         gen = self._generator()
         seq = list(self.prompt_ids)
         # No separate prefill: the first call reads the whole prompt and yields a token.
@@ -149,14 +154,14 @@ class Run:
         if s.drafter == "ngram":
             return NgramDrafter(pair.vocab_size, s.ngram_size, pair.eos_ids)
         assert pair.draft is not None
-        lm = CachedLM(pair.draft.model, pair.vocab_size)
+        lm = CachedLM(pair.draft.model, pair.vocab_size, self.device)
         return ModelDrafter(lm, s.draft_warp(), pair.eos_ids)
 
     @torch.inference_mode()
     def _spec(self) -> Iterator[Update]:
         s, eos, dev = self.settings, self.pair.eos_ids, self.device
         pw = s.target_warp()
-        target = self.target_lm = CachedLM(self.pair.target.model, self.pair.vocab_size)
+        target = self.target_lm = self._target_lm()
         drafter = self.drafter = self._drafter()
         gen = self._generator()
         seq = list(self.prompt_ids)

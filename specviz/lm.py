@@ -4,6 +4,10 @@ Both the target and the model drafter keep a cache of the tokens they have alrea
 ``CachedLM.logits`` feeds only what the cache lacks; ``CachedLM.rollback`` crops the cache
 to the longest prefix it shares with the accepted sequence. The model itself is shared
 read-only between requests; the cache belongs to one request.
+
+A target spread over several devices by a device map (accelerate's hooks move activations
+from block to block) returns its logits on the device of its last block; ``CachedLM`` hands
+them over on one chosen device, so that p and q meet where the rule runs.
 """
 
 from __future__ import annotations
@@ -23,18 +27,34 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return i
 
 
+def input_device(model: torch.nn.Module) -> torch.device:
+    """Where a model's input ids go: the device of its first weight that is not offloaded.
+
+    Weights that accelerate offloads (to the CPU or disk) sit on the meta device; its hooks
+    move inputs on to each block's execution device.
+    """
+    for w in model.parameters():
+        if w.device.type != "meta":
+            return w.device
+    return torch.device("cpu")
+
+
 class CachedLM:
     """One request's view of a model: its KV cache and the tokens that cache holds.
 
     Logits are cut to the tokenizer's vocabulary: output columns beyond it are embedding
     padding (151936 vs 152064 in one family), never real tokens, and are dropped for p and
-    q alike, so the target distribution is over real tokens for every method.
+    q alike, so the target distribution is over real tokens for every method. They are
+    returned on ``out_device`` (default: the input device).
     """
 
-    def __init__(self, model: torch.nn.Module, vocab_size: int) -> None:
+    def __init__(
+        self, model: torch.nn.Module, vocab_size: int, out_device: torch.device | None = None
+    ) -> None:
         self.model = model
         self.vocab_size = vocab_size
-        self.device = next(model.parameters(), torch.empty(0)).device
+        self.device = input_device(model)
+        self.out_device = out_device or self.device
         self.cache = DynamicCache()
         self.tokens: list[int] = []  # the tokens whose keys and values the cache holds
         self.calls = 0
@@ -65,4 +85,4 @@ class CachedLM:
         )
         self.tokens.extend(seq[start:])
         self.calls += 1
-        return out.logits[0, -keep:, : self.vocab_size]  # [keep, V]
+        return out.logits[0, -keep:, : self.vocab_size].to(self.out_device)  # [keep, V]

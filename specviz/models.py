@@ -112,6 +112,25 @@ def resolve_device(device: str = "auto") -> torch.device:
     return torch.device(device)
 
 
+# accelerate's placement strategies that SPECVIZ_DEVICE_MAP may name.
+DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
+
+
+def device_map_setting() -> str | None:
+    """SPECVIZ_DEVICE_MAP, read when a pair loads: None places a hub target whole on the
+    device; 'auto' (or another of DEVICE_MAPS) lets accelerate spread its layers over the
+    GPUs present, then CPU memory, for a target that does not fit one GPU."""
+    raw = os.environ.get("SPECVIZ_DEVICE_MAP", "").strip()
+    if not raw:
+        return None
+    if raw not in DEVICE_MAPS:
+        raise ValueError(
+            f"environment variable SPECVIZ_DEVICE_MAP must be one of {', '.join(DEVICE_MAPS)} "
+            f"(or unset), got {raw!r}"
+        )
+    return raw
+
+
 def cpu_has_bf16() -> bool:
     """Whether this CPU runs bf16 matrix products natively (AVX512-BF16 or AMX)."""
     try:
@@ -279,7 +298,10 @@ class LoadedModel:
     source: str  # "cache", "converted from GGUF", "hub", "derived"
 
     def describe(self) -> str:
-        return f"{self.name} on {self.device.type} ({self.dtype})"
+        spread = (getattr(self.model, "hf_device_map", None) or {}).values()
+        placed = sorted({f"cuda:{d}" if isinstance(d, int) else str(d) for d in spread})
+        where = "+".join(placed) if len(placed) > 1 else self.device.type
+        return f"{self.name} on {where} ({self.dtype})"
 
 
 def token_width(model: torch.nn.Module) -> int:
@@ -365,7 +387,7 @@ class ModelPair:
 
 
 _lock = threading.Lock()
-_models: dict[tuple[str, str, str], LoadedModel] = {}
+_models: dict[tuple[str, str, str, str], LoadedModel] = {}
 _tokenizers: dict[str, Any] = {}
 _pairs: dict[tuple[str, ...], ModelPair] = {}
 
@@ -413,15 +435,21 @@ def _load_offline_draft(device: torch.device) -> LoadedModel:
     )
 
 
-def _load_hub(model_id: str, device: torch.device, dtype: torch.dtype) -> LoadedModel:
+def _load_hub(
+    model_id: str, device: torch.device, dtype: torch.dtype, spread: str | None = None
+) -> LoadedModel:
+    """Weights go straight to the device (or, with spread, where accelerate places them);
+    they never pass whole through CPU memory on their way to a GPU."""
     from transformers import AutoModelForCausalLM
 
     t0 = time.perf_counter()
     try:
-        model = AutoModelForCausalLM.from_pretrained(model_id, dtype=dtype, trust_remote_code=False)
+        model = AutoModelForCausalLM.from_pretrained(
+            model_id, dtype=dtype, device_map=spread or str(device), trust_remote_code=False
+        )
     except Exception as exc:
         raise ValueError(f"could not load model {model_id!r}: {_first_line(exc)}") from None
-    model = model.to(device).eval()
+    model = model.eval()
     return LoadedModel(
         model_id,
         model,
@@ -433,16 +461,18 @@ def _load_hub(model_id: str, device: torch.device, dtype: torch.dtype) -> Loaded
     )
 
 
-def _get_model(model_id: str, device: torch.device, dtype: torch.dtype) -> LoadedModel:
-    """Load once per (id, device, dtype); callers hold _lock."""
-    key = (model_id, str(device), str(dtype))
+def _get_model(
+    model_id: str, device: torch.device, dtype: torch.dtype, spread: str | None = None
+) -> LoadedModel:
+    """Load once per (id, device, dtype, spread); callers hold _lock."""
+    key = (model_id, str(device), str(dtype), spread or "")
     if key not in _models:
         if model_id == OFFLINE_TARGET:
             _models[key] = _load_offline_target(device, dtype)
         elif model_id == OFFLINE_DRAFT:
             _models[key] = _load_offline_draft(device)
         else:
-            _models[key] = _load_hub(model_id, device, dtype)
+            _models[key] = _load_hub(model_id, device, dtype, spread)
     return _models[key]
 
 
@@ -527,13 +557,16 @@ def load_pair(
     dev = resolve_device(device)
     offline = spec.target in OFFLINE_IDS
     dt = resolve_dtype(dtype, dev, offline)
-    key = (spec.name, spec.draft, spec.target, str(dev), str(dt))
+    spread = device_map_setting()  # a hub target's only: a draft fits on one device
+    if offline:
+        spread = None  # the offline target has 135M parameters: it fits anywhere
+    key = (spec.name, spec.draft, spec.target, str(dev), str(dt), spread or "")
     with _lock:
         if key not in _pairs:
             target_tok = _get_tokenizer(spec.target)
             draft_tok = _get_tokenizer(spec.draft)
             check_tokenizers(draft_tok, target_tok, spec.draft, spec.target)
-            t = _get_model(spec.target, dev, dt)
+            t = _get_model(spec.target, dev, dt, spread)
             d = _get_model(spec.draft, dev, dt)
             _pairs[key] = ModelPair(
                 name=spec.name,

