@@ -116,14 +116,10 @@ def replay_html(spec: Trace, ar: Trace, t: float, speed: float = 1.0) -> str:
     return _wrap(speed, sides)
 
 
-_ANIMATION = (
-    "<style>.sv-race-tok{opacity:0;animation:sv-race-in 0s linear forwards}"
-    "@keyframes sv-race-in{to{opacity:1}}</style>"
-)
-
-
-def replay_animation_html(spec: Trace, ar: Trace, speed: float = 1.0) -> str:
-    """The whole replay in one update: each token fades in after its replay delay."""
+def replay_animation_html(spec: Trace, ar: Trace, speed: float = 1.0, nonce: int = 0) -> str:
+    """The whole replay in one update: each token appears after its replay delay, by the
+    sv-race-tok animation of assets/specviz.css (without that stylesheet every token shows
+    at once). A new nonce makes a new page value, which restarts the replay."""
     check_pair(spec, ar)
     speed = check_speed(speed)
     sides = ""
@@ -136,4 +132,4 @@ def replay_animation_html(spec: Trace, ar: Trace, speed: float = 1.0) -> str:
         )
         end = trace.timeline[-1][0] if trace.timeline else 0.0
         sides += _side(trace, label, len(times), f"measured {end:.2f} s", body)
-    return _wrap(speed, sides, _ANIMATION)
+    return _wrap(speed, sides, f'<span hidden data-replay="{int(nonce)}"></span>')

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 
 import pytest
 
@@ -125,7 +126,10 @@ def test_replay_animation_delays_each_token_by_its_time():
     html = replay.replay_animation_html(spec, ar, speed=0.25)
     delays = re.findall(r"animation-delay: ([\d.]+)s", html)
     assert delays == ["0.400", "0.400", "0.800", "0.800", "0.400", "0.800", "1.200", "1.600"]
-    assert "<script" not in html and "@keyframes" in html
+    assert "<script" not in html and "<style" not in html
+    assert replay.replay_animation_html(spec, ar, 0.25, nonce=1) != html  # restarts it
+    css = (Path(__file__).parents[1] / "assets" / "specviz.css").read_text()
+    assert "@keyframes sv-race-in" in css and ".sv-race-tok" in css
 
 
 @pytest.mark.parametrize("speed", [0, -1, math.inf, math.nan, 101, True])
