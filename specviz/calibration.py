@@ -43,7 +43,7 @@ from specviz.trace import Trace
 N_BINS = 10
 MIN_N = 40  # bins with fewer observations are shown but not judged
 CONFIDENCE = 0.95
-INTERVAL = "Wilson score interval, {c:.0%} for all {m} bins together (Bonferroni, z = {z:.2f})"
+INTERVAL = "Wilson score interval, {c:.0%} for all {m} bins together: Bonferroni, z = {z:.2f}"
 
 
 def bonferroni_z(n_bins: int, confidence: float = CONFIDENCE) -> float:
