@@ -1,4 +1,4 @@
-"""Command line: `python -m specviz generate|prepare|bench|check ...`.
+"""Command line: `python -m specviz generate|prepare|bench|check|sweep|calibration ...`.
 
 Bad input prints one line to stderr and exits with code 2, before any model loads where
 possible, and without a traceback. With --json, stdout carries one JSON trace per sample,
@@ -79,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr.set_defaults(func=cmd_prepare)
     _add_bench_parser(sub)
     _add_check_parser(sub)
+    from specviz.inspect_cli import add_commands  # sweep, calibration
+
+    add_commands(sub)
     for register in EXTRA_COMMANDS:
         register(sub)
     return parser

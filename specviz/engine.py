@@ -359,3 +359,10 @@ def generate(pair: ModelPair, prompt: str, settings: Settings, raw: bool = False
     for _ in run:
         pass
     return run.trace
+
+
+def warm_up(pair: ModelPair, prompt: str, settings: Settings, raw: bool = False) -> None:
+    """Run both methods once for a few tokens, so that no timed run pays for first-call
+    set-up (allocator growth, kernel selection, lazy initialisation)."""
+    for method in ("ar", "spec"):
+        generate(pair, prompt, settings.with_(method=method, max_new_tokens=4), raw=raw)

@@ -24,6 +24,7 @@ COLORS: dict[str, str] = {
     "spec": "#1a7f37",
     "ar": "#57606a",
     "u": "#6f42c1",  # the uniform draw
+    "disagreement": "#bf3989",  # overlap shading: 1 - sum_x min(p, q)
 }
 
 # D3's category10, a Plotly colorway: series i takes SERIES[i % len(SERIES)].

@@ -7,7 +7,8 @@ before it becomes part of a page. No gradio import.
 
 Token spans carry data-status (accepted|rejected|resampled|bonus), data-round and data-pos
 (the output position the token was proposed for; a rejected draft shares its position
-with the resampled token that replaced it).
+with the resampled token that replaced it). With overlap shading on, drafted tokens also
+carry data-overlap and a background that darkens as sum_x min(p, q) falls.
 """
 
 from __future__ import annotations
@@ -57,31 +58,62 @@ def css_variables() -> str:
 # --- token view ------------------------------------------------------------------------
 
 
-def token_span(text: str, status: str, round_index: int, pos: int) -> str:
-    """One token as a focusable span with its status, round and output position."""
+def token_span(
+    text: str, status: str, round_index: int, pos: int, shade: float | None = None
+) -> str:
+    """One token as a focusable span with its status, round and output position.
+
+    shade: None keeps the status colours; a number in [0, 1] is the position's overlap
+    sum_x min(p, q), and the background darkens as it falls (the models disagree).
+    """
     if status not in TOKEN_STATUSES:
         raise ValueError(f"unknown token status {status!r}")
     marker = MARKERS.get(status)
     mark = f'<sup class="sv-mark" aria-hidden="true">{marker}</sup>' if marker else ""
-    title = esc(f"{status} · round {round_index} · position {pos} · click to inspect")
+    title = f"{status} · round {round_index} · position {pos}"
+    style = ""
+    if shade is not None:
+        style, note = _shade_style(shade)
+        title += f" · {note}"
+    title = esc(f"{title} · click to inspect")
     return (
         f'<span class="sv-tok sv-{status}" data-status="{status}" data-round="{round_index}" '
-        f'data-pos="{pos}" tabindex="0" role="button" title="{title}">'
+        f'data-pos="{pos}"{style} tabindex="0" role="button" title="{title}">'
         f"{visible_text(text)}{mark}</span>"
     )
 
 
-def round_spans(rnd: Round) -> str:
-    """The token-view spans of one round: accepted, rejected, then the added token."""
+def _shade_style(overlap: float) -> tuple[str, str]:
+    """The inline background for one overlap, and the words for the token's title."""
+    pct = round(8 + 62 * (1.0 - min(1.0, max(0.0, overlap))))
+    color = COLORS["disagreement"]
+    background = f"color-mix(in srgb, {color} {pct}%, white)"
+    style = f' data-overlap="{overlap:.3f}" style="background: {background}"'
+    return style, f"overlap sum_x min(p, q) = {overlap:.2f}"
+
+
+def round_spans(rnd: Round, shade_overlap: bool = False) -> str:
+    """The token-view spans of one round: accepted, rejected, then the added token.
+
+    shade_overlap shades each drafted token by its position's overlap sum_x min(p, q)
+    (the added token keeps its status colour); only meaningful for a full trace (a minimal
+    trace records no overlaps: see has_overlaps).
+    """
     parts = []
     for i, d in enumerate(rnd.drafted):
         if d.status != "discarded":
-            parts.append(token_span(d.text, d.status, rnd.index, rnd.start + i))
+            shade = d.overlap if shade_overlap else None
+            parts.append(token_span(d.text, d.status, rnd.index, rnd.start + i, shade))
     if rnd.added is not None:
         parts.append(
             token_span(rnd.added.text, rnd.added.status, rnd.index, rnd.start + rnd.n_accepted)
         )
     return "".join(parts)
+
+
+def has_overlaps(trace: Trace) -> bool:
+    """Whether a trace recorded overlaps (a speculative run with the full trace)."""
+    return trace.method == "spec" and trace.settings.get("trace_level", "full") == "full"
 
 
 def tokens_html(parts: list[str], prompt: str = "") -> str:
@@ -91,14 +123,32 @@ def tokens_html(parts: list[str], prompt: str = "") -> str:
     return f'<div class="sv-tokens">{head}<div class="sv-output">{body}</div></div>'
 
 
-def trace_tokens_html(trace: Trace | None) -> str:
-    """The whole token view of a trace (an AR trace has no statuses: plain escaped text)."""
+def trace_tokens_html(trace: Trace | None, shade_overlap: bool = False) -> str:
+    """The whole token view of a trace (an AR trace has no statuses: plain escaped text).
+
+    shade_overlap needs a trace with overlaps (has_overlaps); otherwise ValueError."""
     if trace is None:
         return tokens_html([])
+    if shade_overlap and not has_overlaps(trace):
+        raise ValueError("this trace recorded no overlaps (an AR run or a minimal trace)")
     if trace.method == "ar":
         body = f'<span class="sv-ar">{visible_text(trace.text)}</span>'
         return tokens_html([body], trace.prompt)
-    return tokens_html([round_spans(r) for r in trace.rounds], trace.prompt)
+    return tokens_html([round_spans(r, shade_overlap) for r in trace.rounds], trace.prompt)
+
+
+def overlap_legend_html() -> str:
+    """The legend of the overlap shading: a ramp from agreement to disagreement."""
+    steps = "".join(
+        f'<span class="sv-tok"{_shade_style(x)[0]}>{x:.2f}</span>'
+        for x in (1.0, 0.75, 0.5, 0.25, 0.0)
+    )
+    note = esc(
+        "shade: each drafted token's overlap sum_x min(p, q) at its position, darker where "
+        "the draft and the target disagree (also among accepted tokens); added tokens keep their "
+        "status colour"
+    )
+    return f'<div class="sv-legend sv-overlap-legend">{steps} {note}</div>'
 
 
 def legend_html() -> str:

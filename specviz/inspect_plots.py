@@ -1,0 +1,163 @@
+"""Plotly figures of the views across runs: the measured sweep against Leviathan's formula,
+the reliability diagram of the rule, and the experiment log's runs.
+
+Each takes the plain values its module produces (sweep rows, Calibration.to_dict(), log
+rows), so the app can redraw from stored results without a model. No gradio import.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from specviz import metrics
+from specviz.palette import COLORS, SERIES
+from specviz.plots import empty_figure
+
+LAYOUT: dict[str, Any] = {
+    "template": "plotly_white",
+    "margin": {"l": 55, "r": 20, "t": 60, "b": 40},
+    "legend": {"orientation": "h", "y": -0.18},
+    "font": {"size": 12},
+}
+
+
+def _plain(text: str) -> str:
+    """Text for a hover label, with the characters Plotly reads as markup neutralised."""
+    return text.replace("&", "＆").replace("<", "‹").replace(">", "›")
+
+
+# --- the sweep -----------------------------------------------------------------------------
+
+
+def sweep_figure(rows: list[dict[str, Any]]) -> go.Figure:
+    """Measured speedup per gamma (points) over the formula's curve at the measured alpha
+    and c (the mean of each temperature's cells), one colour per temperature."""
+    if not rows:
+        return empty_figure("No sweep yet: run one to see measured points against the formula.")
+    fig = go.Figure(layout=LAYOUT)
+    top = max(r["gamma"] for r in rows)
+    temps = sorted({r["temperature"] for r in rows})
+    for i, t in enumerate(temps):
+        color, cells = SERIES[i % len(SERIES)], [r for r in rows if r["temperature"] == t]
+        _sweep_series(fig, cells, t, top, color)
+    fig.add_hline(y=1.0, line={"color": COLORS["ar"], "dash": "dot", "width": 1})
+    fig.update_xaxes(title="gamma (tokens drafted per round)", dtick=1)
+    fig.update_yaxes(title="speedup (AR ms/token / spec ms/token)", rangemode="tozero")
+    title = "Measured speedup and Leviathan's (1 − α^(γ+1)) / ((1 − α)(γc + 1))"
+    return fig.update_layout(title=title, height=420)
+
+
+def _sweep_series(
+    fig: go.Figure, cells: list[dict[str, Any]], t: float, top: int, color: str
+) -> None:
+    name = "greedy" if t == 0 else f"T = {t:g}"
+    alpha = sum(r["alpha"] for r in cells) / len(cells)
+    c = sum(r["c"] for r in cells) / len(cells)
+    gammas = list(range(1, top + 1))
+    curve = [metrics.expected_speedup(alpha, g, c) for g in gammas]
+    fig.add_scatter(
+        x=gammas,
+        y=curve,
+        mode="lines",
+        line={"color": color, "dash": "dash"},
+        name=f"{name}: formula at α = {alpha:.2f}, c = {c:.2f}",
+    )
+    fig.add_scatter(
+        x=[r["gamma"] for r in cells],
+        y=[r["measured_speedup"] for r in cells],
+        mode="markers+lines",
+        marker={"color": color, "size": 10},
+        line={"color": color, "width": 1},
+        name=f"{name}: measured",
+        customdata=[[r["alpha"], r["c"], r["tokens_per_call"]] for r in cells],
+        hovertemplate="gamma %{x}: %{y:.2f}x<br>alpha %{customdata[0]:.2f}, "
+        "c %{customdata[1]:.2f}, %{customdata[2]:.2f} tokens/call<extra></extra>",
+    )
+
+
+# --- calibration ---------------------------------------------------------------------------
+
+
+def reliability_figure(result: dict[str, Any]) -> go.Figure:
+    """Observed against predicted per bin, with error bars and the diagonal (the exact
+    rule). Open markers: bins with fewer than min_n observations (shown, not judged)."""
+    if not result.get("bins") and not result.get("residual_bins"):
+        return empty_figure("No sampled decisions yet: run with a temperature above 0.")
+    fig = go.Figure(layout=LAYOUT)
+    diag = {"color": COLORS["ar"], "dash": "dot"}
+    fig.add_scatter(x=[0, 1], y=[0, 1], mode="lines", line=diag, name="exact rule")
+    series = (
+        ("bins", "drafts: accepted vs min(1, p/q)", COLORS["accepted"]),
+        ("residual_bins", "resampled: drawn vs residual r(x)", COLORS["residual"]),
+    )
+    for key, name, color in series:
+        if result.get(key):
+            _reliability_series(fig, result[key], name, color)
+    fig.update_xaxes(title="predicted probability (bin mean)", range=[-0.02, 1.02])
+    fig.update_yaxes(title="observed frequency", range=[-0.02, 1.02], scaleanchor="x")
+    return fig.update_layout(
+        title=f"Calibration of the rule over {result.get('traces', 0)} run(s)<br>"
+        f"<sup>{result.get('interval', '')}</sup>",
+        height=460,
+    )
+
+
+def _reliability_series(fig: go.Figure, bins: list[dict[str, Any]], name: str, color: str) -> None:
+    fig.add_scatter(
+        x=[b["predicted"] for b in bins],
+        y=[b["observed"] for b in bins],
+        mode="markers",
+        name=name,
+        marker={
+            "color": color,
+            "size": 9,
+            "symbol": ["circle" if b["judged"] else "circle-open" for b in bins],
+        },
+        error_y={
+            "type": "data",
+            "symmetric": False,
+            "array": [b["ci_high"] - b["observed"] for b in bins],
+            "arrayminus": [b["observed"] - b["ci_low"] for b in bins],
+            "color": color,
+        },
+        customdata=[[b["lo"], b["hi"], b["n"]] for b in bins],
+        hovertemplate="bin %{customdata[0]:.2f}–%{customdata[1]:.2f}, n = %{customdata[2]}"
+        "<br>predicted %{x:.3f}, observed %{y:.3f}<extra></extra>",
+    )
+
+
+# --- the experiment log --------------------------------------------------------------------
+
+
+def runs_figure(rows: list[dict[str, Any]]) -> go.Figure:
+    """Speedup (compared runs) and acceptance rate per run of the log."""
+    if not rows:
+        return empty_figure("No runs logged yet.")
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
+    fig.update_layout(LAYOUT)
+    x = [r["run"] for r in rows]
+    hover = [_plain(r["changed"]) for r in rows]
+    panels = (
+        (1, "speedup", "speedup (x)", COLORS["spec"]),
+        (2, "acceptance", "acceptance rate", COLORS["accepted"]),
+    )
+    for row, key, title, color in panels:
+        fig.add_scatter(
+            x=x,
+            y=[r[key] for r in rows],
+            mode="markers+lines",
+            connectgaps=False,
+            marker={"color": color, "size": 9},
+            name=title,
+            text=hover,
+            hovertemplate="run %{x}: %{y:.2f}<br>%{text}<extra></extra>",
+            row=row,
+            col=1,
+        )
+        fig.update_yaxes(title=title, rangemode="tozero", row=row, col=1)
+    fig.add_hline(y=1.0, line={"color": COLORS["ar"], "dash": "dot", "width": 1}, row=1, col=1)
+    fig.update_xaxes(title="run", dtick=1, row=2, col=1)
+    return fig.update_layout(title="Runs of this session", height=440, showlegend=False)

@@ -1,0 +1,135 @@
+"""The race replay: a compared run's speculative and autoregressive texts filling side by
+side on one clock, from their measured timelines.
+
+Each trace's ``timeline`` holds [seconds since its start, tokens so far] after every round
+(spec) or token (ar); both clocks start at their own run's start. At replay time t and
+speed s (1x real time, 0.25x slower, 2x faster), a side shows the tokens it had at measured
+time t * s. Nothing is re-run: this is a replay of measured timings, and says so.
+
+Two ways to show it: ``replay_html(spec, ar, t, speed)`` is one frame (for a step-by-step
+player or a slider), ``replay_animation_html(spec, ar, speed)`` is one page update whose
+tokens appear by CSS animation delays, so a long run replays without further updates.
+Every token text is escaped. No gradio.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+
+from specviz.render import esc
+from specviz.trace import Trace
+
+SPEEDS = (0.25, 1.0, 2.0)
+MAX_SPEED = 100.0
+SIDES = ("speculative", "autoregressive")
+
+
+def check_pair(spec: Trace, ar: Trace) -> None:
+    """Raise ValueError unless spec is speculative and ar autoregressive, both with texts."""
+    if spec.method != "spec" or ar.method != "ar":
+        raise ValueError("a race replay needs a speculative and an autoregressive trace")
+    for t in (spec, ar):
+        if len(t.token_texts) != len(t.token_ids):
+            raise ValueError(f"the {t.method} trace has no text for some of its tokens")
+
+
+def check_speed(speed: float) -> float:
+    ok = isinstance(speed, (int, float)) and not isinstance(speed, bool) and math.isfinite(speed)
+    if not ok or not 0 < speed <= MAX_SPEED:
+        raise ValueError(f"replay speed must be in (0, {MAX_SPEED:g}], got {speed!r}")
+    return float(speed)
+
+
+def tokens_at(timeline: list[list[float]], t_s: float) -> int:
+    """Tokens a run had produced at measured time t_s (its last point at or before t_s)."""
+    i = bisect_right([p[0] for p in timeline], t_s)
+    return int(timeline[i - 1][1]) if i else 0
+
+
+def token_times(timeline: list[list[float]]) -> list[float]:
+    """The measured time at which each token appeared: [tokens]."""
+    times: list[float] = []
+    for t_s, n in timeline:
+        times.extend([t_s] * (int(n) - len(times)))
+    return times
+
+
+def duration(spec: Trace, ar: Trace, speed: float = 1.0) -> float:
+    """Replay seconds until both sides are complete."""
+    ends = [t.timeline[-1][0] for t in (spec, ar) if t.timeline]
+    return max(ends, default=0.0) / check_speed(speed)
+
+
+def replay_counts(spec: Trace, ar: Trace, t: float, speed: float = 1.0) -> tuple[int, int]:
+    """(speculative tokens, autoregressive tokens) shown at replay time t."""
+    measured = max(0.0, t) * check_speed(speed)
+    return tokens_at(spec.timeline, measured), tokens_at(ar.timeline, measured)
+
+
+def frame_times(spec: Trace, ar: Trace, speed: float = 1.0, fps: int = 10) -> list[float]:
+    """Replay times of the frames at fps, from 0 to the end (the end always included)."""
+    if isinstance(fps, bool) or not isinstance(fps, int) or not 1 <= fps <= 60:
+        raise ValueError(f"fps must be an integer in 1..60, got {fps!r}")
+    end = duration(spec, ar, speed)
+    n = math.ceil(end * fps)
+    return [min(end, i / fps) for i in range(n + 1)]
+
+
+def _note(speed: float) -> str:
+    return (
+        f"Replay of measured timings at {speed:g}x: each side fills as its run produced "
+        "tokens, on one clock from the start of each run. Nothing is re-run."
+    )
+
+
+def _side(trace: Trace, label: str, shown: int, head_time: str, body: str) -> str:
+    n = len(trace.token_ids)
+    head = f"{label} · {shown}/{n} tokens · {head_time}"
+    return (
+        f'<div class="sv-race-side" data-method="{trace.method}" data-shown="{shown}">'
+        f'<div class="sv-race-head"><b>{esc(head)}</b></div>'
+        f'<div class="sv-race-text" style="white-space: pre-wrap">{body}</div></div>'
+    )
+
+
+def _wrap(speed: float, sides: str, extra: str = "") -> str:
+    grid = "display: grid; grid-template-columns: 1fr 1fr; gap: 12px"
+    return (
+        f'<div class="sv-race" data-speed="{speed:g}">{extra}'
+        f'<div class="sv-race-note">{esc(_note(speed))}</div>'
+        f'<div style="{grid}">{sides}</div></div>'
+    )
+
+
+def replay_html(spec: Trace, ar: Trace, t: float, speed: float = 1.0) -> str:
+    """One frame: both texts as they stood at replay time t."""
+    check_pair(spec, ar)
+    speed = check_speed(speed)
+    counts = replay_counts(spec, ar, t, speed)
+    measured = max(0.0, t) * speed
+    sides = ""
+    for label, trace, shown in zip(SIDES, (spec, ar), counts, strict=True):
+        end = trace.timeline[-1][0] if trace.timeline else 0.0
+        clock = f"done in {end:.2f} s" if measured >= end else f"{measured:.2f} s"
+        sides += _side(trace, label, shown, clock, esc("".join(trace.token_texts[:shown])))
+    return _wrap(speed, sides)
+
+
+def replay_animation_html(spec: Trace, ar: Trace, speed: float = 1.0, nonce: int = 0) -> str:
+    """The whole replay in one update: each token appears after its replay delay, by the
+    sv-race-tok animation of assets/specviz.css (without that stylesheet every token shows
+    at once). A new nonce makes a new page value, which restarts the replay."""
+    check_pair(spec, ar)
+    speed = check_speed(speed)
+    sides = ""
+    for label, trace in zip(SIDES, (spec, ar), strict=True):
+        times = token_times(trace.timeline)
+        body = "".join(
+            f'<span class="sv-race-tok" style="animation-delay: {ts / speed:.3f}s">'
+            f"{esc(text)}</span>"
+            for text, ts in zip(trace.token_texts, times, strict=False)
+        )
+        end = trace.timeline[-1][0] if trace.timeline else 0.0
+        sides += _side(trace, label, len(times), f"measured {end:.2f} s", body)
+    return _wrap(speed, sides, f'<span hidden data-replay="{int(nonce)}"></span>')

@@ -1,0 +1,258 @@
+"""The measured sweep: speculative against autoregressive decoding over gamma and temperature.
+
+For every (gamma, temperature) cell, each repetition runs both methods once, in an order
+rotated from one repetition to the next (so slow drift of the machine hits both alike),
+with the same seed. One process, one warm-up before the first timed run. Both methods
+ignore EOS, as the benchmark does, so every run produces exactly max_new_tokens tokens and
+ms/token compares like with like.
+
+One row per cell, every figure measured from that cell's traces:
+
+- alpha: mean overlap sum_x min(p, q) over the verified drafts of all its speculative runs;
+- c: median over repetitions of specviz.metrics.cost_ratio (draft step / target step);
+- tokens_per_call: new tokens / target calls, pooled over its speculative runs;
+- measured_speedup: median AR ms/token / median speculative ms/token;
+- expected_speedup: Leviathan's (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)) at the
+  measured alpha and c.
+
+``sweep`` yields a :class:`SweepEvent` after every run (progress for the app; stop by
+no longer iterating); ``run_sweep`` collects the rows and takes a progress callback and a
+stop flag. The models are only touched when a sweep runs: importing this module loads no
+torch.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from specviz import metrics
+from specviz.config import DEFAULT_PROMPT, Settings
+from specviz.trace import Trace
+
+if TYPE_CHECKING:
+    from specviz.models import ModelPair
+
+ROW_KEYS = (
+    "gamma",
+    "temperature",
+    "alpha",
+    "c",
+    "tokens_per_call",
+    "measured_speedup",
+    "expected_speedup",
+)
+MAX_VALUES = 16  # gammas or temperatures in one sweep
+MAX_REPS = 50
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """What to measure: the cells, repetitions, prompt and every other setting."""
+
+    gammas: tuple[int, ...]
+    temperatures: tuple[float, ...]
+    settings: Settings = field(default_factory=Settings)  # gamma/temperature overridden
+    reps: int = 3
+    prompt: str = DEFAULT_PROMPT
+    raw: bool = False
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise a one-line ValueError on a plan the sweep cannot run."""
+        _values("gammas", self.gammas)
+        _values("temperatures", self.temperatures)
+        for g in self.gammas:
+            self.settings.with_(gamma=g)  # Settings checks the range
+        for t in self.temperatures:
+            self.settings.with_(temperature=t)
+        if self.settings.adaptive_gamma:
+            raise ValueError("the sweep measures constant gammas: turn adaptive gamma off")
+        if self.settings.greedy and len(self.temperatures) > 1:
+            raise ValueError("greedy decoding has no temperature: give one temperature or none")
+        if isinstance(self.reps, bool) or not isinstance(self.reps, int):
+            raise ValueError(f"reps must be an integer, got {self.reps!r}")
+        if not 1 <= self.reps <= MAX_REPS:
+            raise ValueError(f"reps must be in 1..{MAX_REPS}, got {self.reps}")
+        if not self.prompt.strip():
+            raise ValueError("prompt is empty")
+
+    def cells(self) -> list[Settings]:
+        """One speculative Settings per (gamma, temperature), temperatures outermost; the
+        full trace, since alpha is read from its overlaps."""
+        s = self.settings.with_(method="spec", trace_level="full")
+        return [s.with_(gamma=g, temperature=t) for t in self.temperatures for g in self.gammas]
+
+    @property
+    def total_runs(self) -> int:
+        return len(self.gammas) * len(self.temperatures) * self.reps * 2
+
+
+def _values(name: str, values: tuple[Any, ...]) -> None:
+    if not values:
+        raise ValueError(f"{name} is empty: give at least one value")
+    if len(values) > MAX_VALUES:
+        raise ValueError(f"{name} has {len(values)} values; at most {MAX_VALUES}")
+    if len(set(values)) != len(values):
+        raise ValueError(f"{name} repeats a value: {', '.join(map(str, values))}")
+
+
+@dataclass
+class SweepEvent:
+    """One finished run: where the sweep stands, and the cell's row once it is complete."""
+
+    done: int  # runs finished, warm-up excluded
+    total: int
+    gamma: int
+    temperature: float
+    rep: int
+    method: str  # "spec" | "ar"
+    trace: Trace
+    row: dict[str, float] | None = None  # set on the cell's last run
+
+
+@dataclass
+class SweepResult:
+    """The rows measured so far (all of them unless stopped) and what produced them."""
+
+    plan: SweepPlan
+    rows: list[dict[str, float]] = field(default_factory=list)
+    models: dict[str, Any] = field(default_factory=dict)
+    stopped: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        settings = self.plan.settings.to_dict()
+        for k in ("gamma", "temperature", "method", "adaptive_gamma"):
+            settings.pop(k)
+        return {
+            "rows": self.rows,
+            "gammas": list(self.plan.gammas),
+            "temperatures": list(self.plan.temperatures),
+            "reps": self.plan.reps,
+            "prompt": self.plan.prompt,
+            "settings": settings,
+            "models": self.models,
+            "eos_ignored": True,
+            "stopped": self.stopped,
+            "definitions": {k: metrics.DEFINITIONS[k] for k in ("alpha", "c", "speedup")},
+        }
+
+
+# --- running -------------------------------------------------------------------------------
+
+
+def sweep(pair: ModelPair, plan: SweepPlan) -> Iterator[SweepEvent]:
+    """Warm up once, then run every cell's repetitions; one event per finished run."""
+    from specviz.bench.contenders import without_eos
+    from specviz.engine import generate, warm_up
+
+    sv = without_eos(pair)
+    cells = plan.cells()
+    warm_up(sv, plan.prompt, cells[-1], raw=plan.raw)
+    done = 0
+    for s in cells:
+        spec: list[Trace] = []
+        ar: list[Trace] = []
+        for rep in range(plan.reps):
+            order = ("spec", "ar") if rep % 2 == 0 else ("ar", "spec")
+            for method in order:
+                run = s.with_(method=method, seed=s.seed + rep)
+                trace = generate(sv, plan.prompt, run, raw=plan.raw)
+                (spec if method == "spec" else ar).append(trace)
+                done += 1
+                last = rep == plan.reps - 1 and method == order[-1]
+                row = cell_row(s, spec, ar) if last else None
+                yield SweepEvent(
+                    done, plan.total_runs, s.gamma, s.temperature, rep, method, trace, row
+                )
+
+
+def run_sweep(
+    pair: ModelPair,
+    plan: SweepPlan,
+    progress: Callable[[SweepEvent], None] | None = None,
+    stop: Callable[[], bool] | None = None,
+) -> SweepResult:
+    """Run the whole sweep; ``stop()`` returning True ends it after the current run."""
+    result = SweepResult(plan, models=pair.describe())
+    for event in sweep(pair, plan):
+        if event.row is not None:
+            result.rows.append(event.row)
+        if progress is not None:
+            progress(event)
+        if stop is not None and stop() and event.done < event.total:
+            result.stopped = True
+            break
+    return result
+
+
+# --- one cell's row ------------------------------------------------------------------------
+
+
+def pooled_alpha(spec: list[Trace]) -> float:
+    """Mean overlap over the verified drafts of all the traces."""
+    verified = [
+        d.overlap for t in spec for r in t.rounds for d in r.drafted if d.status != "discarded"
+    ]
+    return sum(verified) / len(verified) if verified else 0.0
+
+
+def pooled_tokens_per_call(spec: list[Trace]) -> float:
+    """New tokens / target calls over all the speculative traces."""
+    calls = sum(len(t.rounds) for t in spec)
+    return sum(len(t.token_ids) for t in spec) / calls if calls else 0.0
+
+
+def cell_row(s: Settings, spec: list[Trace], ar: list[Trace]) -> dict[str, float]:
+    """The row of the cell with settings s from its speculative and AR traces, paired by
+    repetition."""
+    alpha = pooled_alpha(spec)
+    c = statistics.median(metrics.cost_ratio(sp, a) for sp, a in zip(spec, ar, strict=True))
+    spec_ms = statistics.median(t.stats.ms_per_token for t in spec)
+    ar_ms = statistics.median(t.stats.ms_per_token for t in ar)
+    return {
+        "gamma": s.gamma,
+        "temperature": 0.0 if s.is_greedy else float(s.temperature),
+        "alpha": alpha,
+        "c": c,
+        "tokens_per_call": pooled_tokens_per_call(spec),
+        "measured_speedup": ar_ms / spec_ms if spec_ms else 0.0,
+        "expected_speedup": metrics.expected_speedup(alpha, s.gamma, c),
+    }
+
+
+# --- output --------------------------------------------------------------------------------
+
+
+def format_table(rows: list[dict[str, float]]) -> str:
+    """The rows as a plain-text table, one line per cell."""
+    head = ("gamma", "temp", "alpha", "c", "tok/call", "measured", "expected")
+    lines = ["  ".join(f"{h:>8}" for h in head)]
+    for r in rows:
+        cells = (
+            f"{r['gamma']:>8d}",
+            f"{r['temperature']:>8.2f}",
+            f"{r['alpha']:>8.3f}",
+            f"{r['c']:>8.3f}",
+            f"{r['tokens_per_call']:>8.2f}",
+            f"{r['measured_speedup']:>7.2f}x",
+            f"{r['expected_speedup']:>7.2f}x",
+        )
+        lines.append("  ".join(cells))
+    return "\n".join(lines)
+
+
+def csv_text(rows: list[dict[str, float]]) -> str:
+    """The rows as CSV, the columns in ROW_KEYS order."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=ROW_KEYS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()

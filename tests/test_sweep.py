@@ -1,0 +1,160 @@
+"""The measured sweep on tiny models: structure, figures read from the traces, progress,
+stop, and the CLI's one-line errors. No timing is asserted."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+
+from specviz import metrics
+from specviz.cli import main
+from specviz.config import Settings
+from specviz.sweep import ROW_KEYS, SweepPlan, cell_row, csv_text, format_table, run_sweep, sweep
+from tests.tiny import tiny_pair
+
+PROMPT = "1 2 3"
+
+
+@pytest.fixture(scope="module")
+def pair(one_thread):
+    # eos 6, this pair's most likely token: every run must still reach max_new_tokens
+    return tiny_pair(vocab=16, eos=6, target_seed=0, draft_seed=2, sharpness=2.0)
+
+
+def plan(**changes) -> SweepPlan:
+    base = {
+        "gammas": (1, 3),
+        "temperatures": (0.7, 1.0),
+        "settings": Settings(max_new_tokens=10, seed=5),
+        "reps": 2,
+        "prompt": PROMPT,
+    }
+    return SweepPlan(**(base | changes))
+
+
+@pytest.fixture(scope="module")
+def events(pair):
+    return list(sweep(pair, plan()))
+
+
+def test_one_row_per_cell_with_exactly_the_documented_keys(events):
+    rows = [e.row for e in events if e.row is not None]
+    cells = [(r["gamma"], r["temperature"]) for r in rows]
+    assert cells == [(1, 0.7), (3, 0.7), (1, 1.0), (3, 1.0)]
+    assert all(tuple(r) == ROW_KEYS for r in rows)
+    assert [e.done for e in events] == list(range(1, 17)) and {e.total for e in events} == {16}
+
+
+def test_repetitions_alternate_order_and_share_seeds(events):
+    cell = [e for e in events if (e.gamma, e.temperature) == (3, 0.7)]
+    assert [(e.rep, e.method) for e in cell] == [(0, "spec"), (0, "ar"), (1, "ar"), (1, "spec")]
+    assert [e.trace.settings["seed"] for e in cell] == [5, 5, 6, 6]
+    assert all(e.trace.settings["gamma"] == 3 for e in cell)
+    # EOS is ignored: every run has exactly max_new_tokens tokens
+    assert all(len(e.trace.token_ids) == 10 for e in events)
+    assert any(6 in e.trace.token_ids[:-1] for e in events)
+
+
+def test_figures_come_from_the_cells_traces(events):
+    for last in (e for e in events if e.row is not None):
+        cell = [e for e in events if (e.gamma, e.temperature) == (last.gamma, last.temperature)]
+        spec = [e.trace for e in cell if e.method == "spec"]
+        ar = [e.trace for e in cell if e.method == "ar"]
+        verified = [d for t in spec for r in t.rounds for d in r.drafted if d.status != "discarded"]
+        row = last.row
+        assert row["alpha"] == pytest.approx(sum(d.overlap for d in verified) / len(verified))
+        calls = sum(t.stats.target_calls for t in spec)
+        assert row["tokens_per_call"] == pytest.approx(20 / calls)
+        assert 0 < row["alpha"] < 1 and 1 <= row["tokens_per_call"] <= last.gamma + 1
+        c = statistics.median(metrics.cost_ratio(s, a) for s, a in zip(spec, ar, strict=True))
+        assert row["c"] == pytest.approx(c)
+        ms = statistics.median(t.stats.ms_per_token for t in ar)
+        assert row["measured_speedup"] == pytest.approx(
+            ms / statistics.median(t.stats.ms_per_token for t in spec)
+        )
+        expected = metrics.expected_speedup(row["alpha"], last.gamma, row["c"])
+        assert row["expected_speedup"] == pytest.approx(expected)
+
+
+def test_greedy_rows_say_temperature_0(pair):
+    p = plan(gammas=(2,), temperatures=(0.7,), settings=Settings(greedy=True, max_new_tokens=6))
+    events = list(sweep(pair, p))
+    assert events[-1].row["temperature"] == 0.0
+    spec = [e.trace for e in events if e.method == "spec"]
+    ar = [e.trace for e in events if e.method == "ar"]
+    assert all(s.token_ids == a.token_ids for s, a in zip(spec, ar, strict=True))
+    assert cell_row(p.cells()[0], spec, ar) == events[-1].row
+
+
+def test_stop_flag_ends_after_the_current_run_and_keeps_finished_rows(pair):
+    seen = []
+    result = run_sweep(pair, plan(), progress=seen.append, stop=lambda: len(seen) >= 5)
+    assert result.stopped and len(seen) == 5
+    assert [(r["gamma"], r["temperature"]) for r in result.rows] == [(1, 0.7)]
+    d = result.to_dict()
+    assert d["stopped"] and d["eos_ignored"] and d["gammas"] == [1, 3]
+    assert "gamma" not in d["settings"] and d["settings"]["max_new_tokens"] == 10
+
+
+def test_table_and_csv_list_every_row():
+    rows = [dict.fromkeys(ROW_KEYS, 1.0) | {"gamma": g} for g in (1, 2)]
+    assert len(format_table(rows).splitlines()) == 3
+    lines = csv_text(rows).splitlines()
+    assert lines[0] == ",".join(ROW_KEYS) and len(lines) == 3
+
+
+@pytest.mark.parametrize(
+    "changes,message",
+    [
+        ({"gammas": ()}, "gammas is empty"),
+        ({"gammas": (1, 33)}, "gamma must be in 1..32"),
+        ({"gammas": (2, 2)}, "gammas repeats a value"),
+        ({"temperatures": (-1.0,)}, "temperature must be a number >= 0"),
+        ({"reps": 0}, "reps must be in 1..50"),
+        ({"prompt": " "}, "prompt is empty"),
+        ({"settings": Settings(adaptive_gamma=True)}, "constant gammas"),
+        ({"settings": Settings(greedy=True)}, "greedy decoding has no temperature"),
+    ],
+)
+def test_bad_plans_are_one_line_value_errors(changes, message):
+    with pytest.raises(ValueError, match=message) as exc:
+        plan(**changes)
+    assert "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--gammas", "0"], "gamma must be in 1..32"),
+        (["--gammas", "a,b"], "could not parse 'a,b'"),
+        (["--gammas", ","], "gammas is empty"),
+        (["--gammas", "1", "--gamma", "4"], "not --gamma"),
+        (["--gammas", "1", "--reps", "0"], "reps must be in 1..50"),
+        (["--gammas", "1", "--temperatures", "-1"], "temperature must be a number >= 0"),
+        (["--gammas", "1", "--temperature", "1", "--temperatures", "1"], "not both"),
+        (["--gammas", "1", "--adaptive-gamma"], "constant gammas"),
+        (["--gammas", "1", "--prompt", " "], "prompt is empty"),
+        (["--gammas", "1", "--pair", "gpt-5"], "unknown pair 'gpt-5'"),
+        (["--gammas", "1", "--max-new-tokens", "0"], "max_new_tokens must be in 1..2048"),
+        (["--reps", "2"], "the following arguments are required: --gammas"),
+    ],
+)
+def test_cli_bad_input_is_one_line_and_exit_code_2(capsys, argv, message):
+    assert main(["sweep", *argv]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_cli_json_and_csv(capsys, monkeypatch, tmp_path, pair):
+    monkeypatch.setattr("specviz.inspect_cli.load_pair_from_args", lambda args: pair)
+    path = tmp_path / "sweep.csv"
+    argv = ["sweep", "--gammas", "1,2", "--temperatures", "0.5", "--reps", "1", "--json"]
+    argv += ["--max-new-tokens", "5", "--prompt", PROMPT, "--raw", "--csv", str(path)]
+    assert main(argv) == 0
+    out, _ = capsys.readouterr()
+    d = json.loads(out)
+    assert [tuple(r) for r in d["rows"]] == [ROW_KEYS, ROW_KEYS]
+    assert [r["gamma"] for r in d["rows"]] == [1, 2] and d["temperatures"] == [0.5]
+    assert len(path.read_text().splitlines()) == 3
