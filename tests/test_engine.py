@@ -98,7 +98,8 @@ def test_nothing_after_eos():
     pair = tiny_pair(vocab=6, eos=0, sharpness=0.5)
     eos_drafted = eos_added = 0
     for seed in range(150):
-        t = generate(pair, "1 2", Settings(gamma=4, max_new_tokens=40, seed=seed))
+        s = Settings(gamma=4, max_new_tokens=40, seed=seed, temperature=1.0, top_p=1.0)
+        t = generate(pair, "1 2", s)
         if 0 in t.token_ids:
             assert t.token_ids.index(0) == len(t.token_ids) - 1 and t.stop_reason == "eos"
         last = t.rounds[-1]
@@ -146,7 +147,9 @@ def _rows(model: torch.nn.Module, ids: list[int], first: int) -> torch.Tensor:
 
 def test_statuses_and_decisions_are_consistent():
     pair = close_pair(noise=0.3)
-    t = generate(pair, "1 2 3", Settings(gamma=4, max_new_tokens=60, seed=3))
+    t = generate(
+        pair, "1 2 3", Settings(gamma=4, max_new_tokens=60, seed=3, temperature=1.0, top_p=1.0)
+    )
     kinds: Counter[str] = Counter()
     out: list[int] = []
     for r in t.rounds:
@@ -204,7 +207,9 @@ def test_padded_output_columns_are_dropped(target_width, draft_width):
         assert raw.shape[-1] == lm.vocab_size > 8 and torch.softmax(raw, -1)[8:].sum() > 0.99
         rows[role] = torch.softmax(raw[:8].double(), -1)  # the real tokens, renormalised
     for seed in range(10):
-        t = generate(pair, "1 2", Settings(gamma=3, max_new_tokens=20, seed=seed))
+        t = generate(
+            pair, "1 2", Settings(gamma=3, max_new_tokens=20, seed=seed, temperature=1.0, top_p=1.0)
+        )
         assert len(t.token_ids) == 20 and max(t.token_ids) < 8
         assert all(e["id"] < 8 for r in t.rounds for d in r.drafted for e in d.top)
         first = t.rounds[0].drafted[0]  # drawn from q after the prompt, scored by p there
