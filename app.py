@@ -27,6 +27,10 @@ def space_setup() -> None:
 
 if __name__ == "__main__":
     space_setup()
+    from specviz.config import Deployment
     from specviz.ui import build_app, serve
+    from specviz.ui.zerogpu import preload
 
-    serve(build_app())
+    deployment = Deployment.from_env()
+    preload(deployment)  # on ZeroGPU the Space's pair loads at start-up, onto 'cuda'
+    serve(build_app(deployment=deployment), deployment)

@@ -172,16 +172,18 @@ def test_pair_order_follows_the_device() -> None:
 
 def test_gpu_decorator_only_when_spaces_is_importable(monkeypatch) -> None:
     import sys
-    import types
+
+    from specviz.ui import zerogpu
 
     def f() -> int:
         return 1
 
     monkeypatch.setitem(sys.modules, "spaces", None)  # not importable
-    assert ui.gpu(f) is f and not ui.zero_gpu()
-    calls = []
-    fake = types.SimpleNamespace(GPU=lambda duration: lambda fn: calls.append(duration) or fn)
-    monkeypatch.setitem(sys.modules, "spaces", fake)
-    assert ui.gpu(f) is f and calls == [ui.GPU_SECONDS]
+    assert zerogpu.on_gpu(f) is f and not ui.zero_gpu()
+    monkeypatch.delitem(sys.modules, "spaces")
+    import spaces  # the real package, off ZeroGPU: its decorator returns f itself
+
+    assert zerogpu.on_gpu(f) is f and not ui.zero_gpu()
+    assert spaces.GPU(duration=zerogpu.duration)(f) is f
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")
     assert ui.zero_gpu() and ui.has_gpu()

@@ -9,6 +9,7 @@ Modules, each with one job (imports point down this list, never up):
                   one module per tab with handlers: layout and events together
     views         frames, summaries, the inspector's views, from stored traces
     page          what the parts share once built: context, session, views, options
+    zerogpu       ZeroGPU as documented: start-up load, decorated streaming generators
     pairs         what may load, ZeroGPU, failures as one line, warm-up, AppContext
     content       presets, help text, the token script
     state         Form, Session, and ValueError -> one visible line
@@ -34,12 +35,10 @@ from specviz.ui.layout import build_app, launch_options, serve
 from specviz.ui.live import complete_traces, run_updates, step_update, stop_session
 from specviz.ui.pairs import (
     CUSTOM,
-    GPU_SECONDS,
     AppContext,
     PairSource,
     default_loader,
     failure,
-    gpu,
     has_gpu,
     offered_pairs,
     zero_gpu,
@@ -54,7 +53,6 @@ __all__ = [
     "DEFAULTS",
     "DEFAULT_PROMPT",
     "FORM_FIELDS",
-    "GPU_SECONDS",
     "MAX_IMPORT_BYTES",
     "PRESETS",
     "PRESET_FIELDS",
@@ -72,7 +70,6 @@ __all__ = [
     "failure",
     "final_frame",
     "generate_endpoint",
-    "gpu",
     "has_gpu",
     "import_updates",
     "inspect_view",

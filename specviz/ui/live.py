@@ -9,19 +9,19 @@ and yields.
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from specviz import render
 from specviz.config import Settings
-from specviz.engine import Run, Update, generate
+from specviz.engine import Run, Update, generate, summarize
 from specviz.modelthread import MODEL_THREAD
-from specviz.trace import Trace
+from specviz.trace import Round, Trace
+from specviz.ui import zerogpu
 from specviz.ui.page import Page
-from specviz.ui.pairs import AppContext, PairSource, failure, pair_label, run_traces_gpu, zero_gpu
+from specviz.ui.pairs import AppContext, PairSource, failure, pair_label, zero_gpu
 from specviz.ui.state import Form, Session, View
 from specviz.ui.views import exact_note, final_frame, inspect_view, live_frame
 
@@ -96,30 +96,65 @@ def run_updates(session: Session, form: Form, ctx: AppContext) -> Iterator[View]
 
 
 def zero_run(session: Session, form: Form, ctx: AppContext, settings: Settings) -> Iterator[View]:
-    """ZeroGPU: both runs in one GPU call (no live frames), then every view."""
-    spec, ar = complete_traces(ctx, form, settings)
-    session.start(spec, ar, "run")
+    """ZeroGPU: both runs stream out of one GPU call, round by round, then every view."""
+    traces: dict[str, Trace] = {}
+    last_speed = 0.0
+    for event in zero_events(ctx, form, settings, lambda: session.stop.is_set()):
+        zerogpu.apply(traces, event)
+        if isinstance(event, Trace) and event.method == "spec":
+            session.start(event, None, "run")
+        elif isinstance(event, Trace):
+            session.ar = event
+        frame, last_speed = live_frame(session, last_speed)
+        if frame:
+            yield frame
     yield final_frame(session, settings.gamma)
+
+
+def zero_events(
+    ctx: AppContext, form: Form, settings: Settings, stopped: Callable[[], bool] | None = None
+) -> Iterator[zerogpu.Event]:
+    """The events of one ZeroGPU call; once `stopped()` is true the call is closed after the
+    current target call, and its unfinished runs end as stopped."""
+    if isinstance(ctx.loader, PairSource):
+        ctx.loader.check(form.pair, form.custom_draft, form.custom_target)
+    events = zerogpu.on_gpu(zerogpu.stream)(form, settings)
+    traces: dict[str, Trace] = {}  # the runs begun; the caller applies every event to them
+    try:
+        for event in events:
+            if isinstance(event, Trace):
+                traces[event.method] = event
+            yield event
+            if stopped is not None and stopped():
+                events.close()
+                break
+    except ValueError:
+        raise
+    except Exception as exc:
+        raise failure(exc, f"running pair {pair_label(form)!r}") from None
+    for tr in traces.values():
+        if tr.stop_reason == "running":
+            end = tr.timeline[-1][0] if tr.timeline else 0.0
+            yield zerogpu.Done(tr.method, "stopped", "".join(tr.token_texts), summarize(tr, end))
 
 
 def complete_traces(ctx: AppContext, form: Form, settings: Settings) -> tuple[Trace, Trace | None]:
     """The speculative run and (with compare) the baseline, each to the end, with no live
-    frames: the named API's path, and every run's path on ZeroGPU."""
+    frames: the named API's path."""
     if zero_gpu():
-        if isinstance(ctx.loader, PairSource):
-            ctx.loader.check(form.pair, form.custom_draft, form.custom_target)
-        work = functools.partial(run_traces_gpu, form, settings)
-    else:
-        pair = ctx.warm_pair(form)
+        traces: dict[str, Trace] = {}
+        for event in zero_events(ctx, form, settings):
+            zerogpu.apply(traces, event)
+        return traces["spec"], traces.get("ar")
+    pair = ctx.warm_pair(form)
 
-        def both() -> tuple[Trace, Trace | None]:
-            spec = generate(pair, form.prompt, settings)
-            ar = generate(pair, form.prompt, settings.with_(method="ar")) if form.compare else None
-            return spec, ar
+    def both() -> tuple[Trace, Trace | None]:
+        spec = generate(pair, form.prompt, settings)
+        ar = generate(pair, form.prompt, settings.with_(method="ar")) if form.compare else None
+        return spec, ar
 
-        work = functools.partial(MODEL_THREAD.call, both)
     try:
-        return work()
+        return MODEL_THREAD.call(both)
     except ValueError:
         raise
     except Exception as exc:
@@ -129,10 +164,11 @@ def complete_traces(ctx: AppContext, form: Form, settings: Settings) -> tuple[Tr
 def step_update(session: Session, form: Form, ctx: AppContext) -> View:
     """Step: one round of a speculative run (a new one when the controls changed)."""
     settings = ctx.settings(form)
-    if zero_gpu():
-        raise ValueError("Step needs a model kept in memory; on ZeroGPU press Run, then Replay")
     key = (form.pair, form.custom_draft, form.custom_target, form.dtype, form.prompt, settings)
     out: View = {}
+    if zero_gpu():
+        rnd = _zero_step(session, form, ctx, settings, key)
+        return _step_views(session, settings, rnd, out)
     if session.stepper is None or session.step_key != key or session.mode != "step":
         pair = ctx.pair(form)
         run = Run(pair, form.prompt, settings)
@@ -146,15 +182,42 @@ def step_update(session: Session, form: Form, ctx: AppContext) -> View:
     except Exception as exc:
         session.start(None, None, "idle")
         raise failure(exc, f"running pair {pair_label(form)!r}") from None
-    done = session.spec.stop_reason != "running"
-    if done:
+    if session.spec.stop_reason != "running":
         session.stepper = None
+    return _step_views(session, settings, upd.round if upd is not None else None, out)
+
+
+def _zero_step(
+    session: Session, form: Form, ctx: AppContext, settings: Settings, key: tuple[Any, ...]
+) -> Round | None:
+    """ZeroGPU: replay the run to one round more than the session shows, in one GPU call."""
+    if isinstance(ctx.loader, PairSource):
+        ctx.loader.check(form.pair, form.custom_draft, form.custom_target)
+    spec = session.spec
+    going = session.mode == "step" and session.step_key == key and spec is not None
+    n = len(spec.rounds) + 1 if going and spec.stop_reason == "stopped" else 1
+    try:
+        trace = zerogpu.on_gpu(zerogpu.step_trace)(form, settings, n)
+    except ValueError:
+        raise
+    except Exception as exc:
+        raise failure(exc, f"running pair {pair_label(form)!r}") from None
+    session.start(trace, None, "step")
+    session.step_key = key
+    return trace.rounds[-1] if trace.rounds else None
+
+
+def _step_views(session: Session, settings: Settings, rnd: Round | None, out: View) -> View:
+    """The views after a step: the text so far, the round taken, and at the end all views."""
+    assert session.spec is not None
+    done = session.spec.stop_reason not in ("running", "stopped")
     session.sync_rounds()
     out["tokens"] = render.tokens_html(session.parts, session.spec.prompt)
     out["rounds"] = render.rounds_html(session.rows)
-    if upd is not None and upd.round is not None:
-        r = upd.round
-        out.update(inspect_view(session.spec, r.index, r.start + min(r.n_accepted, r.emitted)))
+    if rnd is not None:
+        out.update(
+            inspect_view(session.spec, rnd.index, rnd.start + min(rnd.n_accepted, rnd.emitted))
+        )
     n = len(session.spec.rounds)
     msg = f"step mode: round {n} done, {len(session.spec.token_ids)} tokens"
     msg += " (finished: Step again starts over)" if done else " (timings include the pauses)"

@@ -18,16 +18,12 @@ from typing import Any
 import torch
 
 from specviz.config import Deployment, Limits, Settings
-from specviz.engine import Run, generate
+from specviz.engine import Run
 from specviz.models import OFFLINE_IDS, PAIRS, ModelPair, check_model_id, load_pair
 from specviz.modelthread import MODEL_THREAD
-from specviz.trace import Trace
 from specviz.ui.state import Form
 
 CUSTOM = "custom"  # the pair-menu entry for a draft and target given by hub ids
-
-
-GPU_SECONDS = 120  # ZeroGPU: the longest one run may hold a GPU
 
 
 Loader = Callable[[str, str], ModelPair]
@@ -55,7 +51,7 @@ def default_custom_loader(draft: str, target: str, dtype: str) -> ModelPair:
 def zero_gpu() -> bool:
     """Whether this is a ZeroGPU Space: SPACES_ZERO_GPU set and ``spaces`` importable."""
     flag = os.environ.get("SPACES_ZERO_GPU", "").strip().lower() in ("1", "t", "true")
-    return flag and _spaces() is not None
+    return flag and spaces_module() is not None
 
 
 def has_gpu() -> bool:
@@ -63,18 +59,12 @@ def has_gpu() -> bool:
     return torch.cuda.is_available() or zero_gpu()
 
 
-def _spaces() -> Any | None:
+def spaces_module() -> Any | None:
     try:
         import spaces
     except ImportError:
         return None
     return spaces
-
-
-def gpu(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """fn with the ZeroGPU decorator when ``spaces`` is importable (a no-op off ZeroGPU)."""
-    spaces = _spaces()
-    return fn if spaces is None else spaces.GPU(duration=GPU_SECONDS)(fn)
 
 
 def offered_pairs(deployment: Deployment, gpu_present: bool | None = None) -> list[str]:
@@ -208,20 +198,12 @@ def warm_pair(loader: Loader, form: Form, limits: Limits) -> ModelPair:
     return pair
 
 
-def run_traces(form: Form, settings: Settings) -> tuple[Trace, Trace | None]:
-    """Both runs to the end in one call, with the default loaders: the ZeroGPU path, where
-    a GPU is attached per call and arguments and results cross a process boundary."""
+def load_default(form: Form) -> ModelPair:
+    """The form's pair through the default loaders (cached once per process): inside a
+    ZeroGPU call, where only the form crosses the process boundary."""
     if form.pair == CUSTOM:
-        pair = default_custom_loader(form.custom_draft, form.custom_target, form.dtype)
-    else:
-        pair = default_loader(form.pair, form.dtype)
-    warm(pair, form.prompt, settings)
-    spec = generate(pair, form.prompt, settings)
-    ar = generate(pair, form.prompt, settings.with_(method="ar")) if form.compare else None
-    return spec, ar
-
-
-run_traces_gpu = gpu(run_traces)
+        return default_custom_loader(form.custom_draft, form.custom_target, form.dtype)
+    return default_loader(form.pair, form.dtype)
 
 
 def app_context(
