@@ -304,7 +304,7 @@ def _progress_bar() -> Callable[[Any], None]:
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
-    from specviz.models import prepare_offline
+    from specviz.offline import prepare_offline
 
     print(prepare_offline())
     return 0

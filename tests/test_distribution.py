@@ -95,7 +95,8 @@ class Case:
 
 
 def _s(**kw) -> Settings:
-    return Settings(trace_level="minimal", **kw)
+    """A case's settings: temperature 1 and top-p off unless the case says otherwise."""
+    return Settings(**{"trace_level": "minimal", "temperature": 1.0, "top_p": 1.0, **kw})
 
 
 CASES = {
@@ -268,7 +269,7 @@ def test_each_case_rejects_a_wrong_rule(name, rule, one_thread):
 
 def test_samples_follow_the_target_on_a_transformers_llama(one_thread):
     llama = tiny_pair(vocab=VOCAB, target_seed=3, draft_seed=4, sharpness=0.7)
-    case = Case(Settings(gamma=3, max_new_tokens=4, trace_level="minimal"))
+    case = Case(_s(gamma=3, max_new_tokens=4))
     exact = exact_distribution(llama, case.prompt, case.settings)
     n = 2000
     counts, tally = sample(llama, case, case.settings, n)

@@ -12,7 +12,7 @@ import gradio as gr
 import pytest
 import torch
 
-from specviz import models, ui
+from specviz import models, offline, ui
 from specviz.config import Deployment, Limits
 from specviz.engine import generate
 from tests.tiny import tiny_pair
@@ -115,10 +115,10 @@ def fresh_model_cache(monkeypatch):
 
 
 def copy_offline_cache(tmp_path: Path, monkeypatch) -> Path:
-    src = models.offline_cache_dir()
-    models.prepare_offline()  # the suite's normal cache, converted once
+    src = offline.offline_cache_dir()
+    offline.prepare_offline()  # the suite's normal cache, converted once
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
-    dst = models.offline_cache_dir()
+    dst = offline.offline_cache_dir()
     shutil.copytree(src, dst)
     return dst
 
@@ -149,7 +149,7 @@ def test_a_corrupt_weights_cache_is_rebuilt(tmp_path, monkeypatch, fresh_model_c
     corrupt(d / "model.safetensors")
     pair = models.load_pair("default", dtype="float32", device="cpu")
     assert pair.target.source == "converted from GGUF"
-    assert digest(d / "model.safetensors") == good and models._cache_is_complete(d)
+    assert digest(d / "model.safetensors") == good and offline._cache_is_complete(d)
     trace = generate(pair, "Hi", form(max_new_tokens=4).settings(LIMITS).with_(greedy=True))
     assert len(trace.token_ids) == 4
 
@@ -163,7 +163,7 @@ def test_a_corrupt_cache_that_cannot_be_rebuilt_is_one_line(
     def missing() -> Path:
         raise ValueError("the offline model is not installed: run the set-up script")
 
-    monkeypatch.setattr(models, "offline_gguf_path", missing)
+    monkeypatch.setattr(offline, "offline_gguf_path", missing)
     source = ui.PairSource(ui.default_loader, ["default"], Deployment())
     with pytest.raises(gr.Error, match="the offline model is not installed"):
         list(ui.user_errors(ui.pair_updates)(ui.AppContext(source, LIMITS), form(pair="default")))

@@ -22,7 +22,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from specviz import ui
 from specviz.config import Deployment, Limits, Settings
 from specviz.engine import generate
-from specviz.models import load_pair, prepare_offline
+from specviz.models import load_pair
+from specviz.offline import prepare_offline
 
 OWNER = "specviz-test"
 TARGET = f"{OWNER}/tiny-llama-2-layers"

@@ -19,8 +19,9 @@ import torch
 
 from specviz.config import Deployment, Limits, Settings
 from specviz.engine import Run
-from specviz.models import OFFLINE_IDS, PAIRS, ModelPair, check_model_id, load_pair
+from specviz.models import PAIRS, ModelPair, check_model_id, load_pair
 from specviz.modelthread import MODEL_THREAD
+from specviz.offline import OFFLINE_IDS
 from specviz.ui.state import Form
 
 CUSTOM = "custom"  # the pair-menu entry for a draft and target given by hub ids

