@@ -1,0 +1,216 @@
+"""The GPU check as one run: every stage in order (a failed stage is one line and the
+rest still runs), the JSON result, the Markdown tables, and the command line."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+from transformers import LlamaForCausalLM
+
+from specviz.gpucheck.measure import (
+    eager_vs_compiled,
+    engine_overhead,
+    projection,
+    steps_and_verify,
+)
+from specviz.gpucheck.plan import SCHEMA, SHAPES, Plan, build, error_line, n_params
+
+
+def run_check(plan: Plan, out: Path | None, say: Callable[[str], None]) -> dict:
+    """Every stage in order; the JSON file is rewritten after each, so a run cut short
+    still leaves what it measured."""
+    t_start = time.perf_counter()
+    res: dict[str, Any] = {"schema": SCHEMA, **machine(plan)}
+
+    def stage(name: str, fn: Callable[[], Any]) -> None:
+        try:
+            res[name] = fn()
+        except Exception as exc:  # a GPU run is one shot: record the failure, go on
+            res[name] = {"error": error_line(exc)}
+        res["wall_s"] = time.perf_counter() - t_start
+        if out is not None:
+            out.write_text(json.dumps(res, indent=1))
+        say(f"{name}: {'failed' if 'error' in res[name] else 'done'} at {res['wall_s']:.0f} s")
+
+    shapes = SHAPES[plan.size]
+    draft, target = build(shapes["draft"], plan, 1), build(shapes["target"], plan, 0)
+    stage("models", lambda: {"draft": describe(draft), "target": describe(target)})
+    stage("steps", lambda: steps_and_verify(draft, target, plan))
+    stage("overhead", lambda: engine_overhead(target, plan, res["steps"]["verify"]))
+    stage("compiled", lambda: eager_vs_compiled(draft, target, plan, t_start))
+    stage("projection", lambda: projection(measured_c(res), res["steps"]["verify"]))
+    stage("packages", imported_packages)
+    return res
+
+
+def measured_c(res: dict) -> dict[str, float]:
+    cs = {"eager": res["steps"]["c"]}
+    if "c_compiled" in res["compiled"]:
+        cs["compiled"] = res["compiled"]["c_compiled"]
+    return cs
+
+
+def imported_packages() -> list[str]:
+    """The packages this run imported (what the machine must have), standard library aside."""
+    tops = {m.split(".")[0] for m in sys.modules}
+    return sorted(t for t in tops if t not in sys.stdlib_module_names and t[0] != "_")
+
+
+def machine(plan: Plan) -> dict[str, Any]:
+    dev = torch.cuda.get_device_name(plan.device) if plan.device.type == "cuda" else "cpu"
+    return {
+        "date": datetime.date.today().isoformat(),
+        "size": plan.size,
+        "device": dev,
+        "dtype": str(plan.dtype).removeprefix("torch."),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "prompt_tokens": plan.prompt_tokens,
+    }
+
+
+def describe(model: LlamaForCausalLM) -> dict[str, Any]:
+    cfg = model.config
+    return {
+        "params": n_params(model),
+        "layers": cfg.num_hidden_layers,
+        "hidden": cfg.hidden_size,
+        "vocab": cfg.vocab_size,
+    }
+
+
+def _f(x: Any, nd: int = 2) -> str:
+    return "-" if x is None else f"{x:.{nd}f}" if isinstance(x, float) else str(x)
+
+
+def _table(head: list[str], rows: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return "\n".join(lines + ["| " + " | ".join(_f(v) for v in r) + " |" for r in rows])
+
+
+def format_table(res: dict) -> str:
+    """The report as Markdown tables (ready for the README); a failed stage as one line."""
+    sections = [
+        ("models", _head),
+        ("steps", _steps),
+        ("steps", _verify),
+        ("overhead", _overhead),
+        ("compiled", _compiled),
+        ("projection", _projection),
+    ]
+    parts = []
+    for key, fmt in sections:
+        value = res.get(key)
+        failed = isinstance(value, dict) and "error" in value
+        parts.append(f"{key}: failed: {value['error']}" if failed else fmt(res))
+    return "\n\n".join(parts) + f"\n\nwall time {res['wall_s']:.0f} s"
+
+
+def _head(res: dict) -> str:
+    def size(k: str) -> str:
+        d = res["models"][k]
+        n = d["params"]
+        count = f"{n / 1e9:.2f}B" if n >= 1e8 else f"{n / 1e3:.0f}k"
+        return f"{k} {count} ({d['layers']} layers, hidden {d['hidden']})"
+
+    return (
+        f"specviz GPU check, {res['date']}: {res['device']}, {res['dtype']}, torch "
+        f"{res['torch']}, transformers {res['transformers']}\n{size('draft')}, "
+        f"{size('target')}; random weights; prompt {res['prompt_tokens']} tokens; "
+        "medians after warm-up, CUDA synchronised before every clock read"
+    )
+
+
+def _steps(res: dict) -> str:
+    s = res["steps"]
+    rows = [[s["draft_step_ms"], s["target_step_ms"], s["c"]]]
+    return "Decode steps, eager, as the engine runs them (DynamicCache):\n" + _table(
+        ["draft step ms", "target step ms", "c"], rows
+    )
+
+
+def _verify(res: dict) -> str:
+    v = res["steps"]["verify"]
+    rows = [["ms", *[r["ms"] for r in v]], ["/ step", *[r["relative"] for r in v]]]
+    return "A verify call over k + 1 positions, relative to one target step:\n" + _table(
+        ["k + 1", *[str(r["positions"]) for r in v]], rows
+    )
+
+
+def _overhead(res: dict) -> str:
+    o = res["overhead"]
+    head = ["contender", "ms / round", "over the model calls (ms)", "tokens / target call"]
+    keys = ["name", "ms_per_round", "over_calls_ms", "tokens_per_round"]
+    return (
+        f"Engine per round, gamma {o['gamma']}, draft = target weights (every draft "
+        f"accepted), greedy; marginal between {o['tokens'][0]} and {o['tokens'][1]} new "
+        f"tokens:\n{_table(head, [[r.get(k) for k in keys] for r in o['rows']])}\n"
+        f"specviz - transformers: {o['specviz_minus_transformers_ms']:+.2f} ms per round "
+        f"(specviz / transformers {o['specviz_over_transformers']:.3f})"
+    )
+
+
+def _compiled(res: dict) -> str:
+    cp = res["compiled"]
+    mode = f'mode="{cp["mode"]}", ' if "mode" in cp else ""
+    head = ["model", "eager ms", "compiled ms", "speedup", "compile s", "recompiles", "graph skips"]
+    keys = ["model", "eager_ms", "compiled_ms", "speedup", "compile_s", "recompiles"]
+    rows = [[r.get(k) for k in keys] + [r.get("graph_skips", r.get("skipped"))] for r in cp["rows"]]
+    reasons = sorted({m for r in cp["rows"] for m in r.get("graph_skip_reasons", [])})
+    return (
+        f'One decode step with a StaticCache, eager against torch.compile({mode}backend="'
+        f'{cp["backend"]}"):\n{_table(head, rows)}\nc with a static cache: eager '
+        f"{_f(cp['c_eager'], 3)}, compiled {_f(cp.get('c_compiled'), 3)}"
+        + "".join(f"\n{m}" for m in reasons)
+    )
+
+
+def _projection(res: dict) -> str:
+    head = ["c", "alpha", "gamma", "speedup", "gamma (priced)", "speedup (priced)"]
+    keys = ["alpha", "gamma", "speedup", "gamma_priced", "speedup_priced"]
+    rows = [[f"{r['c_of']} {r['c']:.3f}"] + [r[k] for k in keys] for r in res["projection"]]
+    return (
+        "Leviathan's projected speedup, best gamma in 1..8; plain (verify = 1 step) and with "
+        f"the verify call priced as measured:\n{_table(head, rows)}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="gpu_check", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tiny", action="store_true", help="tiny networks on the CPU (tests)")
+    ap.add_argument("--out", type=Path, default=Path("gpu_check.json"), help="JSON report")
+    ap.add_argument(
+        "--compile",
+        choices=("inductor", "eager", "off"),
+        default=None,
+        help="torch.compile backend (default: inductor on CUDA, eager with --tiny)",
+    )
+    ap.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="skip compiling once this many seconds have gone (default 420)",
+    )
+    args = ap.parse_args(argv)
+    try:
+        plan = Plan.make(args.tiny, args.compile, args.budget_s)
+    except ValueError as exc:
+        print(f"gpu_check: {exc}", file=sys.stderr)
+        return 2
+    res = run_check(plan, args.out, lambda msg: print(msg, file=sys.stderr, flush=True))
+    print(format_table(res))
+    print(f"written: {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
