@@ -38,7 +38,7 @@ from pathlib import Path
 from statistics import NormalDist
 from typing import Any
 
-from specviz.trace import Trace
+from specviz.trace import Trace, verified
 
 N_BINS = 10
 MIN_N = 40  # bins with fewer observations are shown but not judged
@@ -130,10 +130,9 @@ class Calibration:
         self.traces += 1
         if trace.method != "spec":
             return
-        for r in trace.rounds:
-            for d in r.drafted:
-                if d.status != "discarded" and d.u is not None:
-                    self.drafts.add(d.accept_prob, d.status == "accepted")
+        for d in verified(trace):
+            if d.u is not None:
+                self.drafts.add(d.accept_prob, d.status == "accepted")
         if not _sampled(trace.settings):
             return
         top_n = int(trace.settings.get("top_n", 10))

@@ -329,9 +329,8 @@ def colored_text(trace: Trace, color: bool) -> str:
     if trace.method == "ar":
         return trace.text
     for r in trace.rounds:
-        for d in r.drafted:
-            if d.status != "discarded":
-                put(d.text, d.status)
+        for d in r.verified:
+            put(d.text, d.status)
         if r.added is not None:
             put(r.added.text, r.added.status)
     return "".join(parts)

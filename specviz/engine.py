@@ -29,7 +29,7 @@ from specviz.drafters import Draft, Drafter, ModelDrafter, NgramDrafter
 from specviz.lm import CachedLM
 from specviz.models import ModelPair
 from specviz.sampling import Verdict, draw, next_token, overlap, verify, warp
-from specviz.trace import Added, Drafted, Round, Stats, Trace
+from specviz.trace import Added, Drafted, Round, Stats, Trace, verified
 
 
 @dataclass
@@ -324,18 +324,18 @@ def summarize(trace: Trace, wall_s: float) -> Stats:
     """Stats of a (possibly partial) trace; definitions in specviz.metrics."""
     n = len(trace.token_ids)
     rounds = trace.rounds
-    verified = [d for r in rounds for d in r.drafted if d.status != "discarded"]
+    tested = verified(trace)
     calls = len(rounds) if trace.method == "spec" else n
-    accepted = sum(d.status == "accepted" for d in verified)
+    accepted = sum(d.status == "accepted" for d in tested)
     return Stats(
         new_tokens=n,
         rounds=len(rounds),
         target_calls=calls,
         drafted=sum(len(r.drafted) for r in rounds),
-        verified=len(verified),
+        verified=len(tested),
         accepted=accepted,
-        acceptance_rate=accepted / len(verified) if verified else 0.0,
-        alpha=mean_overlap(verified),
+        acceptance_rate=accepted / len(tested) if tested else 0.0,
+        alpha=mean_overlap(tested),
         tokens_per_call=n / calls if calls else 0.0,
         first_token_ms=trace.timeline[0][0] * 1e3 if trace.timeline else 0.0,
         draft_ms=sum(r.draft_ms for r in rounds),

@@ -14,12 +14,11 @@ Definitions (printed next to the numbers wherever they are shown):
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
 import pandas as pd
 
 from specviz.config import Limits
-from specviz.trace import Trace
+from specviz.trace import Trace, verified
 
 # The gammas that theory ranges over: every gamma a user can set. The command line and the
 # app both search this one range for the best gamma, so they always agree.
@@ -34,20 +33,16 @@ DEFINITIONS = {
 }
 
 
-def _verified(trace: Trace) -> list[Any]:
-    return [d for r in trace.rounds for d in r.drafted if d.status != "discarded"]
-
-
 def acceptance_rate(trace: Trace) -> float:
     """Accepted drafts / verified drafts."""
-    v = _verified(trace)
+    v = verified(trace)
     return sum(d.status == "accepted" for d in v) / len(v) if v else 0.0
 
 
 def alpha(trace: Trace) -> float | None:
     """Mean overlap sum_x min(p, q) over verified positions; None when not measured (a
     "minimal" trace records no overlaps) or when no draft was verified."""
-    overlaps = [d.overlap for d in _verified(trace)]
+    overlaps = [d.overlap for d in verified(trace)]
     if not overlaps or None in overlaps:
         return None
     return sum(overlaps) / len(overlaps)  # type: ignore[arg-type]
@@ -100,10 +95,9 @@ def acceptance_by_position(trace: Trace) -> list[float]:
     hits: Counter[int] = Counter()
     tries: Counter[int] = Counter()
     for r in trace.rounds:
-        for i, d in enumerate(r.drafted):
-            if d.status != "discarded":
-                tries[i] += 1
-                hits[i] += d.status == "accepted"
+        for i, d in enumerate(r.verified):
+            tries[i] += 1
+            hits[i] += d.status == "accepted"
     return [hits[i] / tries[i] for i in range(max(tries, default=-1) + 1)]
 
 

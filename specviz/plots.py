@@ -2,7 +2,7 @@
 
 The decision inspector (p and q over the top tokens, min(1, p/q) against u, the residual),
 the live speedup chart, the acceptance charts, and Leviathan's expected speedup against
-gamma, measured and projected. Colours come from specviz.render.COLORS.
+gamma, measured and projected. Colours come from specviz.palette.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from specviz import metrics
-from specviz.render import COLORS, Decision
-from specviz.trace import Trace
+from specviz.palette import COLORS
+from specviz.trace import Decision, Trace
 
 _LAYOUT: dict[str, Any] = {
     "template": "plotly_white",
@@ -247,20 +247,19 @@ def speedup_figure(spec: Trace | None, ar: Trace | None) -> go.Figure:
 # --- acceptance ------------------------------------------------------------------------
 
 
-def _verified(r: Any) -> int:
-    return sum(d.status != "discarded" for d in r.drafted)
-
-
 def acceptance_per_round_figure(trace: Trace) -> go.Figure:
     """Accepted drafts / verified drafts in each round (the acceptance-rate definition)."""
     rounds = trace.rounds
+    n_verified = [len(r.verified) for r in rounds]
     fig = go.Figure()
     fig.add_bar(
         x=[r.index for r in rounds],
-        y=[r.n_accepted / _verified(r) if _verified(r) else 0.0 for r in rounds],
+        y=[r.n_accepted / v if v else 0.0 for r, v in zip(rounds, n_verified, strict=True)],
         marker={"color": COLORS["accepted"]},
         name="accepted / verified",
-        customdata=[[r.n_accepted, _verified(r), len(r.drafted)] for r in rounds],
+        customdata=[
+            [r.n_accepted, v, len(r.drafted)] for r, v in zip(rounds, n_verified, strict=True)
+        ],
         hovertemplate="round %{x}: %{customdata[0]} accepted of %{customdata[1]} verified "
         "(%{customdata[2]} drafted)<extra></extra>",
     )

@@ -13,7 +13,7 @@ from typing import Any
 from gradio.components.plot import PlotData
 
 from specviz import metrics, plots, render
-from specviz.trace import Trace
+from specviz.trace import Trace, decision_at
 from specviz.ui.state import Session, View
 
 NO_ALPHA = "alpha was not measured (a minimal trace, or no verified drafts): no theory curve"
@@ -149,7 +149,7 @@ def inspect_view(trace: Trace | None, round_index: int | None, pos: int | None) 
     if pos is None:
         raise ValueError("choose a position")
     r = None if round_index is None or round_index < 0 else int(round_index)
-    dec = render.decision_at(trace, r, int(pos))
+    dec = decision_at(trace, r, int(pos))
     return {
         "insp_round": dec.round.index,
         "insp_pos": dec.pos,
