@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from specviz import metrics
 from specviz.config import Settings
 from specviz.drafters import Draft, Drafter, ModelDrafter, NgramDrafter
 from specviz.lm import CachedLM
@@ -321,36 +322,24 @@ def next_gamma(gamma: int, k: int, n_accepted: int, max_gamma: int) -> int:
 
 
 def summarize(trace: Trace, wall_s: float) -> Stats:
-    """Stats of a (possibly partial) trace; definitions in specviz.metrics."""
-    n = len(trace.token_ids)
-    rounds = trace.rounds
-    tested = verified(trace)
-    calls = len(rounds) if trace.method == "spec" else n
-    accepted = sum(d.status == "accepted" for d in tested)
+    """Stats of a (possibly partial) trace, by the definitions in specviz.metrics."""
+    n, rounds, tested = len(trace.token_ids), trace.rounds, verified(trace)
     return Stats(
         new_tokens=n,
         rounds=len(rounds),
-        target_calls=calls,
+        target_calls=metrics.target_calls(trace),
         drafted=sum(len(r.drafted) for r in rounds),
         verified=len(tested),
-        accepted=accepted,
-        acceptance_rate=accepted / len(tested) if tested else 0.0,
-        alpha=mean_overlap(tested),
-        tokens_per_call=n / calls if calls else 0.0,
+        accepted=sum(d.status == "accepted" for d in tested),
+        acceptance_rate=metrics.acceptance_rate(trace),
+        alpha=metrics.alpha(trace),
+        tokens_per_call=metrics.tokens_per_call(trace),
         first_token_ms=trace.timeline[0][0] * 1e3 if trace.timeline else 0.0,
         draft_ms=sum(r.draft_ms for r in rounds),
         verify_ms=sum(r.verify_ms for r in rounds),
         wall_s=wall_s,
         ms_per_token=wall_s * 1e3 / n if n else 0.0,
     )
-
-
-def mean_overlap(verified: list[Drafted]) -> float | None:
-    """alpha over verified drafts; None (not measured) without overlaps or verified drafts."""
-    overlaps = [d.overlap for d in verified]
-    if not overlaps or None in overlaps:
-        return None
-    return sum(overlaps) / len(overlaps)  # type: ignore[arg-type]
 
 
 def generate(pair: ModelPair, prompt: str, settings: Settings, raw: bool = False) -> Trace:
