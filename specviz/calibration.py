@@ -38,6 +38,7 @@ from pathlib import Path
 from statistics import NormalDist
 from typing import Any
 
+from specviz.config import is_greedy
 from specviz.trace import Trace, verified
 
 N_BINS = 10
@@ -133,7 +134,7 @@ class Calibration:
         for d in verified(trace):
             if d.u is not None:
                 self.drafts.add(d.accept_prob, d.status == "accepted")
-        if not _sampled(trace.settings):
+        if is_greedy(trace.settings):
             return
         top_n = int(trace.settings.get("top_n", 10))
         for r in trace.rounds:
@@ -162,10 +163,6 @@ class Calibration:
             "residual_candidates": self.residual.total,
             "summary": {"drafts": _summary(bins), "residual": _summary(residual)},
         }
-
-
-def _sampled(settings: dict[str, Any]) -> bool:
-    return not settings.get("greedy") and settings.get("temperature") != 0
 
 
 def residual_candidates(top: list[dict[str, Any]], top_n: int) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from specviz.config import DEFAULT_PROMPT, DRAFTERS, RULES, Settings
+from specviz.config import DEFAULT_PROMPT, DRAFTERS, RULES, Settings, is_greedy
 from specviz.trace import Trace
 
 # Terminal colours by token status, with a cue beyond colour for each.
@@ -177,7 +177,7 @@ def print_comparison(ar: Trace, spec: Trace) -> None:
             f"expected (Leviathan)   {metrics.expected_speedup(a, g, c):.2f}x at alpha {a:.2f}, "
             f"gamma {g}; best gamma {metrics.best_gamma(a, c)}"
         )
-    if ar.settings["greedy"] or ar.settings["temperature"] == 0:
+    if is_greedy(ar.settings):
         same = ar.token_ids == spec.token_ids
         print(f"greedy outputs equal   {'yes' if same else 'no'}")
 

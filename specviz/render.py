@@ -17,6 +17,7 @@ import html
 from collections.abc import Callable
 from typing import Any
 
+from specviz.config import is_greedy
 from specviz.palette import COLORS
 from specviz.trace import TOKEN_STATUSES, Added, Decision, Drafted, Round, Trace
 
@@ -273,7 +274,8 @@ def status_html(message: str, kind: str = "info") -> str:
 def exact_note_html(settings: dict[str, Any], drafter: str = "the draft") -> str:
     """What the text is distributed as: the target's own sampling at these settings,
     whatever the draft does (the promise of both papers, in one sentence)."""
-    if settings.get("greedy") or settings.get("temperature") == 0:
+    greedy = is_greedy(settings)
+    if greedy:
         how = "the target's own greedy decoding (argmax of p at every step)"
     else:
         parts = [f"temperature {settings.get('temperature'):g}"]
@@ -286,7 +288,7 @@ def exact_note_html(settings: dict[str, Any], drafter: str = "the draft") -> str
         "the draft changes how fast the text comes, never which text it is likely to be."
     )
     dt = settings.get("draft_temperature")
-    if dt is not None and not settings.get("greedy") and settings.get("temperature") != 0:
+    if dt is not None and not greedy:
         note += f" The draft samples at temperature {dt:g}: fewer drafts are accepted."
     return f'<div class="sv-exact-note">{esc(note)}</div>'
 

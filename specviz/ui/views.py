@@ -13,6 +13,7 @@ from typing import Any
 from gradio.components.plot import PlotData
 
 from specviz import metrics, plots, render
+from specviz.config import is_greedy
 from specviz.trace import Trace, decision_at
 from specviz.ui.state import Session, View
 
@@ -224,8 +225,7 @@ def greedy_html(session: Session) -> str:
     spec, ar = session.spec, session.ar
     if spec is None or ar is None:
         return render.status_html("The greedy check compares both runs: tick Compare.")
-    s = spec.settings
-    if not (s.get("greedy") or s.get("temperature") == 0):
+    if not is_greedy(spec.settings):
         return render.status_html(
             "Greedy check: switch on Greedy (or temperature 0). When sampling, the two runs "
             "consume random numbers differently, so only their distributions agree."
