@@ -556,7 +556,8 @@ def _shown(v: View, max_bins: int) -> list[int]:
     return [*range(min(max_bins, last)), last]
 
 
-def _display(label: str, i: int) -> str:
+def _display(text: str, i: int) -> str:
     """A bar label: whitespace made visible, and unique (bars with equal text would merge)."""
-    shown = label.replace("\n", "\\n").replace(" ", "\u2423") or "\u2205"
-    return shown if label == OTHER else f"{i + 1}. {shown}"
+    from specviz.plots import label
+
+    return text if text == OTHER else f"{i + 1}. {label(text)}"

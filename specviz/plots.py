@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from specviz import metrics
-from specviz.palette import COLORS
+from specviz.palette import COLORS, show_whitespace
 from specviz.trace import Decision, Trace
 
 _LAYOUT: dict[str, Any] = {
@@ -24,10 +24,14 @@ _LAYOUT: dict[str, Any] = {
 }
 
 
+def plain(text: str) -> str:
+    """Text for a figure, with the characters Plotly reads as markup neutralised."""
+    return text.replace("&", "＆").replace("<", "‹").replace(">", "›")
+
+
 def label(text: str) -> str:
     """A token as an axis label: whitespace visible, markup characters neutralised."""
-    shown = text.replace(" ", "·").replace("\n", "↵").replace("\t", "→") or "∅"
-    return shown.replace("&", "＆").replace("<", "‹").replace(">", "›")
+    return plain(show_whitespace(text))
 
 
 def _labels(entries: list[dict[str, Any]]) -> list[str]:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from specviz.config import is_greedy
-from specviz.palette import COLORS
+from specviz.palette import COLORS, show_whitespace
 from specviz.trace import TOKEN_STATUSES, Added, Decision, Drafted, Round, Trace
 
 LEGEND: dict[str, str] = {
@@ -39,13 +39,13 @@ def esc(text: object) -> str:
 
 
 def visible_text(text: str) -> str:
-    """Escaped token text with spaces, tabs and newlines made visible."""
-    out = esc(text)
-    out = out.replace(" ", '<span class="sv-ws">·</span>')
-    out = out.replace("\t", '<span class="sv-ws">→</span>\t')
-    out = out.replace("\r", "")
-    out = out.replace("\n", '<span class="sv-ws">↵</span>\n')
-    return out or '<span class="sv-ws">∅</span>'
+    """Escaped token text with spaces, tabs and newlines made visible (carriage returns go)."""
+    return show_whitespace(esc(text).replace("\r", ""), _ws_span)
+
+
+def _ws_span(glyph: str, char: str) -> str:
+    """A whitespace glyph as a span; a tab or newline stays after it, for the layout."""
+    return f'<span class="sv-ws">{glyph}</span>' + ("" if char == " " else char)
 
 
 def css_variables() -> str:
