@@ -504,8 +504,9 @@ def run_check(
 
 def check_figure(result: CheckResult, max_bins: int = 20) -> Any:
     """Plotly figure: per view, speculative and autoregressive frequencies beside exact p."""
-    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
+
+    from specviz.plots import add_bar_group
 
     titles = [
         f"{v.name}: TV(spec, p) {v.tv_spec:.3f}, p-value {_p(v.spec_test)}"
@@ -513,32 +514,15 @@ def check_figure(result: CheckResult, max_bins: int = 20) -> Any:
         for v in result.views
     ]
     fig = make_subplots(rows=len(result.views), cols=1, subplot_titles=titles)
-    series = (
-        ("speculative", "spec", "#1f77b4"),
-        ("autoregressive", "ar", "#ff7f0e"),
-        ("exact p", "exact", "#2ca02c"),
-    )
     for row, v in enumerate(result.views, start=1):
         idx = _shown(v, max_bins)
         x = [_display(v.labels[i], i) for i in idx]
-        values = {
-            "spec": frequencies(v.spec),
-            "ar": frequencies(v.ar),
-            "exact": v.exact,
-        }
-        for name, key, color in series:
-            fig.add_trace(
-                go.Bar(
-                    x=x,
-                    y=[values[key][i] for i in idx],
-                    name=name,
-                    marker_color=color,
-                    legendgroup=key,
-                    showlegend=row == 1,
-                ),
-                row=row,
-                col=1,
-            )
+        series = (
+            ("speculative", frequencies(v.spec)),
+            ("autoregressive", frequencies(v.ar)),
+            ("exact p", v.exact),
+        )
+        add_bar_group(fig, row, [(name, x, [ys[i] for i in idx]) for name, ys in series])
         fig.update_yaxes(title_text="probability", row=row, col=1)
     verdict = "passes" if result.passed else "FAILS"
     fig.update_layout(

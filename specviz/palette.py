@@ -33,6 +33,11 @@ COLORS: dict[str, str] = {
     "disagreement": "#bf3989",  # overlap shading: 1 - sum_x min(p, q)
 }
 
+# Figure furniture: axis grid lines, the zero line, and the outline of a highlighted bar.
+GRID = "#eaeef2"
+ZERO_LINE = "#d0d7de"
+OUTLINE = "#000"
+
 # D3's category10, a Plotly colorway: series i takes SERIES[i % len(SERIES)].
 SERIES: tuple[str, ...] = (
     "#1f77b4",

@@ -7,13 +7,14 @@ gamma, measured and projected. Colours come from specviz.palette.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from specviz import metrics
-from specviz.palette import COLORS, show_whitespace
+from specviz.palette import COLORS, GRID, OUTLINE, SERIES, ZERO_LINE, show_whitespace
 from specviz.trace import Decision, Trace
 
 _LAYOUT: dict[str, Any] = {
@@ -46,6 +47,27 @@ def _highlight(ids: list[int], chosen: int) -> list[float]:
     return [3.0 if i == chosen else 0.0 for i in ids]
 
 
+def add_bar_group(
+    fig: go.Figure, row: int, bars: Sequence[tuple[str, Sequence[Any], Sequence[float]]]
+) -> None:
+    """Grouped bars in one row of a one-column subplot figure, one series per (name, x, y).
+
+    The n-th series takes the palette's n-th SERIES colour, so a name keeps its colour on
+    every row, and the legend lists it once, from the first row.
+    """
+    for n, (name, x, y) in enumerate(bars):
+        fig.add_bar(
+            x=x,
+            y=y,
+            name=name,
+            marker_color=SERIES[n % len(SERIES)],
+            legendgroup=name,
+            showlegend=row == 1,
+            row=row,
+            col=1,
+        )
+
+
 def empty_figure(message: str) -> go.Figure:
     """A blank figure carrying one line of text."""
     fig = go.Figure(layout=_LAYOUT)
@@ -67,7 +89,7 @@ def _pq_bars(fig: go.Figure, row: int, top: list[dict[str, Any]], chosen: int) -
             x=names,
             y=[e[key] for e in top],
             name=name,
-            marker={"color": COLORS[key], "line": {"color": "#000", "width": width}},
+            marker={"color": COLORS[key], "line": {"color": OUTLINE, "width": width}},
             row=row,
             col=1,
         )
@@ -137,7 +159,7 @@ def _residual_bars(
             x=names,
             y=[e["residual"] for e in top],
             name="residual norm(max(0, p − q))",
-            marker={"color": COLORS["residual"], "line": {"color": "#000", "width": width}},
+            marker={"color": COLORS["residual"], "line": {"color": OUTLINE, "width": width}},
             row=row,
             col=1,
         )
@@ -230,7 +252,7 @@ def speedup_spec(spec: Trace | None, ar: Trace | None) -> dict[str, Any]:
     title = "tokens against wall-clock seconds (same prompt, settings, seed)"
     if s is not None:
         title += f": speedup so far {s:.2f}x"
-    grid = {"gridcolor": "#eaeef2", "zerolinecolor": "#d0d7de"}
+    grid = {"gridcolor": GRID, "zerolinecolor": ZERO_LINE}
     layout = {
         "title": {"text": title},
         "height": 330,
