@@ -130,15 +130,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.compare and args.method != "spec":
         raise ValueError("--compare runs both methods: leave --method at spec")
     pair = load_pair_from_args(args)
-    from specviz.engine import Run, generate
+    from specviz.engine import Run, warm_up
 
     methods = ["ar", "spec"] if args.compare else [args.method]
     # The prompt checks are the same for every seed: the first Run makes them before any
     # output; later Runs are built one at a time, so no finished trace is kept.
     first: Run | None = Run(pair, args.prompt, settings.with_(method=methods[0]), raw=args.raw)
     if args.compare:  # warm both paths first, so neither side pays for first-call setup
-        for m in methods:
-            generate(pair, args.prompt, settings.with_(method=m, max_new_tokens=4), raw=args.raw)
+        warm_up(pair, args.prompt, settings, raw=args.raw)
     for i in range(args.samples):
         s = settings.with_(seed=args.seed + i)
         group = []

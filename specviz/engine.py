@@ -353,5 +353,6 @@ def generate(pair: ModelPair, prompt: str, settings: Settings, raw: bool = False
 def warm_up(pair: ModelPair, prompt: str, settings: Settings, raw: bool = False) -> None:
     """Run both methods once for a few tokens, so that no timed run pays for first-call
     set-up (allocator growth, kernel selection, lazy initialisation)."""
+    short = settings.with_(max_new_tokens=min(4, settings.limits.max_new_tokens))
     for method in ("ar", "spec"):
-        generate(pair, prompt, settings.with_(method=method, max_new_tokens=4), raw=raw)
+        generate(pair, prompt, short.with_(method=method), raw=raw)
