@@ -68,6 +68,13 @@ def add_bar_group(
         )
 
 
+def _lay_out(fig: go.Figure, title: str, x: str, y: str, height: int, **extra: Any) -> go.Figure:
+    """The shared layout with a title, axis titles and a height, plus any other keys."""
+    return fig.update_layout(
+        _LAYOUT, title=title, xaxis_title=x, yaxis_title=y, height=height, **extra
+    )
+
+
 def empty_figure(message: str) -> go.Figure:
     """A blank figure carrying one line of text."""
     fig = go.Figure(layout=_LAYOUT)
@@ -289,15 +296,9 @@ def acceptance_per_round_figure(trace: Trace) -> go.Figure:
         hovertemplate="round %{x}: %{customdata[0]} accepted of %{customdata[1]} verified "
         "(%{customdata[2]} drafted)<extra></extra>",
     )
-    fig.update_layout(
-        _LAYOUT,
-        title="acceptance per round",
-        height=300,
-        xaxis_title="round",
-        yaxis_title="accepted / verified",
-        yaxis_range=[0, 1],
+    return _lay_out(
+        fig, "acceptance per round", "round", "accepted / verified", 300, yaxis_range=[0, 1]
     )
-    return fig
 
 
 def accepted_histogram_figure(trace: Trace) -> go.Figure:
@@ -305,15 +306,14 @@ def accepted_histogram_figure(trace: Trace) -> go.Figure:
     hist = metrics.accepted_histogram(trace)
     fig = go.Figure()
     fig.add_bar(x=list(hist), y=list(hist.values()), marker={"color": COLORS["p"]}, name="rounds")
-    fig.update_layout(
-        _LAYOUT,
-        title="accepted drafts per round (histogram)",
-        height=300,
-        xaxis_title="drafts accepted in the round",
-        yaxis_title="rounds",
+    return _lay_out(
+        fig,
+        "accepted drafts per round (histogram)",
+        "drafts accepted in the round",
+        "rounds",
+        300,
         xaxis_dtick=1,
     )
-    return fig
 
 
 def acceptance_by_position_figure(trace: Trace) -> go.Figure:
@@ -326,16 +326,15 @@ def acceptance_by_position_figure(trace: Trace) -> go.Figure:
         marker={"color": COLORS["accepted"]},
         name="acceptance rate",
     )
-    fig.update_layout(
-        _LAYOUT,
-        title="acceptance by draft position",
-        height=300,
-        xaxis_title="draft position",
-        yaxis_title="accepted / verified",
+    return _lay_out(
+        fig,
+        "acceptance by draft position",
+        "draft position",
+        "accepted / verified",
+        300,
         yaxis_range=[0, 1],
         xaxis_dtick=1,
     )
-    return fig
 
 
 # --- theory ----------------------------------------------------------------------------
@@ -343,59 +342,45 @@ def acceptance_by_position_figure(trace: Trace) -> go.Figure:
 
 def theory_figure(alpha: float, c: float, gamma: int, measured: float | None) -> go.Figure:
     """Leviathan's expected walltime improvement against gamma, with the measured point."""
-    gammas, ys = metrics.expected_curve(alpha, c)
-    fig = go.Figure()
-    fig.add_scatter(
-        x=gammas,
-        y=ys,
-        mode="lines+markers",
-        name="expected (Leviathan)",
-        line={"color": COLORS["p"]},
-    )
+    fig, _ = _expected_curve(alpha, c, "expected (Leviathan)", {"color": COLORS["p"]})
     if measured is not None:
-        fig.add_scatter(
-            x=[gamma],
-            y=[measured],
-            mode="markers",
-            name="measured",
-            marker={"color": COLORS["rejected"], "size": 14, "symbol": "star"},
-        )
+        marker = {"color": COLORS["rejected"], "size": 14, "symbol": "star"}
+        fig.add_scatter(x=[gamma], y=[measured], mode="markers", name="measured", marker=marker)
     best = metrics.best_gamma(alpha, c)
-    fig.update_layout(
-        _LAYOUT,
-        height=340,
-        xaxis_title="gamma (drafts per round)",
-        yaxis_title="speedup",
-        title=f"theory against measurement: alpha = {alpha:.2f}, c = {c:.2f}, best gamma = {best}",
+    return _lay_out(
+        fig,
+        f"theory against measurement: alpha = {alpha:.2f}, c = {c:.2f}, best gamma = {best}",
+        "gamma (drafts per round)",
+        "speedup",
+        340,
     )
-    return fig
 
 
 def projection_figure(alpha: float, c: float, gamma: int) -> go.Figure:
     """Projected speedup for a chosen cost ratio c: a projection, not a measurement."""
-    gammas, ys = metrics.expected_curve(alpha, c)
-    fig = go.Figure()
-    fig.add_scatter(
-        x=gammas,
-        y=ys,
-        mode="lines+markers",
-        name="projection",
-        line={"color": COLORS["resampled"], "dash": "dash"},
-    )
+    line = {"color": COLORS["resampled"], "dash": "dash"}
+    fig, ys = _expected_curve(alpha, c, "projection", line)
     if gamma in metrics.GAMMAS:
+        marker = {"color": COLORS["resampled"], "size": 12}
         fig.add_scatter(
-            x=[gamma],
-            y=[ys[gamma - 1]],
-            mode="markers",
-            name="your gamma",
-            marker={"color": COLORS["resampled"], "size": 12},
+            x=[gamma], y=[ys[gamma - 1]], mode="markers", name="your gamma", marker=marker
         )
     fig.add_hline(y=1.0, line={"color": COLORS["ar"], "dash": "dot"})
-    fig.update_layout(
-        _LAYOUT,
-        height=340,
-        xaxis_title="gamma",
-        yaxis_title="projected speedup",
-        title=f"PROJECTION, not a measurement: measured alpha = {alpha:.2f}, assumed c = {c:.2f}",
+    return _lay_out(
+        fig,
+        f"PROJECTION, not a measurement: measured alpha = {alpha:.2f}, assumed c = {c:.2f}",
+        "gamma",
+        "projected speedup",
+        340,
     )
-    return fig
+
+
+def _expected_curve(
+    alpha: float, c: float, name: str, line: dict[str, Any]
+) -> tuple[go.Figure, list[float]]:
+    """A figure holding Leviathan's expected speedup at every gamma in metrics.GAMMAS as one
+    line, and the speedups it draws."""
+    gammas, ys = metrics.expected_curve(alpha, c)
+    fig = go.Figure()
+    fig.add_scatter(x=gammas, y=ys, mode="lines+markers", name=name, line=line)
+    return fig, ys
