@@ -38,7 +38,8 @@ from pathlib import Path
 from statistics import NormalDist
 from typing import Any
 
-from specviz.trace import Trace
+from specviz.config import is_greedy
+from specviz.trace import Trace, verified
 
 N_BINS = 10
 MIN_N = 40  # bins with fewer observations are shown but not judged
@@ -130,11 +131,10 @@ class Calibration:
         self.traces += 1
         if trace.method != "spec":
             return
-        for r in trace.rounds:
-            for d in r.drafted:
-                if d.status != "discarded" and d.u is not None:
-                    self.drafts.add(d.accept_prob, d.status == "accepted")
-        if not _sampled(trace.settings):
+        for d in verified(trace):
+            if d.u is not None:
+                self.drafts.add(d.accept_prob, d.status == "accepted")
+        if is_greedy(trace.settings):
             return
         top_n = int(trace.settings.get("top_n", 10))
         for r in trace.rounds:
@@ -163,10 +163,6 @@ class Calibration:
             "residual_candidates": self.residual.total,
             "summary": {"drafts": _summary(bins), "residual": _summary(residual)},
         }
-
-
-def _sampled(settings: dict[str, Any]) -> bool:
-    return not settings.get("greedy") and settings.get("temperature") != 0
 
 
 def residual_candidates(top: list[dict[str, Any]], top_n: int) -> list[dict[str, Any]]:

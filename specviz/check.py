@@ -211,7 +211,7 @@ def frequent_continuations(
 
 
 @dataclass
-class View:
+class CheckView:
     """One comparison: bins of outcomes, exact p, the two samples' counts and the tests."""
 
     name: str
@@ -238,7 +238,7 @@ class CheckResult:
     n: int
     length: int
     significance: float
-    views: list[View]
+    views: list[CheckView]
     spec_acceptance: float  # accepted / verified drafts over all speculative samples
     predicted_tv: float | None  # TV(first-token distribution under this rule, p); model drafter
     elapsed_s: float
@@ -306,7 +306,7 @@ def make_view(
     label: Callable[[Outcome], str],
     rest: float = 0.0,
     min_expected: float = MIN_EXPECTED,
-) -> View:
+) -> CheckView:
     """Bin both samples by the outcomes that p makes frequent and run the tests.
 
     exact maps outcomes to p; rest is the exact total p of the outcomes it does not list
@@ -321,7 +321,7 @@ def make_view(
     probs = [*listed, other]
     cs, ca = bin_counts(spec, bins), bin_counts(ar, bins)
     fs, fa = frequencies(cs), frequencies(ca)
-    return View(
+    return CheckView(
         name=name,
         labels=[label(b) for b in bins] + [OTHER],
         outcomes=[list(b) for b in bins] + [None],
@@ -442,7 +442,7 @@ def compare(
     spec: Sequence[Outcome],
     ar: Sequence[Outcome],
     length: int,
-) -> list[View]:
+) -> list[CheckView]:
     """The views: the first token, and the whole continuation when length > 1."""
 
     def label(o: Outcome) -> str:
@@ -465,12 +465,10 @@ def _predicted_tv(
     """TV between p and the first token's distribution under the rule (model drafter)."""
     if s.drafter != "model" or pair.draft is None:
         return None
+    # Both over the tokenizer's V ids, as in the engine (specviz.lm cuts padded columns).
     lm = CachedLM(pair.draft.model, pair.vocab_size)
-    q = warp(lm.logits(prompt_ids)[-1], s.draft_warp()).cpu()
-    p = probs.row(())
-    width = max(p.shape[-1], q.shape[-1])
-    p = torch.nn.functional.pad(p, (0, width - p.shape[-1]))
-    q = torch.nn.functional.pad(q, (0, width - q.shape[-1]))
+    q = warp(lm.logits(prompt_ids)[-1], s.draft_warp()).cpu()  # [V]
+    p = probs.row(())  # [V]
     if s.is_greedy:
         return 0.0
     return float(0.5 * (rule_first_token(p, q, rule) - p).abs().sum())
@@ -480,16 +478,14 @@ def run_check(
     pair: ModelPair,
     prompt: str,
     settings: Settings,
-    n: int = 400,
-    length: int = 2,
-    rule: str | None = None,
+    *args: Any,
     progress_cb: Callable[[Progress], None] | None = None,
-    raw: bool = False,
-    significance: float = SIGNIFICANCE,
+    **kwargs: Any,
 ) -> CheckResult:
-    """Run the whole check; progress_cb (if given) receives every Progress."""
+    """Run the whole check: iter_check's arguments (n, length, rule, raw, significance),
+    and progress_cb (if given) receives every Progress."""
     result = None
-    for item in iter_check(pair, prompt, settings, n, length, rule, raw, significance):
+    for item in iter_check(pair, prompt, settings, *args, **kwargs):
         if isinstance(item, Progress):
             if progress_cb is not None:
                 progress_cb(item)
@@ -504,8 +500,9 @@ def run_check(
 
 def check_figure(result: CheckResult, max_bins: int = 20) -> Any:
     """Plotly figure: per view, speculative and autoregressive frequencies beside exact p."""
-    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
+
+    from specviz.plots import add_bar_group
 
     titles = [
         f"{v.name}: TV(spec, p) {v.tv_spec:.3f}, p-value {_p(v.spec_test)}"
@@ -513,32 +510,15 @@ def check_figure(result: CheckResult, max_bins: int = 20) -> Any:
         for v in result.views
     ]
     fig = make_subplots(rows=len(result.views), cols=1, subplot_titles=titles)
-    series = (
-        ("speculative", "spec", "#1f77b4"),
-        ("autoregressive", "ar", "#ff7f0e"),
-        ("exact p", "exact", "#2ca02c"),
-    )
     for row, v in enumerate(result.views, start=1):
         idx = _shown(v, max_bins)
         x = [_display(v.labels[i], i) for i in idx]
-        values = {
-            "spec": frequencies(v.spec),
-            "ar": frequencies(v.ar),
-            "exact": v.exact,
-        }
-        for name, key, color in series:
-            fig.add_trace(
-                go.Bar(
-                    x=x,
-                    y=[values[key][i] for i in idx],
-                    name=name,
-                    marker_color=color,
-                    legendgroup=key,
-                    showlegend=row == 1,
-                ),
-                row=row,
-                col=1,
-            )
+        series = (
+            ("speculative", frequencies(v.spec)),
+            ("autoregressive", frequencies(v.ar)),
+            ("exact p", v.exact),
+        )
+        add_bar_group(fig, row, [(name, x, [ys[i] for i in idx]) for name, ys in series])
         fig.update_yaxes(title_text="probability", row=row, col=1)
     verdict = "passes" if result.passed else "FAILS"
     fig.update_layout(
@@ -550,13 +530,14 @@ def check_figure(result: CheckResult, max_bins: int = 20) -> Any:
     return fig
 
 
-def _shown(v: View, max_bins: int) -> list[int]:
+def _shown(v: CheckView, max_bins: int) -> list[int]:
     """The most likely bins (up to max_bins) and always "other"."""
     last = len(v.labels) - 1
     return [*range(min(max_bins, last)), last]
 
 
-def _display(label: str, i: int) -> str:
+def _display(text: str, i: int) -> str:
     """A bar label: whitespace made visible, and unique (bars with equal text would merge)."""
-    shown = label.replace("\n", "\\n").replace(" ", "\u2423") or "\u2205"
-    return shown if label == OTHER else f"{i + 1}. {shown}"
+    from specviz.plots import label
+
+    return text if text == OTHER else f"{i + 1}. {label(text)}"

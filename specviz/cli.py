@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from specviz.config import DEFAULT_PROMPT, DRAFTERS, RULES, Settings
+from specviz.config import DEFAULT_PROMPT, DRAFTERS, RULES, Settings, is_greedy
 from specviz.trace import Trace
 
 # Terminal colours by token status, with a cue beyond colour for each.
@@ -130,15 +130,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.compare and args.method != "spec":
         raise ValueError("--compare runs both methods: leave --method at spec")
     pair = load_pair_from_args(args)
-    from specviz.engine import Run, generate
+    from specviz.engine import Run, warm_up
 
     methods = ["ar", "spec"] if args.compare else [args.method]
     # The prompt checks are the same for every seed: the first Run makes them before any
     # output; later Runs are built one at a time, so no finished trace is kept.
     first: Run | None = Run(pair, args.prompt, settings.with_(method=methods[0]), raw=args.raw)
     if args.compare:  # warm both paths first, so neither side pays for first-call setup
-        for m in methods:
-            generate(pair, args.prompt, settings.with_(method=m, max_new_tokens=4), raw=args.raw)
+        warm_up(pair, args.prompt, settings, raw=args.raw)
     for i in range(args.samples):
         s = settings.with_(seed=args.seed + i)
         group = []
@@ -177,7 +176,7 @@ def print_comparison(ar: Trace, spec: Trace) -> None:
             f"expected (Leviathan)   {metrics.expected_speedup(a, g, c):.2f}x at alpha {a:.2f}, "
             f"gamma {g}; best gamma {metrics.best_gamma(a, c)}"
         )
-    if ar.settings["greedy"] or ar.settings["temperature"] == 0:
+    if is_greedy(ar.settings):
         same = ar.token_ids == spec.token_ids
         print(f"greedy outputs equal   {'yes' if same else 'no'}")
 
@@ -329,9 +328,8 @@ def colored_text(trace: Trace, color: bool) -> str:
     if trace.method == "ar":
         return trace.text
     for r in trace.rounds:
-        for d in r.drafted:
-            if d.status != "discarded":
-                put(d.text, d.status)
+        for d in r.verified:
+            put(d.text, d.status)
         if r.added is not None:
             put(r.added.text, r.added.status)
     return "".join(parts)

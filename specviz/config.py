@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -118,6 +119,12 @@ class Deployment:
             raise ValueError(f"model {model_id!r} is not allowed on this deployment")
 
 
+def is_greedy(settings: Mapping[str, Any]) -> bool:
+    """Whether settings (Settings.to_dict(), as a trace stores them) decode greedily: the
+    greedy switch, or temperature 0."""
+    return bool(settings.get("greedy")) or settings.get("temperature") == 0
+
+
 @dataclass(frozen=True)
 class Warp:
     """How logits become a distribution: the same transformation is applied to p and q."""
@@ -179,7 +186,7 @@ class Settings:
 
     @property
     def is_greedy(self) -> bool:
-        return bool(self.greedy) or self.temperature == 0.0
+        return is_greedy({"greedy": self.greedy, "temperature": self.temperature})
 
     def target_warp(self) -> Warp:
         """The warp that defines p (and the output distribution)."""

@@ -24,12 +24,13 @@ from typing import Any
 
 import torch
 
+from specviz import metrics
 from specviz.config import Settings
 from specviz.drafters import Draft, Drafter, ModelDrafter, NgramDrafter
 from specviz.lm import CachedLM
 from specviz.models import ModelPair
 from specviz.sampling import Verdict, draw, next_token, overlap, verify, warp
-from specviz.trace import Added, Drafted, Round, Stats, Trace
+from specviz.trace import Added, Drafted, Round, Stats, Trace, verified
 
 
 @dataclass
@@ -321,36 +322,24 @@ def next_gamma(gamma: int, k: int, n_accepted: int, max_gamma: int) -> int:
 
 
 def summarize(trace: Trace, wall_s: float) -> Stats:
-    """Stats of a (possibly partial) trace; definitions in specviz.metrics."""
-    n = len(trace.token_ids)
-    rounds = trace.rounds
-    verified = [d for r in rounds for d in r.drafted if d.status != "discarded"]
-    calls = len(rounds) if trace.method == "spec" else n
-    accepted = sum(d.status == "accepted" for d in verified)
+    """Stats of a (possibly partial) trace, by the definitions in specviz.metrics."""
+    n, rounds, tested = len(trace.token_ids), trace.rounds, verified(trace)
     return Stats(
         new_tokens=n,
         rounds=len(rounds),
-        target_calls=calls,
+        target_calls=metrics.target_calls(trace),
         drafted=sum(len(r.drafted) for r in rounds),
-        verified=len(verified),
-        accepted=accepted,
-        acceptance_rate=accepted / len(verified) if verified else 0.0,
-        alpha=mean_overlap(verified),
-        tokens_per_call=n / calls if calls else 0.0,
+        verified=len(tested),
+        accepted=sum(d.status == "accepted" for d in tested),
+        acceptance_rate=metrics.acceptance_rate(trace),
+        alpha=metrics.alpha(trace),
+        tokens_per_call=metrics.tokens_per_call(trace),
         first_token_ms=trace.timeline[0][0] * 1e3 if trace.timeline else 0.0,
         draft_ms=sum(r.draft_ms for r in rounds),
         verify_ms=sum(r.verify_ms for r in rounds),
         wall_s=wall_s,
         ms_per_token=wall_s * 1e3 / n if n else 0.0,
     )
-
-
-def mean_overlap(verified: list[Drafted]) -> float | None:
-    """alpha over verified drafts; None (not measured) without overlaps or verified drafts."""
-    overlaps = [d.overlap for d in verified]
-    if not overlaps or None in overlaps:
-        return None
-    return sum(overlaps) / len(overlaps)  # type: ignore[arg-type]
 
 
 def generate(pair: ModelPair, prompt: str, settings: Settings, raw: bool = False) -> Trace:
@@ -364,5 +353,6 @@ def generate(pair: ModelPair, prompt: str, settings: Settings, raw: bool = False
 def warm_up(pair: ModelPair, prompt: str, settings: Settings, raw: bool = False) -> None:
     """Run both methods once for a few tokens, so that no timed run pays for first-call
     set-up (allocator growth, kernel selection, lazy initialisation)."""
+    short = settings.with_(max_new_tokens=min(4, settings.limits.max_new_tokens))
     for method in ("ar", "spec"):
-        generate(pair, prompt, settings.with_(method=method, max_new_tokens=4), raw=raw)
+        generate(pair, prompt, short.with_(method=method), raw=raw)

@@ -14,7 +14,7 @@ from plotly.subplots import make_subplots
 
 from specviz import metrics
 from specviz.palette import COLORS, SERIES
-from specviz.plots import empty_figure
+from specviz.plots import empty_figure, plain
 
 LAYOUT: dict[str, Any] = {
     "template": "plotly_white",
@@ -22,11 +22,6 @@ LAYOUT: dict[str, Any] = {
     "legend": {"orientation": "h", "y": -0.18},
     "font": {"size": 12},
 }
-
-
-def _plain(text: str) -> str:
-    """Text for a hover label, with the characters Plotly reads as markup neutralised."""
-    return text.replace("&", "＆").replace("<", "‹").replace(">", "›")
 
 
 # --- the sweep -----------------------------------------------------------------------------
@@ -139,7 +134,7 @@ def runs_figure(rows: list[dict[str, Any]]) -> go.Figure:
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
     fig.update_layout(LAYOUT)
     x = [r["run"] for r in rows]
-    hover = [_plain(r["changed"]) for r in rows]
+    hover = [plain(r["changed"]) for r in rows]
     panels = (
         (1, "speedup", "speedup (x)", COLORS["spec"]),
         (2, "acceptance", "acceptance rate", COLORS["accepted"]),

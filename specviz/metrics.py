@@ -9,17 +9,21 @@ Definitions (printed next to the numbers wherever they are shown):
 - tokens per target call = new tokens / target forwards while decoding.
 - c = time of one draft step / time of one target step.
 - speedup = AR ms/token / spec ms/token (same prompt, settings, seed, process).
+
+The engine builds each trace's Stats from these functions, so pandas is imported by
+:func:`rounds_frame` alone: the engine runs without it.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from specviz.config import Limits
-from specviz.trace import Trace
+from specviz.trace import Trace, verified
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # The gammas that theory ranges over: every gamma a user can set. The command line and the
 # app both search this one range for the best gamma, so they always agree.
@@ -34,20 +38,16 @@ DEFINITIONS = {
 }
 
 
-def _verified(trace: Trace) -> list[Any]:
-    return [d for r in trace.rounds for d in r.drafted if d.status != "discarded"]
-
-
 def acceptance_rate(trace: Trace) -> float:
     """Accepted drafts / verified drafts."""
-    v = _verified(trace)
+    v = verified(trace)
     return sum(d.status == "accepted" for d in v) / len(v) if v else 0.0
 
 
 def alpha(trace: Trace) -> float | None:
     """Mean overlap sum_x min(p, q) over verified positions; None when not measured (a
     "minimal" trace records no overlaps) or when no draft was verified."""
-    overlaps = [d.overlap for d in _verified(trace)]
+    overlaps = [d.overlap for d in verified(trace)]
     if not overlaps or None in overlaps:
         return None
     return sum(overlaps) / len(overlaps)  # type: ignore[arg-type]
@@ -66,9 +66,14 @@ def mean_accepted(trace: Trace, with_added: bool = False) -> float:
     return total / len(trace.rounds)
 
 
+def target_calls(trace: Trace) -> int:
+    """Target forwards: one per round (spec) or per token (ar)."""
+    return len(trace.rounds) if trace.method == "spec" else len(trace.token_ids)
+
+
 def tokens_per_call(trace: Trace) -> float:
     """New tokens per target forward while decoding."""
-    calls = len(trace.rounds) if trace.method == "spec" else len(trace.token_ids)
+    calls = target_calls(trace)
     return len(trace.token_ids) / calls if calls else 0.0
 
 
@@ -100,10 +105,9 @@ def acceptance_by_position(trace: Trace) -> list[float]:
     hits: Counter[int] = Counter()
     tries: Counter[int] = Counter()
     for r in trace.rounds:
-        for i, d in enumerate(r.drafted):
-            if d.status != "discarded":
-                tries[i] += 1
-                hits[i] += d.status == "accepted"
+        for i, d in enumerate(r.verified):
+            tries[i] += 1
+            hits[i] += d.status == "accepted"
     return [hits[i] / tries[i] for i in range(max(tries, default=-1) + 1)]
 
 
@@ -146,6 +150,8 @@ def table1_row(ar: Trace, spec: Trace) -> dict[str, float]:
 
 def rounds_frame(trace: Trace) -> pd.DataFrame:
     """One row per token decision (drafted or added), for tables and CSV export."""
+    import pandas as pd  # here only: see the module docstring
+
     rows = []
     for r in trace.rounds:
         for i, d in enumerate(r.drafted):

@@ -276,15 +276,8 @@ def _load_offline_target(device: torch.device, dtype: torch.dtype) -> LoadedMode
     # A cold start converts the GGUF (possibly while loading the tokenizer, just before).
     converted = take_conversion_seconds()
     source = "converted from GGUF" if converted else "cache"
-    return LoadedModel(
-        OFFLINE_TARGET,
-        model,
-        device,
-        str(dtype).removeprefix("torch."),
-        token_width(model),
-        time.perf_counter() - t0 + converted,
-        source,
-    )
+    # The conversion's seconds count as loading: the clock started that much earlier.
+    return _loaded(OFFLINE_TARGET, model, device, dtype, t0 - converted, source)
 
 
 def _load_offline_draft(device: torch.device) -> LoadedModel:
@@ -317,15 +310,21 @@ def _load_hub(
         )
     except Exception as exc:
         raise ValueError(f"could not load model {model_id!r}: {_first_line(exc)}") from None
-    model = model.eval()
+    return _loaded(model_id, model.eval(), device, dtype, t0, "hub")
+
+
+def _loaded(
+    name: str,
+    model: torch.nn.Module,
+    device: torch.device,
+    dtype: torch.dtype,
+    t0: float,
+    source: str,
+) -> LoadedModel:
+    """A model loaded in one dtype since perf_counter t0, its token width measured."""
+    elapsed = time.perf_counter() - t0
     return LoadedModel(
-        model_id,
-        model,
-        device,
-        str(dtype).removeprefix("torch."),
-        token_width(model),
-        time.perf_counter() - t0,
-        "hub",
+        name, model, device, str(dtype).removeprefix("torch."), token_width(model), elapsed, source
     )
 
 

@@ -87,7 +87,7 @@ def addition(rnd: Round) -> str:
 def narrate_round(rnd: Round) -> list[str]:
     """The round as plain sentences, in order (unnumbered; the HTML numbers them)."""
     lines = [proposal(rnd), scoring(rnd)]
-    lines += [decision(i, d) for i, d in enumerate(rnd.drafted, 1) if d.status != "discarded"]
+    lines += [decision(i, d) for i, d in enumerate(rnd.verified, 1)]
     extra = discarded(rnd)
     if extra:
         lines.append(extra)

@@ -1,4 +1,5 @@
-"""The colours of every page and figure, defined once. No imports.
+"""The colours of every page and figure, and the glyphs that make whitespace visible in
+token text, defined once. Imports nothing from the package.
 
 ``COLORS`` names a colour by what it means: the token statuses (each also has a cue beyond
 colour, see assets/specviz.css), the target's and the draft's distributions p and q, the
@@ -7,9 +8,14 @@ and specviz.plots colours its figures with them.
 
 ``SERIES`` colours, in order, series that mean nothing beyond their name: the benchmark's
 prompts and modes, the distribution check's three curves.
+
+:func:`show_whitespace` is the one place spaces, tabs and newlines become glyphs: the HTML
+views (specviz.render) wrap each glyph in a span, the figures (specviz.plots) use it plain.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 # Status and chart colours, with a cue beyond colour for each status (see assets/specviz.css).
 COLORS: dict[str, str] = {
@@ -27,6 +33,11 @@ COLORS: dict[str, str] = {
     "disagreement": "#bf3989",  # overlap shading: 1 - sum_x min(p, q)
 }
 
+# Figure furniture: axis grid lines, the zero line, and the outline of a highlighted bar.
+GRID = "#eaeef2"
+ZERO_LINE = "#d0d7de"
+OUTLINE = "#000"
+
 # D3's category10, a Plotly colorway: series i takes SERIES[i % len(SERIES)].
 SERIES: tuple[str, ...] = (
     "#1f77b4",
@@ -40,3 +51,18 @@ SERIES: tuple[str, ...] = (
     "#bcbd22",
     "#17becf",
 )
+
+# The glyph that stands for each whitespace character in token text, and for no text at all.
+WHITESPACE: dict[str, str] = {" ": "·", "\t": "→", "\n": "↵"}
+EMPTY = "∅"
+
+
+def _glyph(glyph: str, char: str) -> str:
+    return glyph
+
+
+def show_whitespace(text: str, mark: Callable[[str, str], str] = _glyph) -> str:
+    """text with each space, tab and newline replaced by mark(glyph, char), and EMPTY's mark
+    (with char "") when nothing is left; by default the glyph alone stands for the char."""
+    shown = text.translate({ord(c): mark(g, c) for c, g in WHITESPACE.items()})
+    return shown or mark(EMPTY, "")

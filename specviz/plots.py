@@ -2,19 +2,20 @@
 
 The decision inspector (p and q over the top tokens, min(1, p/q) against u, the residual),
 the live speedup chart, the acceptance charts, and Leviathan's expected speedup against
-gamma, measured and projected. Colours come from specviz.render.COLORS.
+gamma, measured and projected. Colours come from specviz.palette.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from specviz import metrics
-from specviz.render import COLORS, Decision
-from specviz.trace import Trace
+from specviz.palette import COLORS, GRID, OUTLINE, SERIES, ZERO_LINE, show_whitespace
+from specviz.trace import Decision, Trace
 
 _LAYOUT: dict[str, Any] = {
     "template": "plotly_white",
@@ -24,10 +25,14 @@ _LAYOUT: dict[str, Any] = {
 }
 
 
+def plain(text: str) -> str:
+    """Text for a figure, with the characters Plotly reads as markup neutralised."""
+    return text.replace("&", "＆").replace("<", "‹").replace(">", "›")
+
+
 def label(text: str) -> str:
     """A token as an axis label: whitespace visible, markup characters neutralised."""
-    shown = text.replace(" ", "·").replace("\n", "↵").replace("\t", "→") or "∅"
-    return shown.replace("&", "＆").replace("<", "‹").replace(">", "›")
+    return plain(show_whitespace(text))
 
 
 def _labels(entries: list[dict[str, Any]]) -> list[str]:
@@ -40,6 +45,34 @@ def _labels(entries: list[dict[str, Any]]) -> list[str]:
 
 def _highlight(ids: list[int], chosen: int) -> list[float]:
     return [3.0 if i == chosen else 0.0 for i in ids]
+
+
+def add_bar_group(
+    fig: go.Figure, row: int, bars: Sequence[tuple[str, Sequence[Any], Sequence[float]]]
+) -> None:
+    """Grouped bars in one row of a one-column subplot figure, one series per (name, x, y).
+
+    The n-th series takes the palette's n-th SERIES colour, so a name keeps its colour on
+    every row, and the legend lists it once, from the first row.
+    """
+    for n, (name, x, y) in enumerate(bars):
+        fig.add_bar(
+            x=x,
+            y=y,
+            name=name,
+            marker_color=SERIES[n % len(SERIES)],
+            legendgroup=name,
+            showlegend=row == 1,
+            row=row,
+            col=1,
+        )
+
+
+def _lay_out(fig: go.Figure, title: str, x: str, y: str, height: int, **extra: Any) -> go.Figure:
+    """The shared layout with a title, axis titles and a height, plus any other keys."""
+    return fig.update_layout(
+        _LAYOUT, title=title, xaxis_title=x, yaxis_title=y, height=height, **extra
+    )
 
 
 def empty_figure(message: str) -> go.Figure:
@@ -63,7 +96,7 @@ def _pq_bars(fig: go.Figure, row: int, top: list[dict[str, Any]], chosen: int) -
             x=names,
             y=[e[key] for e in top],
             name=name,
-            marker={"color": COLORS[key], "line": {"color": "#000", "width": width}},
+            marker={"color": COLORS[key], "line": {"color": OUTLINE, "width": width}},
             row=row,
             col=1,
         )
@@ -133,7 +166,7 @@ def _residual_bars(
             x=names,
             y=[e["residual"] for e in top],
             name="residual norm(max(0, p − q))",
-            marker={"color": COLORS["residual"], "line": {"color": "#000", "width": width}},
+            marker={"color": COLORS["residual"], "line": {"color": OUTLINE, "width": width}},
             row=row,
             col=1,
         )
@@ -226,7 +259,7 @@ def speedup_spec(spec: Trace | None, ar: Trace | None) -> dict[str, Any]:
     title = "tokens against wall-clock seconds (same prompt, settings, seed)"
     if s is not None:
         title += f": speedup so far {s:.2f}x"
-    grid = {"gridcolor": "#eaeef2", "zerolinecolor": "#d0d7de"}
+    grid = {"gridcolor": GRID, "zerolinecolor": ZERO_LINE}
     layout = {
         "title": {"text": title},
         "height": 330,
@@ -247,32 +280,25 @@ def speedup_figure(spec: Trace | None, ar: Trace | None) -> go.Figure:
 # --- acceptance ------------------------------------------------------------------------
 
 
-def _verified(r: Any) -> int:
-    return sum(d.status != "discarded" for d in r.drafted)
-
-
 def acceptance_per_round_figure(trace: Trace) -> go.Figure:
     """Accepted drafts / verified drafts in each round (the acceptance-rate definition)."""
     rounds = trace.rounds
+    n_verified = [len(r.verified) for r in rounds]
     fig = go.Figure()
     fig.add_bar(
         x=[r.index for r in rounds],
-        y=[r.n_accepted / _verified(r) if _verified(r) else 0.0 for r in rounds],
+        y=[r.n_accepted / v if v else 0.0 for r, v in zip(rounds, n_verified, strict=True)],
         marker={"color": COLORS["accepted"]},
         name="accepted / verified",
-        customdata=[[r.n_accepted, _verified(r), len(r.drafted)] for r in rounds],
+        customdata=[
+            [r.n_accepted, v, len(r.drafted)] for r, v in zip(rounds, n_verified, strict=True)
+        ],
         hovertemplate="round %{x}: %{customdata[0]} accepted of %{customdata[1]} verified "
         "(%{customdata[2]} drafted)<extra></extra>",
     )
-    fig.update_layout(
-        _LAYOUT,
-        title="acceptance per round",
-        height=300,
-        xaxis_title="round",
-        yaxis_title="accepted / verified",
-        yaxis_range=[0, 1],
+    return _lay_out(
+        fig, "acceptance per round", "round", "accepted / verified", 300, yaxis_range=[0, 1]
     )
-    return fig
 
 
 def accepted_histogram_figure(trace: Trace) -> go.Figure:
@@ -280,15 +306,14 @@ def accepted_histogram_figure(trace: Trace) -> go.Figure:
     hist = metrics.accepted_histogram(trace)
     fig = go.Figure()
     fig.add_bar(x=list(hist), y=list(hist.values()), marker={"color": COLORS["p"]}, name="rounds")
-    fig.update_layout(
-        _LAYOUT,
-        title="accepted drafts per round (histogram)",
-        height=300,
-        xaxis_title="drafts accepted in the round",
-        yaxis_title="rounds",
+    return _lay_out(
+        fig,
+        "accepted drafts per round (histogram)",
+        "drafts accepted in the round",
+        "rounds",
+        300,
         xaxis_dtick=1,
     )
-    return fig
 
 
 def acceptance_by_position_figure(trace: Trace) -> go.Figure:
@@ -301,16 +326,15 @@ def acceptance_by_position_figure(trace: Trace) -> go.Figure:
         marker={"color": COLORS["accepted"]},
         name="acceptance rate",
     )
-    fig.update_layout(
-        _LAYOUT,
-        title="acceptance by draft position",
-        height=300,
-        xaxis_title="draft position",
-        yaxis_title="accepted / verified",
+    return _lay_out(
+        fig,
+        "acceptance by draft position",
+        "draft position",
+        "accepted / verified",
+        300,
         yaxis_range=[0, 1],
         xaxis_dtick=1,
     )
-    return fig
 
 
 # --- theory ----------------------------------------------------------------------------
@@ -318,59 +342,45 @@ def acceptance_by_position_figure(trace: Trace) -> go.Figure:
 
 def theory_figure(alpha: float, c: float, gamma: int, measured: float | None) -> go.Figure:
     """Leviathan's expected walltime improvement against gamma, with the measured point."""
-    gammas, ys = metrics.expected_curve(alpha, c)
-    fig = go.Figure()
-    fig.add_scatter(
-        x=gammas,
-        y=ys,
-        mode="lines+markers",
-        name="expected (Leviathan)",
-        line={"color": COLORS["p"]},
-    )
+    fig, _ = _expected_curve(alpha, c, "expected (Leviathan)", {"color": COLORS["p"]})
     if measured is not None:
-        fig.add_scatter(
-            x=[gamma],
-            y=[measured],
-            mode="markers",
-            name="measured",
-            marker={"color": COLORS["rejected"], "size": 14, "symbol": "star"},
-        )
+        marker = {"color": COLORS["rejected"], "size": 14, "symbol": "star"}
+        fig.add_scatter(x=[gamma], y=[measured], mode="markers", name="measured", marker=marker)
     best = metrics.best_gamma(alpha, c)
-    fig.update_layout(
-        _LAYOUT,
-        height=340,
-        xaxis_title="gamma (drafts per round)",
-        yaxis_title="speedup",
-        title=f"theory against measurement: alpha = {alpha:.2f}, c = {c:.2f}, best gamma = {best}",
+    return _lay_out(
+        fig,
+        f"theory against measurement: alpha = {alpha:.2f}, c = {c:.2f}, best gamma = {best}",
+        "gamma (drafts per round)",
+        "speedup",
+        340,
     )
-    return fig
 
 
 def projection_figure(alpha: float, c: float, gamma: int) -> go.Figure:
     """Projected speedup for a chosen cost ratio c: a projection, not a measurement."""
-    gammas, ys = metrics.expected_curve(alpha, c)
-    fig = go.Figure()
-    fig.add_scatter(
-        x=gammas,
-        y=ys,
-        mode="lines+markers",
-        name="projection",
-        line={"color": COLORS["resampled"], "dash": "dash"},
-    )
+    line = {"color": COLORS["resampled"], "dash": "dash"}
+    fig, ys = _expected_curve(alpha, c, "projection", line)
     if gamma in metrics.GAMMAS:
+        marker = {"color": COLORS["resampled"], "size": 12}
         fig.add_scatter(
-            x=[gamma],
-            y=[ys[gamma - 1]],
-            mode="markers",
-            name="your gamma",
-            marker={"color": COLORS["resampled"], "size": 12},
+            x=[gamma], y=[ys[gamma - 1]], mode="markers", name="your gamma", marker=marker
         )
     fig.add_hline(y=1.0, line={"color": COLORS["ar"], "dash": "dot"})
-    fig.update_layout(
-        _LAYOUT,
-        height=340,
-        xaxis_title="gamma",
-        yaxis_title="projected speedup",
-        title=f"PROJECTION, not a measurement: measured alpha = {alpha:.2f}, assumed c = {c:.2f}",
+    return _lay_out(
+        fig,
+        f"PROJECTION, not a measurement: measured alpha = {alpha:.2f}, assumed c = {c:.2f}",
+        "gamma",
+        "projected speedup",
+        340,
     )
-    return fig
+
+
+def _expected_curve(
+    alpha: float, c: float, name: str, line: dict[str, Any]
+) -> tuple[go.Figure, list[float]]:
+    """A figure holding Leviathan's expected speedup at every gamma in metrics.GAMMAS as one
+    line, and the speedups it draws."""
+    gammas, ys = metrics.expected_curve(alpha, c)
+    fig = go.Figure()
+    fig.add_scatter(x=gammas, y=ys, mode="lines+markers", name=name, line=line)
+    return fig, ys

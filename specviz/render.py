@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import html
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from specviz.palette import COLORS
-from specviz.trace import Added, Drafted, Round, Trace
+from specviz.config import is_greedy
+from specviz.palette import COLORS, show_whitespace
+from specviz.trace import TOKEN_STATUSES, Added, Decision, Drafted, Round, Trace
 
-TOKEN_STATUSES = ("accepted", "rejected", "resampled", "bonus")
 LEGEND: dict[str, str] = {
     "accepted": "draft token accepted: u < min(1, p/q)",
     "rejected": "draft token rejected (kept visible, struck through)",
@@ -40,13 +39,13 @@ def esc(text: object) -> str:
 
 
 def visible_text(text: str) -> str:
-    """Escaped token text with spaces, tabs and newlines made visible."""
-    out = esc(text)
-    out = out.replace(" ", '<span class="sv-ws">·</span>')
-    out = out.replace("\t", '<span class="sv-ws">→</span>\t')
-    out = out.replace("\r", "")
-    out = out.replace("\n", '<span class="sv-ws">↵</span>\n')
-    return out or '<span class="sv-ws">∅</span>'
+    """Escaped token text with spaces, tabs and newlines made visible (carriage returns go)."""
+    return show_whitespace(esc(text).replace("\r", ""), _ws_span)
+
+
+def _ws_span(glyph: str, char: str) -> str:
+    """A whitespace glyph as a span; a tab or newline stays after it, for the layout."""
+    return f'<span class="sv-ws">{glyph}</span>' + ("" if char == " " else char)
 
 
 def css_variables() -> str:
@@ -100,10 +99,9 @@ def round_spans(rnd: Round, shade_overlap: bool = False) -> str:
     trace records no overlaps: see has_overlaps).
     """
     parts = []
-    for i, d in enumerate(rnd.drafted):
-        if d.status != "discarded":
-            shade = d.overlap if shade_overlap else None
-            parts.append(token_span(d.text, d.status, rnd.index, rnd.start + i, shade))
+    for i, d in enumerate(rnd.verified):
+        shade = d.overlap if shade_overlap else None
+        parts.append(token_span(d.text, d.status, rnd.index, rnd.start + i, shade))
     if rnd.added is not None:
         parts.append(
             token_span(rnd.added.text, rnd.added.status, rnd.index, rnd.start + rnd.n_accepted)
@@ -201,46 +199,7 @@ def rounds_html(rows: list[str]) -> str:
     return f'<div class="sv-rounds"><table>{head}{body}</table></div>'
 
 
-# --- the decision at one position ------------------------------------------------------
-
-
-@dataclass
-class Decision:
-    """What the rule decided at one output position of one round."""
-
-    round: Round
-    pos: int
-    drafted: Drafted | None  # the draft tested at this position, if any
-    added: Added | None  # the token the target added here, if any
-
-
-def round_of(trace: Trace, pos: int) -> int | None:
-    """The round that placed output position pos (None if out of range)."""
-    for r in trace.rounds:
-        if r.start <= pos < r.start + max(1, r.emitted):
-            return r.index
-    return None
-
-
-def decision_at(trace: Trace, round_index: int | None, pos: int) -> Decision:
-    """The decision at (round, pos); round None means the round that placed pos."""
-    if round_index is None:
-        round_index = round_of(trace, pos)
-    if round_index is None or not 0 <= round_index < len(trace.rounds):
-        raise ValueError(
-            f"no round placed position {pos}"
-            if round_index is None
-            else f"round {round_index} does not exist (0..{len(trace.rounds) - 1})"
-        )
-    rnd = trace.rounds[round_index]
-    i = pos - rnd.start
-    drafted = rnd.drafted[i] if 0 <= i < len(rnd.drafted) else None
-    if drafted is not None and drafted.status == "discarded":
-        drafted = None
-    added = rnd.added if rnd.added is not None and i == rnd.n_accepted else None
-    if drafted is None and added is None:
-        raise ValueError(f"round {round_index} placed no token at position {pos}")
-    return Decision(rnd, pos, drafted, added)
+# --- verdicts --------------------------------------------------------------------------
 
 
 def _pair_fmt(a: float, b: float) -> tuple[str, str]:
@@ -315,7 +274,8 @@ def status_html(message: str, kind: str = "info") -> str:
 def exact_note_html(settings: dict[str, Any], drafter: str = "the draft") -> str:
     """What the text is distributed as: the target's own sampling at these settings,
     whatever the draft does (the promise of both papers, in one sentence)."""
-    if settings.get("greedy") or settings.get("temperature") == 0:
+    greedy = is_greedy(settings)
+    if greedy:
         how = "the target's own greedy decoding (argmax of p at every step)"
     else:
         parts = [f"temperature {settings.get('temperature'):g}"]
@@ -328,7 +288,7 @@ def exact_note_html(settings: dict[str, Any], drafter: str = "the draft") -> str
         "the draft changes how fast the text comes, never which text it is likely to be."
     )
     dt = settings.get("draft_temperature")
-    if dt is not None and not settings.get("greedy") and settings.get("temperature") != 0:
+    if dt is not None and not greedy:
         note += f" The draft samples at temperature {dt:g}: fewer drafts are accepted."
     return f'<div class="sv-exact-note">{esc(note)}</div>'
 

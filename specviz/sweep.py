@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from specviz import metrics
 from specviz.config import DEFAULT_PROMPT, Settings
-from specviz.trace import Trace
+from specviz.trace import Trace, verified
 
 if TYPE_CHECKING:
     from specviz.models import ModelPair
@@ -195,10 +195,8 @@ def run_sweep(
 
 def pooled_alpha(spec: list[Trace]) -> float:
     """Mean overlap over the verified drafts of all the traces."""
-    verified = [
-        d.overlap for t in spec for r in t.rounds for d in r.drafted if d.status != "discarded"
-    ]
-    return sum(verified) / len(verified) if verified else 0.0
+    overlaps = [d.overlap for t in spec for d in verified(t)]
+    return sum(overlaps) / len(overlaps) if overlaps else 0.0
 
 
 def pooled_tokens_per_call(spec: list[Trace]) -> float:

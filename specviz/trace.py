@@ -3,6 +3,8 @@
 This is the contract that the app, the exports and the benchmarks read. Plain Python values
 only (no tensors), so a trace survives a JSON round trip unchanged; ``Trace.from_dict``
 checks a loaded file against the schema and raises ValueError with a one-line message.
+The lookups every reader shares live here too: the verified drafts (``Round.verified``,
+:func:`verified`) and the decision at one output position (:func:`decision_at`).
 
 p is the target's distribution and q the draft's, both after temperature, top-k and top-p:
 exactly the distributions the acceptance rule used.
@@ -63,6 +65,12 @@ class Round:
     draft_ms: float
     verify_ms: float
     t_s: float  # seconds since the start of the generation when the round ended
+
+    @property
+    def verified(self) -> list[Drafted]:
+        """The drafts the rule tested (accepted or rejected), in order: a prefix of drafted,
+        since the drafts after a rejection are discarded untested."""
+        return [d for d in self.drafted if d.status != "discarded"]
 
     @property
     def n_accepted(self) -> int:
@@ -156,6 +164,53 @@ class Trace:
             stats=_stats(_get(d, "stats", dict, "trace")),
             stop_reason=stop,
         )
+
+
+# --- lookups in a trace ----------------------------------------------------------------
+
+
+def verified(trace: Trace) -> list[Drafted]:
+    """The verified drafts of every round of a trace, in order."""
+    return [d for r in trace.rounds for d in r.verified]
+
+
+@dataclass
+class Decision:
+    """What the rule decided at one output position of one round."""
+
+    round: Round
+    pos: int
+    drafted: Drafted | None  # the draft tested at this position, if any
+    added: Added | None  # the token the target added here, if any
+
+
+def round_of(trace: Trace, pos: int) -> int | None:
+    """The round that placed output position pos (None if out of range)."""
+    for r in trace.rounds:
+        if r.start <= pos < r.start + max(1, r.emitted):
+            return r.index
+    return None
+
+
+def decision_at(trace: Trace, round_index: int | None, pos: int) -> Decision:
+    """The decision at (round, pos); round None means the round that placed pos."""
+    if round_index is None:
+        round_index = round_of(trace, pos)
+    if round_index is None or not 0 <= round_index < len(trace.rounds):
+        raise ValueError(
+            f"no round placed position {pos}"
+            if round_index is None
+            else f"round {round_index} does not exist (0..{len(trace.rounds) - 1})"
+        )
+    rnd = trace.rounds[round_index]
+    i = pos - rnd.start
+    drafted = rnd.drafted[i] if 0 <= i < len(rnd.drafted) else None
+    if drafted is not None and drafted.status == "discarded":
+        drafted = None
+    added = rnd.added if rnd.added is not None and i == rnd.n_accepted else None
+    if drafted is None and added is None:
+        raise ValueError(f"round {round_index} placed no token at position {pos}")
+    return Decision(rnd, pos, drafted, added)
 
 
 # --- schema checking -------------------------------------------------------------------

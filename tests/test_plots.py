@@ -4,24 +4,25 @@ from __future__ import annotations
 
 import json
 
-from specviz import plots, render
+from specviz import plots
+from specviz.trace import decision_at
 from tests.test_render import NASTY, sample_trace
 
 
 def test_decision_figure_panels() -> None:
     t = sample_trace()
-    fig = plots.decision_figure(render.decision_at(t, 0, 1))  # rejected + resampled
+    fig = plots.decision_figure(decision_at(t, 0, 1))  # rejected + resampled
     names = [tr.name for tr in fig.data]
     assert "p (target)" in names and "q (draft)" in names and "u (draw)" in names
     assert any("residual" in (n or "") for n in names)
     texts = [a.text for a in fig.layout.annotations]
     assert "drafted" in texts and "chosen" in texts
-    only_added = plots.decision_figure(render.decision_at(t, 1, 3))  # bonus
+    only_added = plots.decision_figure(decision_at(t, 1, 3))  # bonus
     assert "q (draft)" not in [tr.name for tr in only_added.data]
 
 
 def test_drafted_token_is_highlighted() -> None:
-    fig = plots.decision_figure(render.decision_at(sample_trace(), 0, 0))
+    fig = plots.decision_figure(decision_at(sample_trace(), 0, 0))
     p_bar = fig.data[0]
     assert list(p_bar.marker.line.width)[0] > 0 and list(p_bar.marker.line.width)[1] == 0
 

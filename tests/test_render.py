@@ -7,7 +7,7 @@ import re
 import pytest
 
 from specviz import render
-from specviz.trace import Added, Drafted, Round, Trace
+from specviz.trace import Added, Drafted, Round, Trace, decision_at, round_of
 
 NASTY = "<img src=x onerror=alert(1)><script>alert(1)</script>${1+1}{{x}}`"
 
@@ -112,14 +112,14 @@ def test_verdicts_are_plain_sentences() -> None:
 
 def test_decision_lookup() -> None:
     t = sample_trace()
-    d = render.decision_at(t, 0, 1)
+    d = decision_at(t, 0, 1)
     assert d.drafted is not None and d.drafted.status == "rejected" and d.added is not None
-    assert render.decision_at(t, None, 3).added.status == "bonus"
-    assert render.round_of(t, 2) == 1
+    assert decision_at(t, None, 3).added.status == "bonus"
+    assert round_of(t, 2) == 1
     with pytest.raises(ValueError):
-        render.decision_at(t, 5, 0)
+        decision_at(t, 5, 0)
     with pytest.raises(ValueError):
-        render.decision_at(t, 0, 3)
+        decision_at(t, 0, 3)
     html = render.verdict_html(d)
     assert "<script" not in html and "resampled" in html
 

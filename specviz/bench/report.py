@@ -185,27 +185,17 @@ def bench_figures(result: BenchResult) -> list[Any]:
 
 def _ms_per_token_figure(result: BenchResult) -> Any:
     """Grouped bars, one subplot per mode: median ms/token of each contender per prompt."""
-    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
+
+    from specviz.plots import add_bar_group
 
     df = contender_frame(result)
     modes = result.options["modes"]
     fig = make_subplots(rows=len(modes), cols=1, subplot_titles=[_mode_title(m) for m in modes])
     for i, mode in enumerate(modes, start=1):
         sub = df[df["mode"] == mode]
-        for prompt in sub["prompt"].unique():
-            s = sub[sub["prompt"] == prompt]
-            fig.add_trace(
-                go.Bar(
-                    x=s["contender"],
-                    y=s["ms_per_token"],
-                    name=prompt,
-                    legendgroup=prompt,
-                    showlegend=i == 1,
-                ),
-                row=i,
-                col=1,
-            )
+        groups = [(prompt, sub[sub["prompt"] == prompt]) for prompt in sub["prompt"].unique()]
+        add_bar_group(fig, i, [(p, s["contender"], s["ms_per_token"]) for p, s in groups])
         fig.update_yaxes(title_text="ms per token (median)", row=i, col=1)
     fig.update_layout(
         barmode="group",

@@ -167,7 +167,7 @@ def _trace_fields(tr: Trace) -> dict[str, Any]:
         full_rounds=len(full),
         full_round_tokens=sum(r.emitted for r in full),
         full_round_accepted=sum(r.n_accepted for r in full),
-        full_round_verified=sum(sum(d.status != "discarded" for d in r.drafted) for r in full),
+        full_round_verified=sum(len(r.verified) for r in full),
         acceptance_by_position=metrics.acceptance_by_position(tr),
         draft_ms=st.draft_ms,
         verify_ms=st.verify_ms,

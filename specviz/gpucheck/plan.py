@@ -4,7 +4,7 @@ or tiny ones on the CPU), Llama networks with random weights built from ``LlamaC
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -52,50 +52,40 @@ SHAPES = {
 
 @dataclass(frozen=True)
 class Plan:
-    """How much to measure: the GPU run's sizes, or the tiny CPU run's."""
+    """How much to measure: the GPU run's sizes (the defaults), or the tiny CPU run's."""
 
-    size: str  # "gpu" | "tiny"
-    device: torch.device
-    dtype: torch.dtype
-    prompt_tokens: int
-    warm: int  # warm-up calls before timed ones
-    reps: int  # timed calls of one model step
-    runs: int  # timed generations per contender and length
-    rounds: tuple[int, int]  # rounds of the short and the long generation
-    compile: str  # "inductor" | "eager" | "off"
-    budget_s: float  # the compile stage is skipped once this much time has gone
+    size: str = "gpu"  # "gpu" | "tiny"
+    device: torch.device = torch.device("cuda")
+    dtype: torch.dtype = torch.bfloat16
+    prompt_tokens: int = 256
+    warm: int = 5  # warm-up calls before timed ones
+    reps: int = 30  # timed calls of one model step
+    runs: int = 5  # timed generations per contender and length
+    rounds: tuple[int, int] = (8, 32)  # rounds of the short and the long generation
+    compile: str = "inductor"  # "inductor" | "eager" | "off"
+    budget_s: float = 420.0  # the compile stage is skipped once this much time has gone
 
     @classmethod
     def make(cls, tiny: bool, compile: str | None, budget_s: float | None) -> Plan:
-        if tiny:
-            cpu, fp32 = torch.device("cpu"), torch.float32
-            return cls(
-                "tiny",
-                cpu,
-                fp32,
-                prompt_tokens=16,
-                warm=1,
-                reps=3,
-                runs=1,
-                rounds=(2, 4),
-                compile=compile or "eager",
-                budget_s=budget_s or 120.0,
-            )
-        if not torch.cuda.is_available():
+        if not tiny and not torch.cuda.is_available():
             raise ValueError("no CUDA device is available: run with --tiny for the CPU run")
-        cuda, bf16 = torch.device("cuda"), torch.bfloat16
-        return cls(
-            "gpu",
-            cuda,
-            bf16,
-            prompt_tokens=256,
-            warm=5,
-            reps=30,
-            runs=5,
-            rounds=(8, 32),
-            compile=compile or "inductor",
-            budget_s=budget_s or 420.0,
-        )
+        plan = TINY if tiny else cls()
+        return replace(plan, compile=compile or plan.compile, budget_s=budget_s or plan.budget_s)
+
+
+# Every stage of the GPU run, at toy sizes on the CPU.
+TINY = Plan(
+    "tiny",
+    torch.device("cpu"),
+    torch.float32,
+    prompt_tokens=16,
+    warm=1,
+    reps=3,
+    runs=1,
+    rounds=(2, 4),
+    compile="eager",
+    budget_s=120.0,
+)
 
 
 def build(fields: dict[str, Any], plan: Plan, seed: int) -> LlamaForCausalLM:

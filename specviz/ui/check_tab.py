@@ -63,7 +63,9 @@ def check_updates(
 
     try:
         result = MODEL_THREAD.call(
-            lambda: check.run_check(pair, form.prompt, settings, n, length, rule, report)
+            lambda: check.run_check(
+                pair, form.prompt, settings, n, length, rule, progress_cb=report
+            )
         )
     except ValueError:
         raise

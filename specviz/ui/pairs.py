@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from specviz.config import Deployment, Limits, Settings
-from specviz.engine import Run
+from specviz.engine import warm_up
 from specviz.models import PAIRS, ModelPair, check_model_id, load_pair
 from specviz.modelthread import MODEL_THREAD
 from specviz.offline import OFFLINE_IDS
@@ -173,16 +173,6 @@ def free_gpu_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def warm(pair: ModelPair, prompt: str, settings: Settings) -> None:
-    """Run the pair once on this prompt, so no timed run pays first-call costs."""
-    s = settings.with_(max_new_tokens=2, gamma=2)
-    for method in ("spec", "ar"):
-        if method == "spec" and pair.draft is None and s.drafter == "model":
-            continue
-        for _ in Run(pair, prompt, s.with_(method=method)):
-            pass
-
-
 def warm_pair(loader: Loader, form: Form, limits: Limits) -> ModelPair:
     """Load a pair and warm it once per process."""
     settings = form.settings(limits)
@@ -190,7 +180,7 @@ def warm_pair(loader: Loader, form: Form, limits: Limits) -> ModelPair:
     with _warm_lock:
         if id(pair) not in _warmed:
             try:
-                MODEL_THREAD.call(lambda: warm(pair, form.prompt, settings))
+                MODEL_THREAD.call(lambda: warm_up(pair, form.prompt, settings))
             except ValueError:
                 raise
             except Exception as exc:

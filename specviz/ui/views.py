@@ -13,7 +13,8 @@ from typing import Any
 from gradio.components.plot import PlotData
 
 from specviz import metrics, plots, render
-from specviz.trace import Trace
+from specviz.config import is_greedy
+from specviz.trace import Trace, decision_at
 from specviz.ui.state import Session, View
 
 NO_ALPHA = "alpha was not measured (a minimal trace, or no verified drafts): no theory curve"
@@ -149,7 +150,7 @@ def inspect_view(trace: Trace | None, round_index: int | None, pos: int | None) 
     if pos is None:
         raise ValueError("choose a position")
     r = None if round_index is None or round_index < 0 else int(round_index)
-    dec = render.decision_at(trace, r, int(pos))
+    dec = decision_at(trace, r, int(pos))
     return {
         "insp_round": dec.round.index,
         "insp_pos": dec.pos,
@@ -224,8 +225,7 @@ def greedy_html(session: Session) -> str:
     spec, ar = session.spec, session.ar
     if spec is None or ar is None:
         return render.status_html("The greedy check compares both runs: tick Compare.")
-    s = spec.settings
-    if not (s.get("greedy") or s.get("temperature") == 0):
+    if not is_greedy(spec.settings):
         return render.status_html(
             "Greedy check: switch on Greedy (or temperature 0). When sampling, the two runs "
             "consume random numbers differently, so only their distributions agree."
