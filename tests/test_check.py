@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 
-from specviz import check
+from specviz import check, stats
 from specviz.config import Settings
 from tests.tiny import tiny_pair
 
@@ -52,42 +52,42 @@ def exact_result(exact_run):
     [(3.841458820694124, 1, 0.05), (5.991464547107979, 2, 0.05), (23.209251158954356, 10, 0.01)],
 )
 def test_chi2_sf_matches_tabulated_quantiles(x, dof, expected):
-    assert check.chi2_sf(x, dof) == pytest.approx(expected, rel=1e-9)
+    assert stats.chi2_sf(x, dof) == pytest.approx(expected, rel=1e-9)
 
 
 def test_chi2_sf_edges():
-    assert check.chi2_sf(0.0, 3) == 1.0
-    assert check.chi2_sf(math.inf, 3) == 0.0
-    assert check.chi2_sf(0.0, 0) == 1.0
-    assert check.chi2_sf(1.0, 0) == 0.0
+    assert stats.chi2_sf(0.0, 3) == 1.0
+    assert stats.chi2_sf(math.inf, 3) == 0.0
+    assert stats.chi2_sf(0.0, 0) == 1.0
+    assert stats.chi2_sf(1.0, 0) == 0.0
 
 
 def test_goodness_of_fit_perfect_and_impossible():
-    perfect = check.goodness_of_fit([50, 30, 20], [0.5, 0.3, 0.2])
+    perfect = stats.goodness_of_fit([50, 30, 20], [0.5, 0.3, 0.2])
     assert perfect.statistic == 0.0 and perfect.dof == 2 and perfect.p_value == 1.0
-    impossible = check.goodness_of_fit([50, 30, 1], [0.5, 0.5, 0.0])
+    impossible = stats.goodness_of_fit([50, 30, 1], [0.5, 0.5, 0.0])
     assert impossible.p_value == 0.0
     # an unobserved zero-probability bin is simply dropped
-    assert check.goodness_of_fit([50, 50, 0], [0.5, 0.5, 0.0]).dof == 1
+    assert stats.goodness_of_fit([50, 50, 0], [0.5, 0.5, 0.0]).dof == 1
 
 
 def test_goodness_of_fit_statistic_by_hand():
-    t = check.goodness_of_fit([60, 40], [0.5, 0.5])
+    t = stats.goodness_of_fit([60, 40], [0.5, 0.5])
     assert t.statistic == pytest.approx((10**2 / 50) * 2)
     assert t.dof == 1
 
 
 def test_two_sample_identical_and_disjoint():
-    assert check.two_sample([10, 20, 30], [10, 20, 30]).p_value == pytest.approx(1.0)
-    assert check.two_sample([100, 0], [0, 100]).p_value < 1e-12
-    assert check.two_sample([0, 0], [1, 2]).p_value == 1.0
+    assert stats.two_sample([10, 20, 30], [10, 20, 30]).p_value == pytest.approx(1.0)
+    assert stats.two_sample([100, 0], [0, 100]).p_value < 1e-12
+    assert stats.two_sample([0, 0], [1, 2]).p_value == 1.0
 
 
 def test_total_variation_and_frequencies():
-    assert check.total_variation([0.5, 0.5], [0.5, 0.5]) == 0.0
-    assert check.total_variation([1.0, 0.0], [0.0, 1.0]) == 1.0
-    assert check.frequencies([1, 3]) == [0.25, 0.75]
-    assert check.frequencies([0, 0]) == [0.0, 0.0]
+    assert stats.total_variation([0.5, 0.5], [0.5, 0.5]) == 0.0
+    assert stats.total_variation([1.0, 0.0], [0.0, 1.0]) == 1.0
+    assert stats.frequencies([1, 3]) == [0.25, 0.75]
+    assert stats.frequencies([0, 0]) == [0.0, 0.0]
 
 
 def test_bins_and_counts():
