@@ -10,7 +10,6 @@ and yields.
 from __future__ import annotations
 
 import functools
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -24,35 +23,7 @@ from specviz.ui.page import Page
 from specviz.ui.pairs import AppContext, PairSource, failure, pair_label, run_traces_gpu, zero_gpu
 from specviz.ui.state import Form, Session, View
 from specviz.ui.views import exact_note, final_frame, inspect_view, live_frame
-
-
-class Worker(threading.Thread):
-    """Runs the speculative run, then the baseline, without ever waiting for the page."""
-
-    def __init__(self, runs: list[Run], stop: threading.Event) -> None:
-        super().__init__(daemon=True, name="specviz-run")
-        self.runs, self.stop = runs, stop
-        self.tick = threading.Event()  # set after every update
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            MODEL_THREAD.call(self.drive)
-        except BaseException as exc:  # reported by the handler
-            self.error = exc
-        finally:
-            self.tick.set()
-
-    def drive(self) -> None:
-        for r in self.runs:
-            it = iter(r)
-            for _ in it:
-                self.tick.set()
-                if self.stop.is_set():
-                    it.close()  # finalises the trace as "stopped"
-                    break
-            if self.stop.is_set():
-                break
+from specviz.ui.worker import Worker
 
 
 def run_updates(session: Session, form: Form, ctx: AppContext) -> Iterator[View]:
