@@ -4,10 +4,12 @@ Modules, each with one job (imports point down this list, never up):
     layout        the Blocks from its parts; serving
     controls      the left column and its own events (presets, pair loading)
     api           the named endpoint /generate
-    live          Run, Step and Stop: the worker streaming both runs
+    live          Run, Step and Stop: both runs streamed, each round narrated in Step
+    token_view    the token view, overlap shading and its legend, the Step narration box
     inspector_tab, theory_tab, check_tab, io_tab
                   one module per tab with handlers: layout and events together
     views         frames, summaries, the inspector's views, from stored traces
+    worker        the thread driving model iterators on the model thread for a handler
     page          what the parts share once built: context, session, views, options
     pairs         what may load, ZeroGPU, failures as one line, warm-up, AppContext
     content       presets, help text, the token script
@@ -46,6 +48,7 @@ from specviz.ui.pairs import (
 )
 from specviz.ui.state import DEFAULTS, FORM_FIELDS, Form, Session, new_session, user_errors
 from specviz.ui.theory_tab import projection_update
+from specviz.ui.token_view import shade_update
 from specviz.ui.views import final_frame, inspect_view
 
 __all__ = [
@@ -85,6 +88,7 @@ __all__ = [
     "replay_updates",
     "run_updates",
     "serve",
+    "shade_update",
     "step_update",
     "stop_session",
     "user_errors",

@@ -1,5 +1,6 @@
 """Live runs: Run streams the speculative run and then the autoregressive baseline (same
-prompt, settings and seed), Step takes one round per press, Stop ends a run where it stands.
+prompt, settings and seed), Step takes one round per press and narrates it, Stop ends a
+run where it stands.
 
 Both runs execute back to back on the model thread (specviz.modelthread), driven by a
 :class:`Worker` that never waits for the page, so each trace's own clock (t_s) measures
@@ -18,10 +19,12 @@ from specviz import render
 from specviz.config import Settings
 from specviz.engine import Run, Update, generate
 from specviz.modelthread import MODEL_THREAD
+from specviz.narration import narration_html
 from specviz.trace import Trace
 from specviz.ui.page import Page
 from specviz.ui.pairs import AppContext, PairSource, failure, pair_label, run_traces_gpu, zero_gpu
 from specviz.ui.state import Form, Session, View
+from specviz.ui.token_view import narration_hint
 from specviz.ui.views import exact_note, final_frame, inspect_view, live_frame
 from specviz.ui.worker import Worker
 
@@ -31,7 +34,10 @@ def run_updates(session: Session, form: Form, ctx: AppContext) -> Iterator[View]
     t_click = time.perf_counter()
     settings = ctx.settings(form)
     session.start(None, None, "run")
-    yield {"status": render.status_html(f"loading pair {pair_label(form)!r} ...", "busy")}
+    yield {
+        "status": render.status_html(f"loading pair {pair_label(form)!r} ...", "busy"),
+        "narration": narration_hint(),
+    }
     if zero_gpu():
         yield from zero_run(session, form, ctx, settings)
         return
@@ -126,6 +132,7 @@ def step_update(session: Session, form: Form, ctx: AppContext) -> View:
     if upd is not None and upd.round is not None:
         r = upd.round
         out.update(inspect_view(session.spec, r.index, r.start + min(r.n_accepted, r.emitted)))
+        out["narration"] = narration_html(r)
     n = len(session.spec.rounds)
     msg = f"step mode: round {n} done, {len(session.spec.token_ids)} tokens"
     msg += " (finished: Step again starts over)" if done else " (timings include the pauses)"
