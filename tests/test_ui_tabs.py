@@ -1,13 +1,21 @@
-"""The views that live with the token view, on the tiny pair: overlap shading and Step's
-round narration. Handlers take an AppContext, as in tests/test_ui.py."""
+"""The views across runs on the tiny pair: the experiment log and calibration that a Run
+updates, reloading a logged run, overlap shading and Step's narration. Handlers take an
+AppContext, as in tests/test_ui.py."""
 
 from __future__ import annotations
 
+import copy
+import io
+
+import gradio as gr
+import pandas as pd
 import pytest
 
 from specviz import ui
 from specviz.config import Limits
+from specviz.experiments import LOG_COLUMNS
 from specviz.render import esc
+from specviz.trace import Trace
 
 PROMPT = "1 2 3"
 LIMITS = Limits()
@@ -29,8 +37,67 @@ def run(session: ui.Session, ctx, **changes) -> list[dict]:
     return list(ui.run_updates(session, form(**changes), ctx))
 
 
+def verified_with_u(trace: Trace) -> int:
+    return sum(d.status != "discarded" and d.u is not None for r in trace.rounds for d in r.drafted)
+
+
 def shaded(tokens: str) -> int:
     return tokens.count("data-overlap=")
+
+
+def test_each_run_adds_a_log_row_and_its_decisions_to_the_calibration(ctx) -> None:
+    session = ui.new_session()
+    run(session, ctx, seed=1)
+    first = session.spec
+    frames = run(session, ctx, seed=2, compare=False, own_draft_temperature=True)
+    final = frames[-1]
+    table = final["log_table"]
+    assert list(table.columns) == list(LOG_COLUMNS) and list(table["run"]) == [1, 2]
+    assert list(table["method"]) == ["spec + ar", "spec"]
+    assert table["speedup"][0] != "" and table["speedup"][1] == ""  # run 2 had no baseline
+    assert "draft_temperature=1.5" in table["changed"][1]
+    assert isinstance(final["log_pick"], gr.Dropdown) and final["log_pick"].value == 2
+    # the calibration counts exactly the verified drafts that drew a u, over both runs
+    expected = verified_with_u(first) + verified_with_u(session.spec)
+    assert expected > 0 and session.calibration.drafts.total == expected
+    assert f"{expected} verified drafts with a drawn u over 2 run(s)" in final["calib_summary"]
+    assert len(final["calib_plot"].data) >= 2  # the diagonal and the drafts' bins
+    assert [t.name for t in final["log_chart"].data] == ["speedup (x)", "acceptance rate"]
+    # a Step does not log: only Run does
+    ui.step_update(session, form(), ctx)
+    assert len(session.log.rows) == 2
+
+
+def test_a_logged_run_loads_back_into_every_view(ctx) -> None:
+    session = ui.new_session()
+    first_view = run(session, ctx, seed=1)[-1]
+    first = session.spec
+    second_view = run(session, ctx, seed=2, prompt="4 5", temperature=2.0)[-1]
+    assert second_view["tokens"] != first_view["tokens"]
+    out = ui.load_run(session, 1)
+    assert session.spec is first and session.ar.method == "ar"
+    assert out["tokens"] == first_view["tokens"] and out["rounds"] == first_view["rounds"]
+    assert "run 1 loaded" in out["status"] and "verdict" in out
+    with pytest.raises(ValueError, match="run 7 is not in the log"):
+        ui.load_run(session, 7)
+    with pytest.raises(ValueError, match="choose a run"):
+        ui.load_run(session, None)
+
+
+def test_the_log_exports_as_csv_and_survives_a_session_copy(ctx) -> None:
+    with pytest.raises(ValueError, match="nothing logged yet"):
+        ui.log_file(ui.new_session())
+    session = ui.new_session()
+    run(session, ctx, seed=1, max_new_tokens=8)
+    with open(ui.log_file(session), encoding="utf-8") as f:
+        frame = pd.read_csv(io.StringIO(f.read()))
+    assert list(frame.columns) == list(LOG_COLUMNS) and list(frame["run"]) == [1]
+    assert frame["new_tokens"][0] == 8
+    clone = copy.deepcopy(session)
+    assert clone.log.rows == session.log.rows and clone.log.traces(1)[0] is clone.spec
+    assert clone.calibration.drafts.n == session.calibration.drafts.n
+    run(clone, ctx, seed=2, max_new_tokens=8)
+    assert len(clone.log.rows) == 2 and len(session.log.rows) == 1
 
 
 def test_overlap_shading_reaches_live_final_replayed_and_imported_views(

@@ -4,9 +4,9 @@ Modules, each with one job (imports point down this list, never up):
     layout        the Blocks from its parts; serving
     controls      the left column and its own events (presets, pair loading)
     api           the named endpoint /generate
-    live          Run, Step and Stop: both runs streamed, each round narrated in Step
+    live          Run, Step and Stop: both runs streamed, a finished Run logged
     token_view    the token view, overlap shading and its legend, the Step narration box
-    inspector_tab, theory_tab, check_tab, io_tab
+    inspector_tab, runs_tab, theory_tab, check_tab, io_tab
                   one module per tab with handlers: layout and events together
     views         frames, summaries, the inspector's views, from stored traces
     worker        the thread driving model iterators on the model thread for a handler
@@ -46,6 +46,7 @@ from specviz.ui.pairs import (
     offered_pairs,
     zero_gpu,
 )
+from specviz.ui.runs_tab import load_run, log_file, runs_views
 from specviz.ui.state import DEFAULTS, FORM_FIELDS, Form, Session, new_session, user_errors
 from specviz.ui.theory_tab import projection_update
 from specviz.ui.token_view import shade_update
@@ -80,6 +81,8 @@ __all__ = [
     "import_updates",
     "inspect_view",
     "launch_options",
+    "load_run",
+    "log_file",
     "new_session",
     "offered_pairs",
     "pair_updates",
@@ -87,6 +90,7 @@ __all__ = [
     "read_trace",
     "replay_updates",
     "run_updates",
+    "runs_views",
     "serve",
     "shade_update",
     "step_update",

@@ -3,8 +3,8 @@
 Each part builds its own components and wires its own events: the controls column
 (specviz.ui.controls), the live runs (live), the named API (api), the token view with its
 shading and narration (token_view), and one module per tab that has handlers
-(inspector_tab, theory_tab, check_tab, io_tab). The tabs that only show figures are laid
-out here. Nothing loads at import or build time.
+(inspector_tab, runs_tab, theory_tab, check_tab, io_tab). The tabs that only show figures
+are laid out here. Nothing loads at import or build time.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from specviz.ui import (
     inspector_tab,
     io_tab,
     live,
+    runs_tab,
     theory_tab,
     token_view,
 )
@@ -38,7 +39,7 @@ HEADER = (
     "<h1>specviz</h1><p>Speculative decoding, decision by decision: "
     "<b>p</b> is the target's distribution, <b>q</b> the draft's.</p>"
 )
-PARTS = (controls, live, api, token_view, inspector_tab, theory_tab, check_tab, io_tab)
+PARTS = (controls, live, api, token_view, inspector_tab, runs_tab, theory_tab, check_tab, io_tab)
 
 
 def build_app(
@@ -94,6 +95,7 @@ def main_views() -> dict[str, Any]:
             with gr.Row():
                 v["acc_hist"] = gr.Plot(label="accepted per round")
                 v["acc_pos"] = gr.Plot(label="acceptance by draft position")
+        runs_tab.layout(v)
         theory_tab.layout(v)
         check_tab.layout(v)
         io_tab.layout(v)

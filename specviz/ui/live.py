@@ -1,6 +1,6 @@
 """Live runs: Run streams the speculative run and then the autoregressive baseline (same
 prompt, settings and seed), Step takes one round per press and narrates it, Stop ends a
-run where it stands.
+run where it stands. A finished Run is logged and counted for calibration (runs_tab).
 
 Both runs execute back to back on the model thread (specviz.modelthread), driven by a
 :class:`Worker` that never waits for the page, so each trace's own clock (t_s) measures
@@ -23,6 +23,7 @@ from specviz.narration import narration_html
 from specviz.trace import Trace
 from specviz.ui.page import Page
 from specviz.ui.pairs import AppContext, PairSource, failure, pair_label, run_traces_gpu, zero_gpu
+from specviz.ui.runs_tab import runs_views
 from specviz.ui.state import Form, Session, View
 from specviz.ui.token_view import narration_hint
 from specviz.ui.views import exact_note, final_frame, inspect_view, live_frame
@@ -69,14 +70,20 @@ def run_updates(session: Session, form: Form, ctx: AppContext) -> Iterator[View]
     if worker.error is not None:
         session.start(None, None, "idle")  # no half-finished trace to export or inspect
         raise failure(worker.error, f"running pair {pair_label(form)!r}")
-    yield final_frame(session, settings.gamma)
+    yield logged_frame(session, spec_run.trace, ar_run.trace if ar_run else None, settings)
 
 
 def zero_run(session: Session, form: Form, ctx: AppContext, settings: Settings) -> Iterator[View]:
     """ZeroGPU: both runs in one GPU call (no live frames), then every view."""
     spec, ar = complete_traces(ctx, form, settings)
     session.start(spec, ar, "run")
-    yield final_frame(session, settings.gamma)
+    yield logged_frame(session, spec, ar, settings)
+
+
+def logged_frame(session: Session, spec: Trace, ar: Trace | None, settings: Settings) -> View:
+    """A finished run: logged and counted for calibration, then every view."""
+    session.record(spec, ar)
+    return {**final_frame(session, settings.gamma), **runs_views(session)}
 
 
 def complete_traces(ctx: AppContext, form: Form, settings: Settings) -> tuple[Trace, Trace | None]:
