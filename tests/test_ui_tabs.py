@@ -1,6 +1,6 @@
 """The views across runs on the tiny pair: the experiment log and calibration that a Run
-updates, reloading a logged run, overlap shading and Step's narration. Handlers take an
-AppContext, as in tests/test_ui.py."""
+updates, reloading a logged run, the race replay, overlap shading and Step's narration.
+Handlers take an AppContext, as in tests/test_ui.py."""
 
 from __future__ import annotations
 
@@ -98,6 +98,25 @@ def test_the_log_exports_as_csv_and_survives_a_session_copy(ctx) -> None:
     assert clone.calibration.drafts.n == session.calibration.drafts.n
     run(clone, ctx, seed=2, max_new_tokens=8)
     assert len(clone.log.rows) == 2 and len(session.log.rows) == 1
+
+
+def test_race_replay_of_a_compared_run(ctx) -> None:
+    session = ui.new_session()
+    final = run(session, ctx, seed=1)[-1]
+    assert "Replay race" in final["race"]
+    out = ui.race_update(session, 2.0)["race"]
+    assert 'data-speed="2"' in out and "Replay of measured timings at 2x" in out
+    assert f'data-method="spec" data-shown="{len(session.spec.token_ids)}"' in out
+    assert f'data-method="ar" data-shown="{len(session.ar.token_ids)}"' in out
+    # token texts such as "<3>" are escaped: no tag of theirs reaches the page
+    assert "&lt;" in out and not any(f"<{i}>" in out for i in range(8))
+    assert ui.race_update(session, 2.0)["race"] != out  # a new replay restarts
+    with pytest.raises(ValueError, match="speed"):
+        ui.race_update(session, 0)
+    final = run(session, ctx, seed=1, compare=False)[-1]
+    assert "needs a compared run" in final["race"]
+    with pytest.raises(ValueError, match="needs a compared run"):
+        ui.race_update(session, 1.0)
 
 
 def test_overlap_shading_reaches_live_final_replayed_and_imported_views(

@@ -6,6 +6,7 @@ Modules, each with one job (imports point down this list, never up):
     api           the named endpoint /generate
     live          Run, Step and Stop: both runs streamed, a finished Run logged
     token_view    the token view, overlap shading and its legend, the Step narration box
+    race          the race replay of a compared run's measured timings
     inspector_tab, runs_tab, theory_tab, check_tab, io_tab
                   one module per tab with handlers: layout and events together
     views         frames, summaries, the inspector's views, from stored traces
@@ -46,6 +47,7 @@ from specviz.ui.pairs import (
     offered_pairs,
     zero_gpu,
 )
+from specviz.ui.race import race_update
 from specviz.ui.runs_tab import load_run, log_file, runs_views
 from specviz.ui.state import DEFAULTS, FORM_FIELDS, Form, Session, new_session, user_errors
 from specviz.ui.theory_tab import projection_update
@@ -87,6 +89,7 @@ __all__ = [
     "offered_pairs",
     "pair_updates",
     "projection_update",
+    "race_update",
     "read_trace",
     "replay_updates",
     "run_updates",

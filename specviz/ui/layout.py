@@ -2,9 +2,10 @@
 
 Each part builds its own components and wires its own events: the controls column
 (specviz.ui.controls), the live runs (live), the named API (api), the token view with its
-shading and narration (token_view), and one module per tab that has handlers
-(inspector_tab, runs_tab, theory_tab, check_tab, io_tab). The tabs that only show figures
-are laid out here. Nothing loads at import or build time.
+shading and narration (token_view), the race replay in the live speedup tab (race), and
+one module per tab that has handlers (inspector_tab, runs_tab, theory_tab, check_tab,
+io_tab). The tabs that only show figures are laid out here. Nothing loads at import or
+build time.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from specviz.ui import (
     inspector_tab,
     io_tab,
     live,
+    race,
     runs_tab,
     theory_tab,
     token_view,
@@ -39,7 +41,18 @@ HEADER = (
     "<h1>specviz</h1><p>Speculative decoding, decision by decision: "
     "<b>p</b> is the target's distribution, <b>q</b> the draft's.</p>"
 )
-PARTS = (controls, live, api, token_view, inspector_tab, runs_tab, theory_tab, check_tab, io_tab)
+PARTS = (
+    controls,
+    live,
+    api,
+    token_view,
+    race,
+    inspector_tab,
+    runs_tab,
+    theory_tab,
+    check_tab,
+    io_tab,
+)
 
 
 def build_app(
@@ -90,6 +103,7 @@ def main_views() -> dict[str, Any]:
             v["table1"] = gr.HTML(js_on_load=None, elem_id="sv-table1")
             v["greedy"] = gr.HTML(js_on_load=None, elem_id="sv-greedy")
             v["summary"] = gr.HTML(js_on_load=None, elem_id="sv-summary")
+            race.layout(v)
         with gr.Tab("Acceptance", id="acc"):
             v["acc_round"] = gr.Plot(label="acceptance per round")
             with gr.Row():
