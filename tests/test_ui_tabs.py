@@ -1,11 +1,13 @@
 """The views across runs on the tiny pair: the experiment log and calibration that a Run
-updates, reloading a logged run, the race replay, overlap shading and Step's narration.
-Handlers take an AppContext, as in tests/test_ui.py."""
+updates, reloading a logged run, the race replay, overlap shading, Step's narration and the
+measured sweep. Handlers take an AppContext, as in tests/test_ui.py."""
 
 from __future__ import annotations
 
 import copy
+import html
 import io
+import threading
 
 import gradio as gr
 import pandas as pd
@@ -159,3 +161,59 @@ def test_step_narrates_the_round_just_taken(ctx) -> None:
             assert esc(repr(d.text)) in text and repr(d.text) not in text
     first = next(ui.run_updates(session, form(), ctx))  # Run puts the hint back
     assert "Press Step" in first["narration"]
+
+
+def test_sweep_streams_its_rows_on_the_model_thread(tiny, ctx) -> None:
+    threads: set[str] = set()
+    hook = tiny.target.model.register_forward_pre_hook(
+        lambda *_: threads.add(threading.current_thread().name)
+    )
+    session = ui.new_session()
+    try:
+        frames = list(ui.sweep_updates(session, form(max_new_tokens=6), ctx, [2, 1], "", 1))
+    finally:
+        hook.remove()
+    assert threads == {"specviz-model"}
+    assert any("<progress" in f.get("sweep_status", "") for f in frames)
+    final = frames[-1]
+    assert "sweep done: 4 runs, 2 cells" in final["sweep_status"]
+    names = [t.name for t in final["sweep_plot"].data]
+    assert any("measured" in n for n in names) and any("formula" in n for n in names)
+    measured = next(t for t in final["sweep_plot"].data if "measured" in t.name)
+    assert list(measured.x) == [1, 2]
+    assert final["sweep_table"].count("\n") == 2  # a header and one line per gamma
+    assert session.spec is None and not session.log.rows  # a sweep is not a logged run
+
+
+def test_sweep_stop_ends_it_after_the_run_in_progress(tiny, ctx) -> None:
+    session = ui.new_session()
+
+    def press_stop(*_) -> None:  # at the first target call, in the warm-up
+        ui.stop_sweep(session)
+
+    hook = tiny.target.model.register_forward_pre_hook(press_stop)
+    try:
+        frames = list(ui.sweep_updates(session, form(max_new_tokens=6), ctx, [1, 2], "", 2))
+    finally:
+        hook.remove()
+    assert "sweep stopped after 1 of 8 runs" in frames[-1]["sweep_status"]
+    assert frames[-1]["sweep_table"] == ""
+
+
+@pytest.mark.parametrize(
+    ("choices", "message"),
+    [
+        (([], "", 1), "gammas is empty"),
+        (([1], "hot", 1), "temperatures: 'hot' is not a number"),
+        (([1], "", 9), "repetitions must be in 1..5"),
+        (([40], "", 1), "gamma must be in 1..32"),
+    ],
+)
+def test_sweep_refuses_bad_choices_in_one_line(ctx, choices, message) -> None:
+    handler = ui.user_errors(ui.sweep_updates)
+    with pytest.raises(gr.Error) as err:
+        list(handler(ui.new_session(), form(), ctx, *choices))
+    shown = html.unescape(err.value.message)
+    assert message in shown and "\n" not in shown
+    with pytest.raises(gr.Error, match="adaptive gamma off"):
+        list(handler(ui.new_session(), form(adaptive_gamma=True), ctx, [1], "", 1))

@@ -7,7 +7,7 @@ Modules, each with one job (imports point down this list, never up):
     live          Run, Step and Stop: both runs streamed, a finished Run logged
     token_view    the token view, overlap shading and its legend, the Step narration box
     race          the race replay of a compared run's measured timings
-    inspector_tab, runs_tab, theory_tab, check_tab, io_tab
+    inspector_tab, runs_tab, theory_tab, sweep_tab, check_tab, io_tab
                   one module per tab with handlers: layout and events together
     views         frames, summaries, the inspector's views, from stored traces
     worker        the thread driving model iterators on the model thread for a handler
@@ -50,6 +50,7 @@ from specviz.ui.pairs import (
 from specviz.ui.race import race_update
 from specviz.ui.runs_tab import load_run, log_file, runs_views
 from specviz.ui.state import DEFAULTS, FORM_FIELDS, Form, Session, new_session, user_errors
+from specviz.ui.sweep_tab import stop_sweep, sweep_updates
 from specviz.ui.theory_tab import projection_update
 from specviz.ui.token_view import shade_update
 from specviz.ui.views import final_frame, inspect_view
@@ -98,6 +99,8 @@ __all__ = [
     "shade_update",
     "step_update",
     "stop_session",
+    "stop_sweep",
+    "sweep_updates",
     "user_errors",
     "zero_gpu",
 ]

@@ -3,9 +3,9 @@
 Each part builds its own components and wires its own events: the controls column
 (specviz.ui.controls), the live runs (live), the named API (api), the token view with its
 shading and narration (token_view), the race replay in the live speedup tab (race), and
-one module per tab that has handlers (inspector_tab, runs_tab, theory_tab, check_tab,
-io_tab). The tabs that only show figures are laid out here. Nothing loads at import or
-build time.
+one module per tab that has handlers (inspector_tab, runs_tab, theory_tab, sweep_tab,
+check_tab, io_tab). The tabs that only show figures are laid out here. Nothing loads at
+import or build time.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from specviz.ui import (
     live,
     race,
     runs_tab,
+    sweep_tab,
     theory_tab,
     token_view,
 )
@@ -50,6 +51,7 @@ PARTS = (
     inspector_tab,
     runs_tab,
     theory_tab,
+    sweep_tab,
     check_tab,
     io_tab,
 )
@@ -111,6 +113,7 @@ def main_views() -> dict[str, Any]:
                 v["acc_pos"] = gr.Plot(label="acceptance by draft position")
         runs_tab.layout(v)
         theory_tab.layout(v)
+        sweep_tab.layout(v)
         check_tab.layout(v)
         io_tab.layout(v)
         with gr.Tab("How to read this", id="how"):
