@@ -121,6 +121,9 @@ def test_markup_in_the_prompt_renders_as_text(page) -> None:
     assert injected == 0
     shown = page.inner_text("#sv-tokens .sv-prompt")
     assert "<img" in shown and "<script>alert(1)</script>" in shown.replace("·", " ")
+    open_tab(page, "Runs and calibration")  # the log's prompt column is text too
+    page.locator("#sv-log").filter(has_text="Repeat: <img src=x").wait_for(timeout=30_000)
+    assert page.evaluate("() => document.querySelectorAll('img[src=\"x\"]').length") == 0
     assert page.dialogs == []
 
 
@@ -177,4 +180,76 @@ def test_an_untouched_run_uses_the_cli_defaults(page, capsys, tmp_path) -> None:
     target = os.environ.get("SPECVIZ_SCREENSHOT_DIR")
     if target:
         page.screenshot(path=str(Path(target) / "untouched-run.png"), full_page=True)
+    assert page.dialogs == []
+
+
+def wait_text(page, selector: str, text: str, timeout: int = 60_000) -> None:
+    page.locator(selector).filter(has_text=text).first.wait_for(timeout=timeout)
+
+
+def test_shading_race_log_calibration_and_reload(page) -> None:
+    generate(page, ui.PRESETS["chat"]["prompt"], 24, draft_temperature="1.8")
+    first = page.locator("#sv-tokens [data-pos]").count()
+    # overlap shading: every shown draft carries its overlap, and the legend appears
+    page.check("#sv-shade input")
+    page.wait_for_selector("#sv-tokens [data-overlap]", timeout=30_000)
+    page.wait_for_selector("#sv-overlap-legend .sv-overlap-legend", timeout=30_000)
+    shaded = page.locator("#sv-tokens [data-overlap]").count()
+    drafts = page.locator("#sv-tokens [data-status=accepted], #sv-tokens [data-status=rejected]")
+    assert shaded == drafts.count() > 0
+    # the race replay fills both sides; at 2x a short run ends within seconds
+    open_tab(page, "Live speedup")
+    page.locator("#sv-race-speed label", has_text="2x").click()
+    page.click("#sv-race-play")
+    wait_text(page, "#sv-race", "Replay of measured timings at 2x")
+    assert page.locator("#sv-race .sv-race-side").count() == 2
+    page.wait_for_function(
+        "[...document.querySelectorAll('#sv-race .sv-race-tok')].every("
+        "e => getComputedStyle(e).opacity === '1')",
+        timeout=60_000,
+    )
+    # the log, its chart and the calibration after one run
+    open_tab(page, "Runs and calibration")
+    wait_text(page, "#sv-log", "spec + ar")
+    wait_text(page, "#sv-calib-summary", "verified drafts with a drawn u over 1 run(s)")
+    for chart in ("#sv-log-chart", "#sv-calib"):
+        page.wait_for_selector(f"{chart} .js-plotly-plot", timeout=30_000)
+    assert "exact rule" in page.inner_text("#sv-calib")
+    # a second, shorter run; then run 1 loads back, still shaded
+    page.fill("#sv-max-new input[type=number]", "8")
+    page.press("#sv-max-new input[type=number]", "Enter")
+    press_run(page)
+    wait_text(page, "#sv-calib-summary", "over 2 run(s)")
+    assert page.locator("#sv-tokens [data-pos]").count() < first
+    page.click("#sv-log-pick input")
+    page.get_by_role("option", name="1", exact=True).click()
+    page.click("#sv-log-load")
+    wait_text(page, "#sv-status", "run 1 loaded")
+    assert page.locator("#sv-tokens [data-pos]").count() == first
+    assert page.locator("#sv-tokens [data-overlap]").count() == shaded
+    page.click("#sv-log-export")
+    link = page.locator("#sv-log-file a[href*='specviz-runs.csv']").first
+    link.wait_for(timeout=30_000)
+    lines = page.request.get(link.get_attribute("href")).text().strip().splitlines()
+    assert lines[0].startswith("run,method,changed") and len(lines) == 3
+    assert page.dialogs == []
+
+
+def test_step_narration_and_a_measured_sweep(page) -> None:
+    page.fill("#sv-max-new input[type=number]", "8")
+    page.press("#sv-max-new input[type=number]", "Enter")
+    page.click("#sv-step")
+    wait_text(page, "#sv-narration", "One target call scored")
+    assert page.locator("#sv-narration li").count() >= 3
+    open_tab(page, "Measured sweep")
+    for gamma in ("4", "8"):  # keep gammas 1 and 2
+        page.locator("#sv-sweep-gammas label", has_text=gamma).click()
+    page.fill("#sv-sweep-reps input[type=number]", "1")
+    page.press("#sv-sweep-reps input[type=number]", "Enter")
+    page.click("#sv-sweep-run")
+    wait_text(page, "#sv-sweep-status", "sweep done: 4 runs, 2 cells", timeout=180_000)
+    page.wait_for_selector("#sv-sweep-plot .js-plotly-plot", timeout=30_000)
+    chart = page.inner_text("#sv-sweep-plot")
+    assert "measured" in chart and "formula" in chart
+    assert page.inner_text("#sv-sweep-table").count("\n") == 2
     assert page.dialogs == []

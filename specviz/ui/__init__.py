@@ -4,10 +4,13 @@ Modules, each with one job (imports point down this list, never up):
     layout        the Blocks from its parts; serving
     controls      the left column and its own events (presets, pair loading)
     api           the named endpoint /generate
-    live          Run, Step and Stop: the worker streaming both runs
-    inspector_tab, theory_tab, check_tab, io_tab
+    live          Run, Step and Stop: both runs streamed, a finished Run logged
+    token_view    the token view, overlap shading and its legend, the Step narration box
+    race          the race replay of a compared run's measured timings
+    inspector_tab, runs_tab, theory_tab, sweep_tab, check_tab, io_tab
                   one module per tab with handlers: layout and events together
     views         frames, summaries, the inspector's views, from stored traces
+    worker        the thread driving model iterators on the model thread for a handler
     page          what the parts share once built: context, session, views, options
     zerogpu       ZeroGPU as documented: start-up load, decorated streaming generators
     pairs         what may load, ZeroGPU, failures as one line, warm-up, AppContext
@@ -43,8 +46,12 @@ from specviz.ui.pairs import (
     offered_pairs,
     zero_gpu,
 )
+from specviz.ui.race import race_update
+from specviz.ui.runs_tab import load_run, log_file, runs_views
 from specviz.ui.state import DEFAULTS, FORM_FIELDS, Form, Session, new_session, user_errors
+from specviz.ui.sweep_tab import stop_sweep, sweep_updates
 from specviz.ui.theory_tab import projection_update
+from specviz.ui.token_view import shade_update
 from specviz.ui.views import final_frame, inspect_view
 
 __all__ = [
@@ -74,16 +81,23 @@ __all__ = [
     "import_updates",
     "inspect_view",
     "launch_options",
+    "load_run",
+    "log_file",
     "new_session",
     "offered_pairs",
     "pair_updates",
     "projection_update",
+    "race_update",
     "read_trace",
     "replay_updates",
     "run_updates",
+    "runs_views",
     "serve",
+    "shade_update",
     "step_update",
     "stop_session",
+    "stop_sweep",
+    "sweep_updates",
     "user_errors",
     "zero_gpu",
 ]

@@ -1,9 +1,11 @@
 """The page: the Blocks built from its parts, and how it is served.
 
 Each part builds its own components and wires its own events: the controls column
-(specviz.ui.controls), the live runs (live), the named API (api), and one module per tab
-that has handlers (inspector_tab, theory_tab, check_tab, io_tab). The tabs that only show
-figures are laid out here. Nothing loads at import or build time.
+(specviz.ui.controls), the live runs (live), the named API (api), the token view with its
+shading and narration (token_view), the race replay in the live speedup tab (race), and
+one module per tab that has handlers (inspector_tab, runs_tab, theory_tab, sweep_tab,
+check_tab, io_tab). The tabs that only show figures are laid out here. Nothing loads at
+import or build time.
 """
 
 from __future__ import annotations
@@ -17,8 +19,20 @@ import gradio as gr
 
 from specviz import render
 from specviz.config import Deployment, Limits
-from specviz.ui import api, check_tab, controls, inspector_tab, io_tab, live, theory_tab
-from specviz.ui.content import HOW_TO_READ, TOKEN_JS
+from specviz.ui import (
+    api,
+    check_tab,
+    controls,
+    inspector_tab,
+    io_tab,
+    live,
+    race,
+    runs_tab,
+    sweep_tab,
+    theory_tab,
+    token_view,
+)
+from specviz.ui.content import HOW_TO_READ
 from specviz.ui.page import Page
 from specviz.ui.pairs import CustomLoader, Loader, app_context
 from specviz.ui.state import DEFAULTS, new_session
@@ -28,7 +42,19 @@ HEADER = (
     "<h1>specviz</h1><p>Speculative decoding, decision by decision: "
     "<b>p</b> is the target's distribution, <b>q</b> the draft's.</p>"
 )
-PARTS = (controls, live, api, inspector_tab, theory_tab, check_tab, io_tab)
+PARTS = (
+    controls,
+    live,
+    api,
+    token_view,
+    race,
+    inspector_tab,
+    runs_tab,
+    theory_tab,
+    sweep_tab,
+    check_tab,
+    io_tab,
+)
 
 
 def build_app(
@@ -63,20 +89,11 @@ def build_app(
 
 
 def main_views() -> dict[str, Any]:
-    """The right column: status, token view, per-round view, the exactness note, the tabs."""
+    """The right column: status, token view with its shading and narration, per-round view,
+    the exactness note, the tabs."""
     v: dict[str, Any] = {}
     v["status"] = gr.HTML(render.status_html("ready"), js_on_load=None, elem_id="sv-status")
-    gr.HTML(render.legend_html(), js_on_load=None)
-    with gr.Row(elem_id="sv-token-row"):
-        for name, scale in (("tokens", 3), ("rounds", 2)):
-            v[name] = gr.HTML(
-                render.tokens_html([]) if name == "tokens" else render.rounds_html([]),
-                js_on_load=TOKEN_JS,
-                elem_id=f"sv-{name}",
-                max_height=420,
-                scale=scale,
-                autoscroll=True,
-            )
+    token_view.layout(v)
     v["exact_note"] = gr.HTML(
         render.exact_note_html(DEFAULTS.to_dict()), js_on_load=None, elem_id="sv-exact-note"
     )
@@ -88,12 +105,15 @@ def main_views() -> dict[str, Any]:
             v["table1"] = gr.HTML(js_on_load=None, elem_id="sv-table1")
             v["greedy"] = gr.HTML(js_on_load=None, elem_id="sv-greedy")
             v["summary"] = gr.HTML(js_on_load=None, elem_id="sv-summary")
+            race.layout(v)
         with gr.Tab("Acceptance", id="acc"):
             v["acc_round"] = gr.Plot(label="acceptance per round")
             with gr.Row():
                 v["acc_hist"] = gr.Plot(label="accepted per round")
                 v["acc_pos"] = gr.Plot(label="acceptance by draft position")
+        runs_tab.layout(v)
         theory_tab.layout(v)
+        sweep_tab.layout(v)
         check_tab.layout(v)
         io_tab.layout(v)
         with gr.Tab("How to read this", id="how"):

@@ -1,5 +1,6 @@
 """Live runs: Run streams the speculative run and then the autoregressive baseline (same
-prompt, settings and seed), Step takes one round per press, Stop ends a run where it stands.
+prompt, settings and seed), Step takes one round per press and narrates it, Stop ends a
+run where it stands. A finished Run is logged and counted for calibration (runs_tab).
 
 Both runs execute back to back on the model thread (specviz.modelthread), driven by a
 :class:`Worker` that never waits for the page, so each trace's own clock (t_s) measures
@@ -9,7 +10,6 @@ and yields.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -18,41 +18,16 @@ from specviz import render
 from specviz.config import Settings
 from specviz.engine import Run, Update, generate, summarize
 from specviz.modelthread import MODEL_THREAD
+from specviz.narration import narration_html
 from specviz.trace import Round, Trace
 from specviz.ui import zerogpu
 from specviz.ui.page import Page
 from specviz.ui.pairs import AppContext, PairSource, failure, pair_label, zero_gpu
+from specviz.ui.runs_tab import runs_views
 from specviz.ui.state import Form, Session, View
+from specviz.ui.token_view import narration_hint
 from specviz.ui.views import exact_note, final_frame, inspect_view, live_frame
-
-
-class Worker(threading.Thread):
-    """Runs the speculative run, then the baseline, without ever waiting for the page."""
-
-    def __init__(self, runs: list[Run], stop: threading.Event) -> None:
-        super().__init__(daemon=True, name="specviz-run")
-        self.runs, self.stop = runs, stop
-        self.tick = threading.Event()  # set after every update
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            MODEL_THREAD.call(self.drive)
-        except BaseException as exc:  # reported by the handler
-            self.error = exc
-        finally:
-            self.tick.set()
-
-    def drive(self) -> None:
-        for r in self.runs:
-            it = iter(r)
-            for _ in it:
-                self.tick.set()
-                if self.stop.is_set():
-                    it.close()  # finalises the trace as "stopped"
-                    break
-            if self.stop.is_set():
-                break
+from specviz.ui.worker import Worker
 
 
 def run_updates(session: Session, form: Form, ctx: AppContext) -> Iterator[View]:
@@ -60,7 +35,10 @@ def run_updates(session: Session, form: Form, ctx: AppContext) -> Iterator[View]
     t_click = time.perf_counter()
     settings = ctx.settings(form)
     session.start(None, None, "run")
-    yield {"status": render.status_html(f"loading pair {pair_label(form)!r} ...", "busy")}
+    yield {
+        "status": render.status_html(f"loading pair {pair_label(form)!r} ...", "busy"),
+        "narration": narration_hint(),
+    }
     if zero_gpu():
         yield from zero_run(session, form, ctx, settings)
         return
@@ -92,7 +70,7 @@ def run_updates(session: Session, form: Form, ctx: AppContext) -> Iterator[View]
     if worker.error is not None:
         session.start(None, None, "idle")  # no half-finished trace to export or inspect
         raise failure(worker.error, f"running pair {pair_label(form)!r}")
-    yield final_frame(session, settings.gamma)
+    yield logged_frame(session, spec_run.trace, ar_run.trace if ar_run else None, settings)
 
 
 def zero_run(session: Session, form: Form, ctx: AppContext, settings: Settings) -> Iterator[View]:
@@ -108,7 +86,14 @@ def zero_run(session: Session, form: Form, ctx: AppContext, settings: Settings) 
         frame, last_speed = live_frame(session, last_speed)
         if frame:
             yield frame
-    yield final_frame(session, settings.gamma)
+    assert session.spec is not None
+    yield logged_frame(session, session.spec, session.ar, settings)
+
+
+def logged_frame(session: Session, spec: Trace, ar: Trace | None, settings: Settings) -> View:
+    """A finished run: logged and counted for calibration, then every view."""
+    session.record(spec, ar)
+    return {**final_frame(session, settings.gamma), **runs_views(session)}
 
 
 def zero_events(
@@ -218,6 +203,7 @@ def _step_views(session: Session, settings: Settings, rnd: Round | None, out: Vi
         out.update(
             inspect_view(session.spec, rnd.index, rnd.start + min(rnd.n_accepted, rnd.emitted))
         )
+        out["narration"] = narration_html(rnd)
     n = len(session.spec.rounds)
     msg = f"step mode: round {n} done, {len(session.spec.token_ids)} tokens"
     msg += " (finished: Step again starts over)" if done else " (timings include the pauses)"

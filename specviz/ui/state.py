@@ -18,8 +18,10 @@ from typing import Any
 import gradio as gr
 
 from specviz import render
+from specviz.calibration import Calibration
 from specviz.config import DEFAULT_PROMPT, Limits, Settings
 from specviz.engine import Update
+from specviz.experiments import ExperimentLog
 from specviz.trace import Trace
 
 PROMPT_CHARS_PER_TOKEN = 16  # prompts longer than this many characters per allowed token
@@ -104,7 +106,8 @@ def as_float(name: str, x: Any) -> Any:
 
 @dataclass
 class Session:
-    """One browser tab's state: its traces, the cached HTML, the stepper and timings."""
+    """One browser tab's state: its traces, the cached HTML, the stepper and timings, and
+    what accumulates over its runs (the experiment log, the calibration counts)."""
 
     spec: Trace | None = None
     ar: Trace | None = None
@@ -117,9 +120,15 @@ class Session:
     ui_ms: list[float] = field(default_factory=list)  # cost of each live page update
     first_round_s: float | None = None  # Run pressed -> first round ready to send
     mode: str = "idle"  # idle | run | step | replay
+    shade: bool = False  # shade drafted tokens by their overlap sum_x min(p, q)
+    log: ExperimentLog = field(default_factory=ExperimentLog)  # one row per Run
+    calibration: Calibration = field(default_factory=Calibration)  # over the logged runs
+    race_nonce: int = 0  # a new race replay restarts the animation
+    lock: threading.Lock = field(default_factory=threading.Lock)  # guards parts
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Session:
-        """Copies hold copies of the traces; the live machinery (stop event, stepper) is new."""
+        """Copies hold copies of the traces and the log; the live machinery (stop event,
+        stepper, lock) is new."""
         return Session(
             spec=copy.deepcopy(self.spec, memo),
             ar=copy.deepcopy(self.ar, memo),
@@ -129,26 +138,61 @@ class Session:
             ui_ms=list(self.ui_ms),
             first_round_s=self.first_round_s,
             mode="idle" if self.mode in ("run", "step") else self.mode,
+            shade=self.shade,
+            log=copy.deepcopy(self.log, memo),
+            calibration=copy.deepcopy(self.calibration, memo),
+            race_nonce=self.race_nonce,
         )
 
     def start(self, spec: Trace | None, ar: Trace | None, mode: str) -> None:
-        """Forget the previous generation and hold new (possibly live) traces."""
+        """Forget the previous generation and hold new (possibly live) traces; the log, the
+        calibration and the shading switch stay."""
         self.close_stepper()
         self.spec, self.ar, self.mode = spec, ar, mode
-        self.parts, self.rows, self.ui_ms = [], [], []
-        self.first_round_s = None
+        with self.lock:
+            self.parts, self.rows = [], []
+        self.ui_ms, self.first_round_s = [], None
         self.stop = threading.Event()
+
+    def new_stop(self) -> threading.Event:
+        """A fresh stop event for a new measurement that keeps the traces (the sweep)."""
+        self.stop = threading.Event()
+        return self.stop
+
+    @property
+    def shading(self) -> bool:
+        """Whether the token view shades: switched on, and the trace recorded overlaps."""
+        return self.shade and self.spec is not None and render.has_overlaps(self.spec)
 
     def sync_rounds(self, upto: int | None = None) -> int:
         """Render the rounds not yet cached (up to `upto`); return how many were new."""
         if self.spec is None:
             return 0
-        rounds = self.spec.rounds[: upto if upto is not None else len(self.spec.rounds)]
-        new = rounds[len(self.parts) :]
-        for r in new:
-            self.parts.append(render.round_spans(r))
-            self.rows.append(render.round_row(r))
+        with self.lock:
+            rounds = self.spec.rounds[: upto if upto is not None else len(self.spec.rounds)]
+            new = rounds[len(self.parts) :]
+            for r in new:
+                self.parts.append(render.round_spans(r, self.shading))
+                self.rows.append(render.round_row(r))
         return len(new)
+
+    def set_shade(self, on: bool) -> None:
+        """Switch the overlap shading and re-render the token spans already cached."""
+        with self.lock:
+            self.shade = bool(on)
+            if self.spec is not None:
+                done = self.spec.rounds[: len(self.parts)]
+                self.parts = [render.round_spans(r, self.shading) for r in done]
+
+    def record(self, spec: Trace | None, ar: Trace | None) -> None:
+        """Log a finished run and count its decisions (stored traces only: no model call).
+        A baseline that never produced a token is left out of the row."""
+        ar = ar if ar is not None and ar.token_ids else None
+        if spec is None and ar is None:
+            return
+        self.log.add(spec, ar)
+        if spec is not None:
+            self.calibration.add(spec)
 
     def close_stepper(self) -> None:
         if self.stepper is not None:

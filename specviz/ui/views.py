@@ -18,6 +18,7 @@ from specviz.trace import Trace, decision_at
 from specviz.ui.state import Session, View
 
 NO_ALPHA = "alpha was not measured (a minimal trace, or no verified drafts): no theory curve"
+NEEDS_COMPARE = "the race replay needs a compared run: tick Compare and press Run"
 
 
 def live_frame(session: Session, last_speed: float) -> tuple[View, float]:
@@ -68,6 +69,7 @@ def final_frame(session: Session, gamma: int) -> View:
         "table1": table1_html(spec, ar),
         "greedy": greedy_html(session),
         "status": render.status_html(_done_message(main), "info"),
+        "race": race_hint(spec, ar),
     }
     if main is not None:
         out["models"] = render.models_html({k: str(v) for k, v in main.models.items()})
@@ -75,6 +77,13 @@ def final_frame(session: Session, gamma: int) -> View:
     out.update(charts(spec, ar, gamma))
     out.update(default_inspection(spec))
     return out
+
+
+def race_hint(spec: Trace | None, ar: Trace | None) -> str:
+    """What the race replay offers for these traces (the last replay is cleared)."""
+    if spec is None or ar is None or not spec.token_ids or not ar.token_ids:
+        return render.status_html(NEEDS_COMPARE[0].upper() + NEEDS_COMPARE[1:] + ".")
+    return render.status_html("Replay race: both texts fill on one clock from measured timings.")
 
 
 def exact_note(trace: Trace) -> str:

@@ -1,0 +1,123 @@
+"""The runs tab: what accumulates over a session's runs, from stored traces only.
+
+- the experiment log: a row per Run (the settings that differ from the defaults,
+  acceptance, alpha, c, tokens per call, speedup; specviz.experiments), its chart, its CSV;
+- a run picked from the log loads back into the token view and every other view;
+- the calibration of the rule over the logged runs: verified drafts binned by their
+  predicted acceptance min(1, p/q) against the observed frequency, with error bars, and
+  the same for resampled tokens (specviz.calibration).
+
+Live runs call :func:`runs_views` after Session.record; nothing here calls a model.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+import pandas as pd
+
+from specviz import calibration, inspect_plots, render
+from specviz.experiments import LOG_COLUMNS
+from specviz.ui.page import Page
+from specviz.ui.state import Session, View, user_errors
+from specviz.ui.views import final_frame
+
+CALIBRATION_NOTE = (
+    "Every verified draft had a predicted acceptance probability min(1, p/q) and was "
+    "accepted or not; the exact rule puts each bin's observed frequency on the diagonal. "
+    "It accumulates over this session's runs (sampled runs only; greedy decisions draw no u)."
+)
+
+
+def layout(v: dict[str, Any]) -> None:
+    """The tab's components, into the views by name."""
+    with gr.Tab("Runs and calibration", id="runs"):
+        v["log_table"] = gr.Dataframe(
+            log_display([]),
+            label="experiment log: one row per Run in this session",
+            interactive=False,
+            wrap=True,
+            elem_id="sv-log",
+        )
+        with gr.Row():
+            v["log_pick"] = gr.Dropdown(
+                [], value=None, label="run", elem_id="sv-log-pick", scale=1, min_width=120
+            )
+            v["log_load"] = gr.Button("Load its trace into the views", elem_id="sv-log-load")
+            v["log_export"] = gr.Button("Export the log (CSV)", elem_id="sv-log-export")
+        v["log_file"] = gr.File(label="log CSV", interactive=False, elem_id="sv-log-file")
+        v["log_chart"] = gr.Plot(label="speedup and acceptance per run", elem_id="sv-log-chart")
+        gr.Markdown(CALIBRATION_NOTE)
+        v["calib_summary"] = gr.HTML(js_on_load=None, elem_id="sv-calib-summary")
+        v["calib_plot"] = gr.Plot(label="reliability diagram of the rule", elem_id="sv-calib")
+
+
+def log_display(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """The log's rows for the table: figures to 3 decimals, missing ones blank."""
+    frame = pd.DataFrame(rows, columns=list(LOG_COLUMNS)).round(3)
+    return frame.astype(object).where(frame.notna(), "")
+
+
+def calibration_html(result: dict[str, Any]) -> str:
+    """How many drafts and runs, and how many judged bins lie within their error bars."""
+    drafts = result["drafts"]
+    head = f"{drafts} verified drafts with a drawn u over {result['traces']} run(s). "
+    if not result["summary"]["drafts"]["judged"]:
+        tail = f"No bin has {result['min_n']} drafts yet: run more (or longer) sampled runs."
+    else:
+        tail = calibration.summary_line(result) + "."
+    if result["summary"]["residual"]["judged"]:
+        tail += " Resampled tokens: " + calibration.summary_line(result, "residual") + "."
+    return render.status_html(head + tail)
+
+
+def runs_views(session: Session) -> View:
+    """The log's table, chart and run picker, and the calibration, from the session."""
+    rows = session.log.rows
+    result = session.calibration.to_dict()
+    runs = [r["run"] for r in rows]
+    return {
+        "log_table": log_display(rows),
+        "log_chart": inspect_plots.runs_figure(rows),
+        "log_pick": gr.Dropdown(choices=runs, value=runs[-1] if runs else None),
+        "calib_summary": calibration_html(result),
+        "calib_plot": inspect_plots.reliability_figure(result),
+    }
+
+
+def load_run(session: Session, run: Any) -> View:
+    """Show a logged run's traces again in every view (no model call)."""
+    try:
+        n = int(run)
+    except (TypeError, ValueError):
+        raise ValueError("choose a run from the log first") from None
+    spec, ar = session.log.traces(n)
+    main = spec or ar
+    assert main is not None
+    session.start(spec, ar, "idle")
+    session.decode = None  # the pair may have changed since; the greedy check decodes ids
+    out = final_frame(session, int(main.settings.get("gamma", 4)))
+    message = f"run {n} loaded from the log: click any token to inspect its decision"
+    return {**out, "status": render.status_html(message)}
+
+
+def log_file(session: Session) -> str:
+    """The log as a CSV file."""
+    if not session.log.rows:
+        raise ValueError("nothing logged yet: press Run first")
+    path = Path(tempfile.mkdtemp(prefix="specviz-log-")) / "specviz-runs.csv"
+    path.write_text(session.log.csv(), encoding="utf-8")
+    return str(path)
+
+
+def wire(page: Page) -> None:
+    v, sess = page.views, page.session
+    v["log_load"].click(
+        page.once(load_run), [sess, v["log_pick"]], page.outputs, api_name="load_run", **page.quiet
+    )
+    v["log_export"].click(
+        user_errors(log_file), [sess], [v["log_file"]], api_name="export_log", **page.quiet
+    )

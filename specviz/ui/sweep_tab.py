@@ -1,0 +1,176 @@
+"""The measured sweep tab: speculative against autoregressive decoding for each gamma (and
+temperature) at the current settings, measured (specviz.sweep), with the points drawn over
+Leviathan's curve at the measured alpha and c as each cell completes.
+
+This is the one view across runs that runs the models: a sweep shares the model queue
+with Run, drives the sweep iterator on the model thread through a Worker (so nothing else
+runs on the models between its timed runs), streams its progress, and Stop (or leaving the
+page) ends it after the run in progress.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import gradio as gr
+
+from specviz import inspect_plots, render
+from specviz.sweep import SweepEvent, SweepPlan, format_table, sweep
+from specviz.ui.page import HIDDEN, Page
+from specviz.ui.pairs import AppContext, failure, pair_label, zero_gpu
+from specviz.ui.state import Form, Session, View, as_int
+from specviz.ui.worker import Worker
+
+GAMMA_CHOICES = (1, 2, 3, 4, 5, 6, 7, 8)
+DEFAULT_GAMMAS = (1, 2, 4, 8)
+MAX_APP_REPS = 5  # the CLI allows more; the app keeps a sweep to minutes
+INTRO = (
+    "Measure speculative and autoregressive decoding for each gamma at the current "
+    "settings (prompt, pair, temperature, max new tokens, seed): each repetition runs both "
+    "with the same seed, the order alternating, after one warm-up; EOS is ignored so that "
+    "every run has max new tokens. Points: measured speedup (median ms/token); dashed: "
+    "Leviathan's expected speedup at the measured alpha and c. "
+    "`python -m specviz sweep` does the same from the command line."
+)
+
+
+def layout(v: dict[str, Any]) -> None:
+    """The tab's components, into the views by name."""
+    with gr.Tab("Measured sweep", id="sweep"):
+        gr.Markdown(INTRO)
+        with gr.Row():
+            v["sweep_gammas"] = gr.CheckboxGroup(
+                list(GAMMA_CHOICES),
+                value=list(DEFAULT_GAMMAS),
+                label="gammas",
+                elem_id="sv-sweep-gammas",
+                scale=3,
+            )
+            v["sweep_temps"] = gr.Textbox(
+                "",
+                label="temperatures (comma-separated; empty: the temperature control's)",
+                max_length=200,
+                scale=2,
+            )
+            v["sweep_reps"] = gr.Slider(
+                1, MAX_APP_REPS, 2, step=1, label="repetitions", elem_id="sv-sweep-reps", scale=1
+            )
+        with gr.Row():
+            v["sweep_run"] = gr.Button("Run the sweep", variant="primary", elem_id="sv-sweep-run")
+            v["sweep_stop"] = gr.Button("Stop the sweep", variant="stop", elem_id="sv-sweep-stop")
+        v["sweep_status"] = gr.HTML(js_on_load=None, elem_id="sv-sweep-status")
+        v["sweep_plot"] = gr.Plot(label="measured speedup against gamma", elem_id="sv-sweep-plot")
+        v["sweep_table"] = gr.HTML(js_on_load=None, elem_id="sv-sweep-table")
+
+
+def parse_temperatures(text: Any) -> tuple[float, ...]:
+    """'0.7, 1.0' -> (0.7, 1.0); empty -> ()."""
+    out = []
+    for part in str(text or "").split(","):
+        if part.strip():
+            try:
+                out.append(float(part))
+            except ValueError:
+                raise ValueError(f"temperatures: {part.strip()!r} is not a number") from None
+    return tuple(out)
+
+
+def sweep_plan(form: Form, ctx: AppContext, gammas: Any, temperatures: Any, reps: Any) -> SweepPlan:
+    """The plan from the tab's choices and every other setting from the form."""
+    settings = ctx.settings(form)
+    reps = as_int("repetitions", reps)
+    if isinstance(reps, bool) or not isinstance(reps, int) or not 1 <= reps <= MAX_APP_REPS:
+        raise ValueError(f"repetitions must be in 1..{MAX_APP_REPS}, got {reps!r}")
+    gs = tuple(sorted(as_int("gamma", g) for g in gammas or ()))
+    temps = parse_temperatures(temperatures) or (settings.temperature,)
+    return SweepPlan(gs, temps, settings, reps, form.prompt)
+
+
+def progress_html(event: SweepEvent | None, total: int) -> str:
+    """A progress bar and the run in progress."""
+    done = event.done if event is not None else 0
+    text = "warming up ..."
+    if event is not None:
+        text = (
+            f"run {done} of {total} done (gamma {event.gamma}, temperature "
+            f"{event.temperature:g}, {event.method}, repetition {event.rep + 1})"
+        )
+    bar = f'<progress value="{done}" max="{total}" style="width: 100%"></progress>'
+    return bar + render.status_html(text, "busy")
+
+
+def results(rows: list[dict[str, Any]], status: str) -> View:
+    """The chart and the table of the rows so far."""
+    table = f"<pre class='sv-sweep'>{render.esc(format_table(rows))}</pre>" if rows else ""
+    return {
+        "sweep_plot": inspect_plots.sweep_figure(rows),
+        "sweep_table": table,
+        "sweep_status": status,
+    }
+
+
+def sweep_updates(
+    session: Session, form: Form, ctx: AppContext, gammas: Any, temperatures: Any, reps: Any
+) -> Iterator[View]:
+    """Run the sweep on the model thread; stream progress, and each cell's row as it ends."""
+    if zero_gpu():
+        raise ValueError("the sweep needs a model kept in memory: it does not run on ZeroGPU")
+    plan = sweep_plan(form, ctx, gammas, temperatures, reps)
+    label = pair_label(form)
+    yield {"sweep_status": render.status_html(f"loading pair {label!r} ...", "busy")}
+    pair = ctx.pair(form)
+    events: list[SweepEvent] = []
+    stop = session.new_stop()
+    worker = Worker([sweep(pair, plan)], stop, sink=events)
+    worker.start()
+    yield {"sweep_status": progress_html(None, plan.total_runs), **results([], "")}
+    shown = 0
+    try:
+        while worker.is_alive():
+            worker.tick.wait(0.5)
+            worker.tick.clear()
+            if len(events) > shown:
+                shown = len(events)
+                rows = [e.row for e in events[:shown] if e.row is not None]
+                yield results(rows, progress_html(events[shown - 1], plan.total_runs))
+    finally:
+        stop.set()  # the page went away or the handler was cancelled
+    worker.join()
+    if worker.error is not None:
+        raise failure(worker.error, f"sweeping pair {label!r}")
+    yield results([e.row for e in events if e.row is not None], done_html(events, plan))
+
+
+def done_html(events: list[SweepEvent], plan: SweepPlan) -> str:
+    done = events[-1].done if events else 0
+    if done < plan.total_runs:
+        return render.status_html(f"sweep stopped after {done} of {plan.total_runs} runs")
+    return render.status_html(f"sweep done: {done} runs, {len(plan.cells())} cells")
+
+
+def stop_sweep(session: Session) -> str:
+    """Stop: the sweep ends after the run in progress."""
+    session.stop.set()
+    return render.status_html("stopping after the run in progress ...", "busy")
+
+
+def wire(page: Page) -> None:
+    v, sess = page.views, page.session
+    choices = [v["sweep_gammas"], v["sweep_temps"], v["sweep_reps"]]
+
+    def handler(s: Session, g: Any, t: Any, r: Any, *values: Any) -> Iterator[View]:
+        return sweep_updates(s, page.form(values), page.ctx, g, t, r)
+
+    outputs = [v[k] for k in ("sweep_status", "sweep_plot", "sweep_table")]
+    v["sweep_run"].click(
+        page.stream(handler),
+        [sess, *choices, *page.inputs],
+        outputs,
+        api_name="sweep",
+        show_progress="minimal",
+        **page.model_queue,
+        **HIDDEN,
+    )
+    stop: Any = [v["sweep_status"]]
+    v["sweep_stop"].click(stop_sweep, [sess], stop, api_name="stop_sweep", **page.quiet)

@@ -1,0 +1,83 @@
+"""The token view and what sits with it: the status legend, the switch that shades each
+drafted token by its overlap sum_x min(p, q) (with its legend), the token and per-round
+views, and the narration box where Step tells the round just taken in plain sentences.
+
+Shading is a per-visitor switch kept in the Session, so the live, final, replayed and
+reloaded views all honour it (Session.sync_rounds renders with it). Narration reads the
+stored round only (specviz.narration): no model call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+
+from specviz import render
+from specviz.ui.content import TOKEN_JS
+from specviz.ui.page import Page
+from specviz.ui.state import Session, View, user_errors
+
+NARRATION_HINT = (
+    "Press Step to take one round at a time: each round is told here in numbered "
+    "sentences (the draft's proposal, the one target call, each decision, the added token)."
+)
+NO_OVERLAPS = "this trace recorded no overlaps (an autoregressive run or a minimal trace)"
+
+
+def layout(v: dict[str, Any]) -> None:
+    """The legends, the shading switch, the token and per-round views, the narration box."""
+    with gr.Row(equal_height=True):
+        gr.HTML(render.legend_html(), js_on_load=None, scale=4)
+        v["shade"] = gr.Checkbox(
+            False,
+            label="shade drafts by overlap sum_x min(p, q)",
+            elem_id="sv-shade",
+            scale=1,
+            min_width=180,
+        )
+    v["overlap_legend"] = gr.HTML("", js_on_load=None, elem_id="sv-overlap-legend")
+    with gr.Row(elem_id="sv-token-row"):
+        for name, scale in (("tokens", 3), ("rounds", 2)):
+            v[name] = gr.HTML(
+                render.tokens_html([]) if name == "tokens" else render.rounds_html([]),
+                js_on_load=TOKEN_JS,
+                elem_id=f"sv-{name}",
+                max_height=420,
+                scale=scale,
+                autoscroll=True,
+            )
+    v["narration"] = gr.HTML(narration_hint(), js_on_load=None, elem_id="sv-narration")
+
+
+def narration_hint() -> str:
+    return render.status_html(NARRATION_HINT)
+
+
+def shade_legend(session: Session) -> str:
+    """The shading's legend while it is on ("" while off)."""
+    if not session.shade:
+        return ""
+    if session.spec is not None and not session.shading:
+        return render.status_html(f"Shading: {NO_OVERLAPS}.")
+    return render.overlap_legend_html()
+
+
+def shade_update(session: Session, on: bool) -> View:
+    """Switch the overlap shading: the token view re-rendered from the cached rounds."""
+    session.set_shade(bool(on))
+    out: View = {"overlap_legend": shade_legend(session)}
+    if session.spec is not None:
+        out["tokens"] = render.tokens_html(session.parts, session.spec.prompt)
+    return out
+
+
+def wire(page: Page) -> None:
+    v = page.views
+    v["shade"].change(
+        user_errors(lambda s, on: page.keyed(shade_update(s, on))),
+        [page.session, v["shade"]],
+        [v["overlap_legend"], v["tokens"]],
+        api_name="shade",
+        **page.quiet,
+    )

@@ -1,0 +1,49 @@
+"""The thread that drives model work for a streaming handler: it runs iterators (a live
+run and its baseline, or a sweep) back to back in one call on the model thread
+(specviz.modelthread), never waits for the page, and stops between items when asked.
+
+The handler polls: it waits on ``tick``, reads what the iterators have produced so far
+(the live traces, or the items kept in ``sink``) and yields views.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from specviz.modelthread import MODEL_THREAD
+
+
+class Worker(threading.Thread):
+    """Runs each iterable to its end, in order, on the model thread; a set stop event
+    closes the current one after its next item and skips the rest."""
+
+    def __init__(
+        self, runs: list[Iterable[Any]], stop: threading.Event, sink: list[Any] | None = None
+    ) -> None:
+        super().__init__(daemon=True, name="specviz-run")
+        self.runs, self.stop, self.sink = runs, stop, sink
+        self.tick = threading.Event()  # set after every item
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            MODEL_THREAD.call(self.drive)
+        except BaseException as exc:  # reported by the handler
+            self.error = exc
+        finally:
+            self.tick.set()
+
+    def drive(self) -> None:
+        for r in self.runs:
+            it = iter(r)
+            for item in it:
+                if self.sink is not None:
+                    self.sink.append(item)
+                self.tick.set()
+                if self.stop.is_set():
+                    it.close()  # a run's trace is finalised as "stopped"
+                    break
+            if self.stop.is_set():
+                break

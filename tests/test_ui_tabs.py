@@ -1,0 +1,219 @@
+"""The views across runs on the tiny pair: the experiment log and calibration that a Run
+updates, reloading a logged run, the race replay, overlap shading, Step's narration and the
+measured sweep. Handlers take an AppContext, as in tests/test_ui.py."""
+
+from __future__ import annotations
+
+import copy
+import html
+import io
+import threading
+
+import gradio as gr
+import pandas as pd
+import pytest
+
+from specviz import ui
+from specviz.config import Limits
+from specviz.experiments import LOG_COLUMNS
+from specviz.render import esc
+from specviz.trace import Trace
+
+PROMPT = "1 2 3"
+LIMITS = Limits()
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture()
+def ctx(tiny):
+    return ui.AppContext(lambda pair, dtype: tiny, LIMITS)
+
+
+def form(**changes) -> ui.Form:
+    base = {"prompt": PROMPT, "pair": "tiny", "max_new_tokens": 20, "gamma": 3}
+    return ui.Form(**{**base, **changes})
+
+
+def run(session: ui.Session, ctx, **changes) -> list[dict]:
+    return list(ui.run_updates(session, form(**changes), ctx))
+
+
+def verified_with_u(trace: Trace) -> int:
+    return sum(d.status != "discarded" and d.u is not None for r in trace.rounds for d in r.drafted)
+
+
+def shaded(tokens: str) -> int:
+    return tokens.count("data-overlap=")
+
+
+def test_each_run_adds_a_log_row_and_its_decisions_to_the_calibration(ctx) -> None:
+    session = ui.new_session()
+    run(session, ctx, seed=1)
+    first = session.spec
+    frames = run(session, ctx, seed=2, compare=False, own_draft_temperature=True)
+    final = frames[-1]
+    table = final["log_table"]
+    assert list(table.columns) == list(LOG_COLUMNS) and list(table["run"]) == [1, 2]
+    assert list(table["method"]) == ["spec + ar", "spec"]
+    assert table["speedup"][0] != "" and table["speedup"][1] == ""  # run 2 had no baseline
+    assert "draft_temperature=1.5" in table["changed"][1]
+    assert isinstance(final["log_pick"], gr.Dropdown) and final["log_pick"].value == 2
+    # the calibration counts exactly the verified drafts that drew a u, over both runs
+    expected = verified_with_u(first) + verified_with_u(session.spec)
+    assert expected > 0 and session.calibration.drafts.total == expected
+    assert f"{expected} verified drafts with a drawn u over 2 run(s)" in final["calib_summary"]
+    assert len(final["calib_plot"].data) >= 2  # the diagonal and the drafts' bins
+    assert [t.name for t in final["log_chart"].data] == ["speedup (x)", "acceptance rate"]
+    # a Step does not log: only Run does
+    ui.step_update(session, form(), ctx)
+    assert len(session.log.rows) == 2
+
+
+def test_a_logged_run_loads_back_into_every_view(ctx) -> None:
+    session = ui.new_session()
+    first_view = run(session, ctx, seed=1)[-1]
+    first = session.spec
+    second_view = run(session, ctx, seed=2, prompt="4 5", temperature=2.0)[-1]
+    assert second_view["tokens"] != first_view["tokens"]
+    out = ui.load_run(session, 1)
+    assert session.spec is first and session.ar.method == "ar"
+    assert out["tokens"] == first_view["tokens"] and out["rounds"] == first_view["rounds"]
+    assert "run 1 loaded" in out["status"] and "verdict" in out
+    with pytest.raises(ValueError, match="run 7 is not in the log"):
+        ui.load_run(session, 7)
+    with pytest.raises(ValueError, match="choose a run"):
+        ui.load_run(session, None)
+
+
+def test_the_log_exports_as_csv_and_survives_a_session_copy(ctx) -> None:
+    with pytest.raises(ValueError, match="nothing logged yet"):
+        ui.log_file(ui.new_session())
+    session = ui.new_session()
+    run(session, ctx, seed=1, max_new_tokens=8)
+    with open(ui.log_file(session), encoding="utf-8") as f:
+        frame = pd.read_csv(io.StringIO(f.read()))
+    assert list(frame.columns) == list(LOG_COLUMNS) and list(frame["run"]) == [1]
+    assert frame["new_tokens"][0] == 8
+    clone = copy.deepcopy(session)
+    assert clone.log.rows == session.log.rows and clone.log.traces(1)[0] is clone.spec
+    assert clone.calibration.drafts.n == session.calibration.drafts.n
+    run(clone, ctx, seed=2, max_new_tokens=8)
+    assert len(clone.log.rows) == 2 and len(session.log.rows) == 1
+
+
+def test_race_replay_of_a_compared_run(ctx) -> None:
+    session = ui.new_session()
+    final = run(session, ctx, seed=1)[-1]
+    assert "Replay race" in final["race"]
+    out = ui.race_update(session, 2.0)["race"]
+    assert 'data-speed="2"' in out and "Replay of measured timings at 2x" in out
+    assert f'data-method="spec" data-shown="{len(session.spec.token_ids)}"' in out
+    assert f'data-method="ar" data-shown="{len(session.ar.token_ids)}"' in out
+    # token texts such as "<3>" are escaped: no tag of theirs reaches the page
+    assert "&lt;" in out and not any(f"<{i}>" in out for i in range(8))
+    assert ui.race_update(session, 2.0)["race"] != out  # a new replay restarts
+    with pytest.raises(ValueError, match="speed"):
+        ui.race_update(session, 0)
+    final = run(session, ctx, seed=1, compare=False)[-1]
+    assert "needs a compared run" in final["race"]
+    with pytest.raises(ValueError, match="needs a compared run"):
+        ui.race_update(session, 1.0)
+
+
+def test_overlap_shading_reaches_live_final_replayed_and_imported_views(
+    ctx, tiny, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.setattr("specviz.ui.io_tab.REPLAY_SECONDS", 0.0)  # replay without pauses
+    session = ui.new_session()
+    run(session, ctx, seed=1, compare=False)
+    drafts = sum(d.status != "discarded" for r in session.spec.rounds for d in r.drafted)
+    assert drafts > 0 and shaded(ui.final_frame(session, 3)["tokens"]) == 0
+    out = ui.shade_update(session, True)
+    assert shaded(out["tokens"]) == drafts and "sv-overlap-legend" in out["overlap_legend"]
+    assert shaded(ui.final_frame(session, 3)["tokens"]) == drafts
+    assert shaded(list(ui.replay_updates(session))[-1]["tokens"]) == drafts
+    frames = run(session, ctx, seed=2, compare=False)  # a new run keeps the switch
+    live = [f["tokens"] for f in frames[:-1] if "data-status" in f.get("tokens", "")]
+    assert live and all(shaded(t) for t in live) and shaded(frames[-1]["tokens"])
+    # a minimal trace recorded no overlaps: unshaded, and the legend says why
+    from specviz.engine import generate
+
+    minimal = generate(tiny, PROMPT, form().settings(LIMITS).with_(trace_level="minimal"))
+    path = tmp_path / "minimal.json"
+    path.write_text(minimal.to_json())
+    assert shaded(list(ui.import_updates(session, str(path)))[-1]["tokens"]) == 0
+    assert "recorded no overlaps" in ui.shade_update(session, True)["overlap_legend"]
+    off = ui.shade_update(session, False)
+    assert off["overlap_legend"] == "" and shaded(off["tokens"]) == 0
+
+
+def test_step_narrates_the_round_just_taken(ctx) -> None:
+    session = ui.new_session()
+    f = form(own_draft_temperature=True, draft_temperature=3.0, gamma=2)
+    for n in range(1, 4):
+        out = ui.step_update(session, f, ctx)
+        r = session.spec.rounds[-1]
+        text = out["narration"]
+        assert f"Round {n - 1}" in text and "One target call scored" in text
+        assert text.count("<li>") >= 3  # proposal, scoring, at least one decision or added
+        for d in r.drafted:  # token texts such as "<3>" appear escaped only
+            assert esc(repr(d.text)) in text and repr(d.text) not in text
+    first = next(ui.run_updates(session, form(), ctx))  # Run puts the hint back
+    assert "Press Step" in first["narration"]
+
+
+def test_sweep_streams_its_rows_on_the_model_thread(tiny, ctx) -> None:
+    threads: set[str] = set()
+    hook = tiny.target.model.register_forward_pre_hook(
+        lambda *_: threads.add(threading.current_thread().name)
+    )
+    session = ui.new_session()
+    try:
+        frames = list(ui.sweep_updates(session, form(max_new_tokens=6), ctx, [2, 1], "", 1))
+    finally:
+        hook.remove()
+    assert threads == {"specviz-model"}
+    assert any("<progress" in f.get("sweep_status", "") for f in frames)
+    final = frames[-1]
+    assert "sweep done: 4 runs, 2 cells" in final["sweep_status"]
+    names = [t.name for t in final["sweep_plot"].data]
+    assert any("measured" in n for n in names) and any("formula" in n for n in names)
+    measured = next(t for t in final["sweep_plot"].data if "measured" in t.name)
+    assert list(measured.x) == [1, 2]
+    assert final["sweep_table"].count("\n") == 2  # a header and one line per gamma
+    assert session.spec is None and not session.log.rows  # a sweep is not a logged run
+
+
+def test_sweep_stop_ends_it_after_the_run_in_progress(tiny, ctx) -> None:
+    session = ui.new_session()
+
+    def press_stop(*_) -> None:  # at the first target call, in the warm-up
+        ui.stop_sweep(session)
+
+    hook = tiny.target.model.register_forward_pre_hook(press_stop)
+    try:
+        frames = list(ui.sweep_updates(session, form(max_new_tokens=6), ctx, [1, 2], "", 2))
+    finally:
+        hook.remove()
+    assert "sweep stopped after 1 of 8 runs" in frames[-1]["sweep_status"]
+    assert frames[-1]["sweep_table"] == ""
+
+
+@pytest.mark.parametrize(
+    ("choices", "message"),
+    [
+        (([], "", 1), "gammas is empty"),
+        (([1], "hot", 1), "temperatures: 'hot' is not a number"),
+        (([1], "", 9), "repetitions must be in 1..5"),
+        (([40], "", 1), "gamma must be in 1..32"),
+    ],
+)
+def test_sweep_refuses_bad_choices_in_one_line(ctx, choices, message) -> None:
+    handler = ui.user_errors(ui.sweep_updates)
+    with pytest.raises(gr.Error) as err:
+        list(handler(ui.new_session(), form(), ctx, *choices))
+    shown = html.unescape(err.value.message)
+    assert message in shown and "\n" not in shown
+    with pytest.raises(gr.Error, match="adaptive gamma off"):
+        list(handler(ui.new_session(), form(adaptive_gamma=True), ctx, [1], "", 1))
