@@ -39,6 +39,14 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default=None, help="target model id (a custom pair, with --draft)")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument(
+        "--compile",
+        nargs="?",
+        const="inductor",
+        default=None,
+        choices=["inductor", "aot_eager", "eager"],
+        help="static KV cache and torch.compile'd forwards (backend, default inductor)",
+    )
 
 
 def _add_sampling_args(p: argparse.ArgumentParser) -> None:
@@ -116,9 +124,11 @@ def load_pair_from_args(args: argparse.Namespace) -> Any:
     from specviz.models import load_pair, resolve_pair
 
     resolve_pair(args.pair, args.draft, args.target)  # fail fast, before any load
-    return load_pair(
+    pair = load_pair(
         args.pair, draft=args.draft, target=args.target, dtype=args.dtype, device=args.device
     )
+    backend = getattr(args, "compile", None)
+    return pair.with_compile(backend) if backend else pair
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -130,15 +140,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.compare and args.method != "spec":
         raise ValueError("--compare runs both methods: leave --method at spec")
     pair = load_pair_from_args(args)
-    from specviz.engine import Run, generate
+    from specviz.engine import Run, warm_up
 
     methods = ["ar", "spec"] if args.compare else [args.method]
     # The prompt checks are the same for every seed: the first Run makes them before any
     # output; later Runs are built one at a time, so no finished trace is kept.
     first: Run | None = Run(pair, args.prompt, settings.with_(method=methods[0]), raw=args.raw)
     if args.compare:  # warm both paths first, so neither side pays for first-call setup
-        for m in methods:
-            generate(pair, args.prompt, settings.with_(method=m, max_new_tokens=4), raw=args.raw)
+        warm_up(pair, args.prompt, settings, raw=args.raw)
     for i in range(args.samples):
         s = settings.with_(seed=args.seed + i)
         group = []
