@@ -120,7 +120,8 @@ def settings_from_args(args: argparse.Namespace, method: str = "spec") -> Settin
     )
 
 
-def load_pair_from_args(args: argparse.Namespace) -> Any:
+def load_pair_from_args(args: argparse.Namespace, compiled: bool = True) -> Any:
+    """The pair the arguments name; on the compiled path if --compile and compiled."""
     from specviz.models import load_pair, resolve_pair
 
     resolve_pair(args.pair, args.draft, args.target)  # fail fast, before any load
@@ -128,7 +129,7 @@ def load_pair_from_args(args: argparse.Namespace) -> Any:
         args.pair, draft=args.draft, target=args.target, dtype=args.dtype, device=args.device
     )
     backend = getattr(args, "compile", None)
-    return pair.with_compile(backend) if backend else pair
+    return pair.with_compile(backend) if backend and compiled else pair
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -230,8 +231,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         modes=_csv(args.modes),
         hf=False if args.no_transformers else None,
         load_probe=False if args.no_load_probe else None,
+        compile=args.compile,
     )
-    pair = load_pair_from_args(args)
+    pair = load_pair_from_args(args, compiled=False)  # the bench runs both paths
     result = bench.run_bench(pair, opts, log=lambda m: print(m, file=sys.stderr, flush=True))
     if args.out:
         for path in bench.write_outputs(result, Path(args.out)):

@@ -68,13 +68,17 @@ def cache_len(needed: int) -> int:
 
 
 def compile_cache_dir() -> str:
-    """Where inductor keeps generated code: TORCHINDUCTOR_CACHE_DIR, else the specviz cache."""
+    """Where inductor keeps generated code: TORCHINDUCTOR_CACHE_DIR if the user set it,
+    else the specviz cache (torch fills the variable in with a temporary directory of its
+    own as soon as transformers builds a model; that choice is replaced)."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
     from specviz.models import cache_root
 
     d = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    if not d:
+    if not d or os.path.abspath(d) == os.path.abspath(default_cache_dir()):
         d = str(cache_root() / "inductor")
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = d  # read by inductor when it compiles
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = d  # read by inductor whenever it compiles
     return d
 
 
