@@ -15,6 +15,9 @@ of logits are dropped and the position moves back past them. The cache length is
 two of at least 256 positions. The prompt's first call (the prefill) runs eagerly on the
 same cache, as transformers recommends.
 
+Caches are handed back when a run finishes and reused by the next run of the same model and
+length, so that their buffers keep one address (CUDA graphs replay on fixed addresses).
+
 Compilation happens once per process, model, width and cache length (``Compiler``), under
 a lock, and is reported on stderr ("compiling ..., about N s"; the estimate is the last
 time recorded for that shape, kept beside torch's compile cache). Inductor's caches live
@@ -217,6 +220,27 @@ def _key(backend: str, key: tuple[str, int, int]) -> str:
     return f"{backend}|{key[0]}|{key[1]}|{key[2]}"
 
 
+# --- static caches, kept between requests ------------------------------------------------
+
+_pool: dict[tuple[int, int], list[StaticCache]] = {}
+_pool_lock = threading.Lock()
+
+
+def acquire_cache(model: torch.nn.Module, length: int) -> StaticCache:
+    """A static cache of this length for this model: a released one when there is one (its
+    buffers keep their addresses, which CUDA graphs replay), else a new one."""
+    with _pool_lock:
+        free = _pool.get((id(model), length))
+        if free:
+            return free.pop()
+    return StaticCache(config=model.config, max_cache_len=length)
+
+
+def release_cache(model: torch.nn.Module, length: int, cache: StaticCache) -> None:
+    with _pool_lock:
+        _pool.setdefault((id(model), length), []).append(cache)
+
+
 # --- one request's static cache -----------------------------------------------------------
 
 
@@ -241,9 +265,16 @@ class StaticLM:
         self.device = _device(model)
         self.out_device = out_device or self.device
         self.length = cache_len(max_len)
-        self.cache = StaticCache(config=model.config, max_cache_len=self.length)
+        self.cache: StaticCache | None = acquire_cache(model, self.length)
+        self._move(0)  # a reused cache starts empty: what it held lies beyond the position
         self.tokens: list[int] = []  # the tokens whose keys and values the cache holds
         self.calls = 0
+
+    def close(self) -> None:
+        """The request is over: hand the cache back for the next one (once)."""
+        if self.cache is not None:
+            release_cache(self.model, self.length, self.cache)
+            self.cache = None
 
     @property
     def cached(self) -> int:
@@ -258,6 +289,7 @@ class StaticLM:
             del self.tokens[keep:]
             self._move(keep)
 
+    @torch.inference_mode()
     def _move(self, pos: int) -> None:
         for layer in self.cache.layers:
             if layer.is_initialized:

@@ -145,6 +145,9 @@ class Run:
         tr.timeline.append([t_s, float(len(tr.token_ids))])
 
     def _finish(self, reason: str, t0: float) -> None:
+        for lm in (self.target_lm, getattr(self.drafter, "lm", None)):
+            if isinstance(lm, StaticLM):
+                lm.close()  # the compiled path's caches go back to their pool
         tr = self.trace
         tr.stop_reason = reason
         tr.text = self.pair.decode(tr.token_ids)

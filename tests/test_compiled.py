@@ -93,18 +93,27 @@ def test_rollback_moves_the_position_and_copies_nothing(pairs):
     _, compiled = pairs
     run = Run(compiled, PROMPT, _greedy())
     seen = []
-    for update in run:
+    for _ in run:
         lm = run.target_lm
         assert isinstance(lm, StaticLM)
-        keys = [layer.keys.data_ptr() for layer in lm.cache.layers]
-        seen.append(keys)
+        seen.append([layer.keys.data_ptr() for layer in lm.cache.layers])
         positions = {int(layer.cumulative_length) for layer in lm.cache.layers}
         assert positions == {len(lm.tokens)}
         assert lm.tokens == (run.prompt_ids + run.trace.token_ids)[: len(lm.tokens)]
-        if update.n_tokens > 20:
+        assert run.drafter.lm.length == cache_len(3 + 40 + 2 + 1)
+    assert len(seen) > 5 and all(s == seen[0] for s in seen)  # the same buffers throughout
+    assert run.target_lm.cache is None  # handed back at the end
+
+
+def test_the_next_run_reuses_the_handed_back_caches(pairs):
+    _, compiled = pairs
+    ptrs = []
+    for seed in (1, 2):
+        run = Run(compiled, PROMPT, _greedy(seed=seed))
+        for _ in run:  # leaving the loop closes the run, which hands its caches back
+            ptrs.append(run.target_lm.cache.layers[0].keys.data_ptr())
             break
-    assert all(s == seen[0] for s in seen)  # the same buffers from the first round on
-    assert run.drafter.lm.cache.layers[0].keys.shape[2] == cache_len(3 + 40 + 2 + 1)
+    assert ptrs[0] == ptrs[1]
 
 
 def test_padded_calls_give_the_eager_logits(pairs):
