@@ -150,3 +150,19 @@ def test_models_without_static_cache_support_are_refused():
 
 def test_cache_lengths_are_few():
     assert [cache_len(n) for n in (1, 256, 257, 700)] == [256, 256, 512, 1024]
+
+
+def test_the_cli_runs_the_compiled_path(pairs, monkeypatch, capsys):
+    import json
+
+    import specviz.models
+    from specviz import cli
+
+    eager, _ = pairs
+    monkeypatch.setattr(specviz.models, "load_pair", lambda *a, **k: eager)
+    argv = ["generate", "--prompt", PROMPT, "--greedy", "--max-new-tokens", "6", "--json"]
+    assert cli.main([*argv, "--gamma", str(GAMMA), "--compile", BACKEND]) == 0
+    trace = json.loads(capsys.readouterr().out)
+    assert trace["models"]["target"].endswith(f"compiled with {BACKEND}")
+    assert len(trace["token_ids"]) == 6
+    assert cli.main([*argv, "--compile", "tvm"]) == 2
