@@ -217,7 +217,8 @@ def _record(backend: str, key: tuple[str, int, int], seconds: float) -> None:
 
 
 def _key(backend: str, key: tuple[str, int, int]) -> str:
-    return f"{backend}|{key[0]}|{key[1]}|{key[2]}"
+    """Inductor's cache is keyed on the thread count too: so is the estimate."""
+    return f"{backend}|{key[0]}|{key[1]}|{key[2]}|{torch.get_num_threads()} threads"
 
 
 # --- static caches, kept between requests ------------------------------------------------
