@@ -39,6 +39,14 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default=None, help="target model id (a custom pair, with --draft)")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument(
+        "--compile",
+        nargs="?",
+        const="inductor",
+        default=None,
+        choices=["inductor", "aot_eager", "eager"],
+        help="static KV cache and torch.compile'd forwards (backend, default inductor)",
+    )
 
 
 def _add_sampling_args(p: argparse.ArgumentParser) -> None:
@@ -112,13 +120,16 @@ def settings_from_args(args: argparse.Namespace, method: str = "spec") -> Settin
     )
 
 
-def load_pair_from_args(args: argparse.Namespace) -> Any:
+def load_pair_from_args(args: argparse.Namespace, compiled: bool = True) -> Any:
+    """The pair the arguments name; on the compiled path if --compile and compiled."""
     from specviz.models import load_pair, resolve_pair
 
     resolve_pair(args.pair, args.draft, args.target)  # fail fast, before any load
-    return load_pair(
+    pair = load_pair(
         args.pair, draft=args.draft, target=args.target, dtype=args.dtype, device=args.device
     )
+    backend = getattr(args, "compile", None)
+    return pair.with_compile(backend) if backend and compiled else pair
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -220,8 +231,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         modes=_csv(args.modes),
         hf=False if args.no_transformers else None,
         load_probe=False if args.no_load_probe else None,
+        compile=args.compile,
     )
-    pair = load_pair_from_args(args)
+    pair = load_pair_from_args(args, compiled=False)  # the bench runs both paths
     result = bench.run_bench(pair, opts, log=lambda m: print(m, file=sys.stderr, flush=True))
     if args.out:
         for path in bench.write_outputs(result, Path(args.out)):

@@ -25,10 +25,11 @@ from typing import Any
 import torch
 
 from specviz import metrics
+from specviz.compiled import StaticLM, compiler_for
 from specviz.config import Settings
 from specviz.drafters import Draft, Drafter, ModelDrafter, NgramDrafter
 from specviz.lm import CachedLM
-from specviz.models import ModelPair
+from specviz.models import LoadedModel, ModelPair
 from specviz.sampling import Verdict, draw, next_token, overlap, verify, warp
 from specviz.trace import Added, Drafted, Round, Stats, Trace, verified
 
@@ -90,7 +91,7 @@ class Run:
         )
         self._started = False
         # The request's own model state, exposed for inspection (tests, benchmarks).
-        self.target_lm: CachedLM | None = None
+        self.target_lm: CachedLM | StaticLM | None = None
         self.drafter: Drafter | None = None
 
     def __iter__(self) -> Iterator[Update]:
@@ -104,10 +105,39 @@ class Run:
     def _generator(self) -> torch.Generator:
         return torch.Generator(device=self.device).manual_seed(self.settings.seed)
 
-    def _target_lm(self) -> CachedLM:
+    def _target_lm(self) -> CachedLM | StaticLM:
         """The target's cache. Its logits come to the pair's device, where the rule runs and
         the generator lives, even when a device map spreads its layers over several."""
-        return CachedLM(self.pair.target.model, self.pair.vocab_size, self.device)
+        return self._lm(self.pair.target, self._verify_widths())
+
+    def _lm(self, m: LoadedModel, widths: tuple[int, ...]) -> CachedLM | StaticLM:
+        """A cache for one model: dynamic (eager), or static on the compiled path, where
+        calls after the prefill are padded to one of widths (specviz.compiled)."""
+        backend = self.pair.compile_backend
+        if backend is None:
+            return CachedLM(m.model, self.pair.vocab_size, self.device)
+        s = self.settings
+        max_len = len(self.prompt_ids) + s.max_new_tokens + max(widths) + 1
+        return StaticLM(
+            m.model,
+            m.name,
+            self.pair.vocab_size,
+            compiler_for(backend),
+            widths,
+            max_len,
+            self.device,
+        )
+
+    def _verify_widths(self) -> tuple[int, ...]:
+        """The target's call shapes: one token (ar, and a round that drafted nothing) and
+        gamma + 1; with adaptive gamma, a few buckets up to max_gamma + 1."""
+        s = self.settings
+        if s.method == "ar":
+            return (1,)
+        if not s.adaptive_gamma:
+            return (1, s.gamma + 1)
+        top = s.limits.max_gamma + 1
+        return tuple(sorted({1, *(w for w in (3, 5, 9, 17, 33) if w < top), top}))
 
     def _emit(self, new_ids: list[int], t_s: float) -> None:
         tr = self.trace
@@ -116,6 +146,9 @@ class Run:
         tr.timeline.append([t_s, float(len(tr.token_ids))])
 
     def _finish(self, reason: str, t0: float) -> None:
+        for lm in (self.target_lm, getattr(self.drafter, "lm", None)):
+            if isinstance(lm, StaticLM):
+                lm.close()  # the compiled path's caches go back to their pool
         tr = self.trace
         tr.stop_reason = reason
         tr.text = self.pair.decode(tr.token_ids)
@@ -155,7 +188,7 @@ class Run:
         if s.drafter == "ngram":
             return NgramDrafter(pair.vocab_size, s.ngram_size, pair.eos_ids)
         assert pair.draft is not None
-        lm = CachedLM(pair.draft.model, pair.vocab_size, self.device)
+        lm = self._lm(pair.draft, (1, 2))  # one token, or two after a full accept
         return ModelDrafter(lm, s.draft_warp(), pair.eos_ids)
 
     @torch.inference_mode()
@@ -351,8 +384,11 @@ def generate(pair: ModelPair, prompt: str, settings: Settings, raw: bool = False
 
 
 def warm_up(pair: ModelPair, prompt: str, settings: Settings, raw: bool = False) -> None:
-    """Run both methods once for a few tokens, so that no timed run pays for first-call
-    set-up (allocator growth, kernel selection, lazy initialisation)."""
-    short = settings.with_(max_new_tokens=min(4, settings.limits.max_new_tokens))
+    """Run both methods for a few tokens, so that no timed run pays for first-call set-up
+    (allocator growth, kernel selection, lazy initialisation, and on the compiled path the
+    compilation of every shape the run's settings use)."""
     for method in ("ar", "spec"):
-        generate(pair, prompt, short.with_(method=method), raw=raw)
+        run = Run(pair, prompt, settings.with_(method=method), raw=raw)
+        for update in run:
+            if update.n_tokens >= 4:
+                break

@@ -10,6 +10,7 @@ its own KV caches and generator (see specviz.engine).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -205,6 +206,9 @@ class ModelPair:
     eos_ids: frozenset[int]
     context_len: int
     _texts: dict[int, str] = field(default_factory=dict, repr=False)
+    # None: eager forwards on a DynamicCache; else the torch.compile backend of the
+    # compiled path (specviz.compiled). Set through with_compile.
+    compile_backend: str | None = None
 
     def __post_init__(self) -> None:
         n = len(self.tokenizer)
@@ -249,10 +253,22 @@ class ModelPair:
         return list(tok(prompt)["input_ids"])
 
     def describe(self) -> dict[str, str]:
-        d = {"pair": self.name, "target": self.target.describe()}
+        how = f", compiled with {self.compile_backend}" if self.compile_backend else ""
+        d = {"pair": self.name, "target": self.target.describe() + how}
         if self.draft is not None:
-            d["draft"] = self.draft.describe()
+            d["draft"] = self.draft.describe() + how
         return d
+
+    def with_compile(self, backend: str | None = "inductor") -> ModelPair:
+        """The same models on the compiled path (None: the eager one). Raises ValueError
+        for a model that cannot run there."""
+        if backend is not None:
+            from specviz.compiled import check_compilable
+
+            for m in (self.target, self.draft):
+                if m is not None:
+                    check_compilable(m.model, backend)
+        return dataclasses.replace(self, compile_backend=backend)
 
 
 _lock = threading.Lock()

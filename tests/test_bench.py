@@ -138,8 +138,8 @@ def test_tokens_per_round_ratio_on_synthetic_rows():
 
 def test_report_table_and_files(result, tmp_path):
     text = bench.format_report(result)
-    for label in bench.ITEM_LABELS.values():
-        assert label in text
+    for item, label in bench.ITEM_LABELS.items():
+        assert (label in text) == (item not in bench.COMPILED_ITEMS)
     paths = bench.write_outputs(result, tmp_path)
     names = {p.name for p in paths}
     assert {"runs.csv", "ratios.csv", "summary.csv", "bench.json", "report.html"} <= names
@@ -181,7 +181,7 @@ def test_quick_defaults():
 def test_cli_bench_json(pair, monkeypatch, capsys, tmp_path):
     from specviz import cli
 
-    monkeypatch.setattr(cli, "load_pair_from_args", lambda args: pair)
+    monkeypatch.setattr(cli, "load_pair_from_args", lambda args, compiled=True: pair)
     monkeypatch.setattr(bench.running, "prompt_set", lambda quick, kinds: PROMPTS[:1])
     argv = ["bench", "--quick", "--max-new-tokens", "4", "--modes", "greedy", "--gammas", "2"]
     argv.append("--json")
@@ -190,3 +190,39 @@ def test_cli_bench_json(pair, monkeypatch, capsys, tmp_path):
     assert out["options"]["modes"] == ["greedy"] and out["rows"]
     assert (tmp_path / "report.html").exists()
     assert cli.main(["bench", "--reps", "1"]) == 2
+
+
+@pytest.fixture(scope="module")
+def compiled_result(pair):
+    opts = bench.BenchOptions.make(
+        quick=True,
+        gammas=(4,),
+        max_new_tokens=TOKENS,
+        warmup_tokens=4,
+        load_probe=False,
+        hf=True,
+        compile="aot_eager",
+    )
+    return opts, bench.run_bench(pair, opts, prompts=PROMPTS[:1])
+
+
+def test_the_compiled_bench_adds_its_contenders_and_ratios(compiled_result):
+    opts, result = compiled_result
+    names = {r["contender"] for r in result.rows}
+    compiled = {"specviz AR compiled", "specviz spec g=4 compiled"}
+    assert compiled | {"specviz spec g=4 minimal trace compiled"} <= names
+    greedy = [r for r in result.rows if r["mode"] == "greedy" and r["contender"] in compiled]
+    assert greedy and all(r["same_as_ar"] for r in greedy)
+    found = {r["item"] for r in result.ratios if r["value"] is not None}
+    assert set(bench.COMPILED_ITEMS) <= found
+    text = bench.format_report(result)
+    for item in bench.COMPILED_ITEMS:
+        assert bench.ITEM_LABELS[item] in text
+    c = result.loads["compile"]
+    assert c["backend"] == "aot_eager" and c["restart_s"] is None  # no probe off the offline pair
+    assert "compiling (aot_eager" in text
+
+
+def test_the_bench_refuses_an_unknown_backend():
+    with pytest.raises(ValueError, match="compile backend"):
+        bench.BenchOptions.make(quick=True, compile="tvm")

@@ -417,3 +417,13 @@ def test_generate_endpoint_takes_the_cli_names_and_defaults(app_url, tiny) -> No
         client.predict(prompt=PROMPT, pair="tiny", gamma=0, api_name="/generate")
     with pytest.raises(AppError, match="a custom pair needs a draft id and a target id"):
         client.predict(prompt=PROMPT, draft="owner/a", api_name="/generate")
+
+
+def test_the_compile_box_puts_the_pair_on_the_compiled_path(tiny) -> None:
+    from specviz.ui.pairs import open_pair
+
+    loader = lambda pair, dtype: tiny  # noqa: E731
+    assert open_pair(loader, form()).compile_backend is None  # untouched: eager, as the CLI
+    compiled = open_pair(loader, form(compile=True))
+    assert compiled.compile_backend == "inductor" and compiled.target is tiny.target
+    assert "compiled with inductor" in compiled.describe()["target"]

@@ -24,11 +24,12 @@ from specviz.bench.contenders import (
 )
 from specviz.bench.options import QUICK_GAMMAS, QUICK_TOKENS, BenchOptions
 from specviz.bench.prompts import KINDS, BenchPrompt, prompt_set
-from specviz.bench.ratios import tokens_per_round_ratio
+from specviz.bench.ratios import COMPILED_ITEMS, tokens_per_round_ratio
 from specviz.bench.report import ITEM_LABELS, bench_figures, format_report, write_outputs
 from specviz.bench.running import BenchResult, run_bench, warm_up_contenders
 
 __all__ = [
+    "COMPILED_ITEMS",
     "ITEM_LABELS",
     "KINDS",
     "QUICK_GAMMAS",

@@ -45,6 +45,9 @@ NAMES = {  # (side, kind): name, with the contender's gamma for {g}
     ("specviz", "ngram"): "specviz ngram g={g}",
     ("transformers", "default"): "transformers assisted default",
     ("transformers", "lookup"): "transformers prompt lookup g={g}",
+    ("specviz", "ar-compiled"): "specviz AR compiled",
+    ("specviz", "spec-compiled"): "specviz spec g={g} compiled",
+    ("specviz", "minimal-compiled"): "specviz spec g={g} minimal trace compiled",
 }
 
 
@@ -92,6 +95,8 @@ def all_contenders(pair: ModelPair, mode: str, opts: BenchOptions) -> list[Conte
     out += _specviz_variants(sv, mode, g_ref)
     if opts.hf:
         out += _transformers_variants(pair, mode, g_ref)
+    if opts.compile:
+        out += _compiled_variants(sv.with_compile(opts.compile), mode, opts.gammas, g_ref)
     return out
 
 
@@ -111,6 +116,16 @@ def _specviz_variants(sv: ModelPair, mode: str, g_ref: int) -> list[Contender]:
         _specviz(sv, mode, "adaptive", a, gamma=a, adaptive_gamma=True),
         _specviz(sv, mode, "ngram", g_ref, drafter="ngram", gamma=g_ref, ngram_size=NGRAM_SIZE),
     ]
+
+
+def _compiled_variants(
+    cp: ModelPair, mode: str, gammas: tuple[int, ...], g_ref: int
+) -> list[Contender]:
+    """The compiled path (specviz.compiled): AR, speculative at each gamma, minimal trace."""
+    out = [_specviz(cp, mode, "ar-compiled", None, method="ar")]
+    out += [_specviz(cp, mode, "spec-compiled", g, gamma=g) for g in gammas]
+    out.append(_specviz(cp, mode, "minimal-compiled", g_ref, gamma=g_ref, trace_level="minimal"))
+    return out
 
 
 def _transformers_variants(pair: ModelPair, mode: str, g_ref: int) -> list[Contender]:

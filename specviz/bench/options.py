@@ -33,6 +33,7 @@ class BenchOptions:
     warmup_tokens: int = 8
     hf: bool = True  # run the transformers contenders
     load_probe: bool = True  # measure a cold load in a subprocess (offline pair only)
+    compile: str | None = None  # also run the compiled path with this torch.compile backend
     seed: int = 0
 
     @classmethod
@@ -62,6 +63,8 @@ class BenchOptions:
         for m in self.modes:
             if m not in MODES:
                 raise ValueError(f"unknown mode {m!r}; known: {', '.join(MODES)}")
+        if self.compile not in (None, "inductor", "aot_eager", "eager"):
+            raise ValueError(f"unknown compile backend {self.compile!r}")
 
 
 def reference_gamma(gammas: tuple[int, ...]) -> int:

@@ -10,7 +10,9 @@ tokens-per-round ratio, which are as named:
 - (c) specviz speculative against specviz autoregressive (the speedup);
 - (d) the full trace (top-n lists, overlaps) against the minimal one;
 - (e) measured tokens per round against Leviathan's (1 - alpha^(gamma+1)) / (1 - alpha);
-- adaptive gamma against the best constant gamma.
+- adaptive gamma against the best constant gamma;
+- with ``--compile``: the compiled path against the eager one (speculative and AR), against
+  transformers' assisted generation and eager AR, and its own trace overhead.
 
 Each ratio's key (the "item" of ratios.csv, summary.csv and bench.json) says what it
 divides by what. ``summarize_ratios`` pools the prompts: geometric means, the overhead's
@@ -37,6 +39,11 @@ SPEEDUP = "specviz_ar_over_specviz_spec"  # (c)
 TRACE_OVERHEAD = "full_trace_overhead_vs_minimal"  # (d): full / minimal - 1
 ROUND_TOKENS_VS_THEORY = "measured_over_leviathan_tokens_per_round"  # (e)
 ADAPTIVE_GAIN = "best_constant_gamma_over_adaptive"
+COMPILED_SPEC_GAIN = "specviz_spec_over_compiled_spec"
+COMPILED_AR_GAIN = "specviz_ar_over_compiled_ar"
+COMPILED_ASSISTED_PARITY = "transformers_assisted_over_compiled_spec"
+COMPILED_SPEEDUP = "specviz_ar_over_compiled_spec"
+COMPILED_TRACE_OVERHEAD = "compiled_full_trace_overhead_vs_minimal"
 RATIO_OF = {
     AR_PARITY: "transformers AR / specviz AR",
     ASSISTED_PARITY: "transformers assisted / specviz spec, constant gamma",
@@ -46,8 +53,20 @@ RATIO_OF = {
     TRACE_OVERHEAD: "full trace / minimal trace - 1 (overhead)",
     ROUND_TOKENS_VS_THEORY: "measured / Leviathan tokens per round",
     ADAPTIVE_GAIN: "best constant gamma / adaptive (>1: adaptive faster)",
+    COMPILED_SPEC_GAIN: "eager spec / compiled spec (>1: compiled faster)",
+    COMPILED_AR_GAIN: "eager AR / compiled AR (>1: compiled faster)",
+    COMPILED_ASSISTED_PARITY: "transformers assisted / compiled spec, constant gamma",
+    COMPILED_SPEEDUP: "eager specviz AR / compiled spec (speedup)",
+    COMPILED_TRACE_OVERHEAD: "compiled: full trace / minimal trace - 1 (overhead)",
 }
 RATIO_KEYS = tuple(RATIO_OF)
+COMPILED_ITEMS = (  # reported only by a bench run with --compile
+    COMPILED_SPEC_GAIN,
+    COMPILED_AR_GAIN,
+    COMPILED_ASSISTED_PARITY,
+    COMPILED_SPEEDUP,
+    COMPILED_TRACE_OVERHEAD,
+)
 AT_BEST_GAMMA = (DEFAULT_SCHEDULE_PARITY, ADAPTIVE_GAIN)  # one per prompt, whatever its gamma
 
 Medians = dict[str, "float | None"]  # contender name: median ms/token
@@ -61,6 +80,8 @@ def case_ratios(
     (except the trace overhead and the tokens-per-round ratio, which are as named)."""
     med = {name: _median_ms(rows, name) for name in {r["contender"] for r in rows}}
     items = _speed_ratios(med, opts) + _engine_ratios(med, rows, opts)
+    if opts.compile:
+        items += _compiled_ratios(med, opts)
     greedy_ok = _greedy_agreement(rows) if mode == "greedy" else None
     base = {"prompt": bp.name, "kind": bp.kind, "mode": mode}
     return [
@@ -133,6 +154,22 @@ def _engine_ratios(med: Medians, rows: list[dict[str, Any]], opts: BenchOptions)
     ]
 
 
+def _compiled_ratios(med: Medians, opts: BenchOptions) -> list[RatioItem]:
+    """The compiled path against the eager one, transformers, and its own minimal trace."""
+    g_ref = reference_gamma(opts.gammas)
+    spec, ar = _spec_medians(med, opts), _med(med, "specviz", "ar")
+    cspec = {g: _med(med, "specviz", "spec-compiled", g) for g in opts.gammas}
+    assisted = {g: _med(med, "transformers", "assisted", g) for g in opts.gammas}
+    minimal = _med(med, "specviz", "minimal-compiled", g_ref)
+    return [
+        *[(COMPILED_SPEC_GAIN, g, _ratio(spec[g], cspec[g])) for g in opts.gammas],
+        (COMPILED_AR_GAIN, None, _ratio(ar, _med(med, "specviz", "ar-compiled"))),
+        *[(COMPILED_ASSISTED_PARITY, g, _ratio(assisted[g], cspec[g])) for g in opts.gammas],
+        *[(COMPILED_SPEEDUP, g, _ratio(ar, cspec[g])) for g in opts.gammas],
+        (COMPILED_TRACE_OVERHEAD, g_ref, _minus_one(_ratio(cspec[g_ref], minimal))),
+    ]
+
+
 def tokens_per_round_ratio(rows: list[dict[str, Any]], gamma: int) -> float | None:
     """Measured tokens per full-size round over Leviathan's expectation at the pooled
     acceptance rate (accepted / verified drafts of those rounds, all repetitions)."""
@@ -166,7 +203,8 @@ def summarize_ratios(ratios: list[dict[str, Any]]) -> list[dict[str, Any]]:
         what[key] = r["ratio_of"]
     out = []
     for (mode, item, g), vals in groups.items():
-        center = _mean_overhead(vals) if item == TRACE_OVERHEAD else _geomean(vals)
+        overhead = item in (TRACE_OVERHEAD, COMPILED_TRACE_OVERHEAD)
+        center = _mean_overhead(vals) if overhead else _geomean(vals)
         out.append(
             {
                 "mode": mode,

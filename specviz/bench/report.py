@@ -19,6 +19,11 @@ from specviz.bench.ratios import (
     AR_PARITY,
     ASSISTED_PARITY,
     AT_BEST_GAMMA,
+    COMPILED_AR_GAIN,
+    COMPILED_ASSISTED_PARITY,
+    COMPILED_SPEC_GAIN,
+    COMPILED_SPEEDUP,
+    COMPILED_TRACE_OVERHEAD,
     DEFAULT_SCHEDULE_PARITY,
     LOOKUP_PARITY,
     ROUND_TOKENS_VS_THEORY,
@@ -53,7 +58,17 @@ ROWS = {  # in the table's order
         "e", "(e) tokens per round: measured / Leviathan", "within 5 %"
     ),
     ADAPTIVE_GAIN: RatioRow("adaptive", "adaptive gamma: best constant gamma / adaptive"),
+    COMPILED_SPEC_GAIN: RatioRow("g", "(g) eager spec / compiled spec", ">= 1.15"),
+    COMPILED_AR_GAIN: RatioRow("g-ar", "(g) eager AR / compiled AR"),
+    COMPILED_ASSISTED_PARITY: RatioRow(
+        "g-b", "(g) transformers assisted / compiled spec, constant gamma", ">= 1.0"
+    ),
+    COMPILED_SPEEDUP: RatioRow("g-c", "(g) speedup: eager AR / compiled spec", ">= 1.7 (chat)"),
+    COMPILED_TRACE_OVERHEAD: RatioRow(
+        "g-d", "(g) compiled: full trace over minimal trace (overhead)", "<= 5 %"
+    ),
 }
+OVERHEADS = (TRACE_OVERHEAD, COMPILED_TRACE_OVERHEAD)
 ITEM_LABELS = {key: row.label for key, row in ROWS.items()}
 ITEM_ORDER = list(ROWS)
 
@@ -85,7 +100,7 @@ def format_report(result: BenchResult) -> str:
 def _fmt(item: str, v: float | None) -> str:
     if v is None:
         return "n/a"
-    return f"{v * 100:+.1f} %" if item == TRACE_OVERHEAD else f"{v:.2f}"
+    return f"{v * 100:+.1f} %" if item in OVERHEADS else f"{v:.2f}"
 
 
 def format_table(result: BenchResult) -> str:
@@ -157,10 +172,24 @@ def format_loads(result: BenchResult) -> str:
             f"(target {d['warm_target_load_s']:.1f} s, draft derivation "
             f"{d['warm_draft_load_s']:.1f} s), peak RSS {d['warm_peak_rss_mib']:.0f} MiB"
         )
+    if "compile" in d:
+        parts.append(_compile_line(d["compile"]))
     parts.append(f"peak RSS of the whole benchmark process: {d['peak_rss_mib']:.0f} MiB")
     if "cuda_peak_allocated_mib" in d:
         parts.append(f"peak CUDA memory allocated: {d['cuda_peak_allocated_mib']:.0f} MiB")
     return "\n".join(f"- {p}" for p in parts)
+
+
+def _compile_line(c: dict[str, Any]) -> str:
+    restart = c.get("restart_s")
+    again = "not measured" if restart is None else f"{restart:.1f} s"
+    if "restart_error" in c:
+        again = f"failed ({c['restart_error']})"
+    return (
+        f"compiling ({c['backend']}, {c['shapes']} shapes): {c['first_s']:.1f} s in this "
+        f"process{' (its compile cache was empty)' if c.get('cache_was_empty') else ''}; "
+        f"a restarted process with the compile cache: {again}"
+    )
 
 
 def _agreement_line(result: BenchResult) -> str:
@@ -216,7 +245,7 @@ def _ratios_figure(result: BenchResult) -> Any:
         fig.add_trace(
             go.Scatter(
                 x=[_ratio_label(r) for r in rs],
-                y=[r["value"] + (1.0 if r["item"] == TRACE_OVERHEAD else 0.0) for r in rs],
+                y=[r["value"] + (1.0 if r["item"] in OVERHEADS else 0.0) for r in rs],
                 mode="markers",
                 name=_mode_title(mode),
                 text=[r["prompt"] for r in rs],

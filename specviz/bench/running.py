@@ -28,7 +28,7 @@ import torch
 
 from specviz import metrics
 from specviz.bench.contenders import Contender, Sample, all_contenders, contender_name
-from specviz.bench.options import BenchOptions
+from specviz.bench.options import BenchOptions, reference_gamma
 from specviz.bench.prompts import BenchPrompt, prompt_set
 from specviz.bench.ratios import case_ratios, summarize_ratios
 from specviz.check import json_safe
@@ -79,7 +79,10 @@ def _run_bench(
     t_start: float,
 ) -> BenchResult:
     prompts = prompts if prompts is not None else prompt_set(opts.quick, opts.kinds)
+    if opts.compile:
+        pair.with_compile(opts.compile)  # refuses a pair the compiled path cannot run
     result = BenchResult(options=dataclasses.asdict(opts), machine=machine_info(pair))
+    empty = compile_cache_is_empty() if opts.compile else None
     warm_up_contenders(pair, opts, prompts[0], say)
     for bp in prompts:
         ids = pair.encode_prompt(bp.text)
@@ -90,6 +93,8 @@ def _run_bench(
             result.ratios += case_ratios(rows, bp, mode, opts)
     result.summary = summarize_ratios(result.ratios)
     result.loads = memory_and_loads(pair, opts)
+    if opts.compile:
+        result.loads["compile"] = compile_times(pair, opts, prompts[0], empty)
     result.machine["loadavg_end"] = _loadavg()
     result.elapsed_s = time.perf_counter() - t_start
     return result
@@ -263,6 +268,68 @@ def load_in_subprocess(cold: bool, device: str) -> dict[str, Any]:
         return {"error": (out.stderr.strip().splitlines() or ["failed"])[-1]}
     d = json.loads(out.stdout.strip().splitlines()[-1])
     d["subprocess_s"] = wall
+    return d
+
+
+def compile_cache_is_empty() -> bool:
+    from specviz.compiled import compile_cache_dir
+
+    d = Path(compile_cache_dir())
+    return not d.is_dir() or not any(d.iterdir())
+
+
+def compile_times(
+    pair: ModelPair, opts: BenchOptions, bp: BenchPrompt, empty: bool | None
+) -> dict[str, Any]:
+    """The compiled path's compile time in this process (its warm-up compiled every shape),
+    and in a restarted process that finds the compile cache this one filled (offline pair)."""
+    from specviz.compiled import compiler_for
+
+    comp = compiler_for(str(opts.compile))
+    d: dict[str, Any] = {
+        "backend": opts.compile,
+        "shapes": len(comp.compile_s),
+        "first_s": sum(comp.compile_s.values()),
+        "cache_was_empty": empty,
+        "restart_s": None,
+    }
+    if pair.name == "default":
+        g = reference_gamma(opts.gammas)
+        args = [str(opts.compile), pair.device.type, bp.text, str(g), str(opts.max_new_tokens)]
+        probe = _probe(COMPILE_PROBE, args, {})
+        if "error" in probe:
+            d["restart_error"] = probe["error"]
+        else:
+            d["restart_s"] = probe["compile_s"]
+    return d
+
+
+COMPILE_PROBE = """
+import json, sys
+from specviz.compiled import compiler_for
+from specviz.config import Settings
+from specviz.engine import warm_up
+from specviz.models import load_pair
+backend, device, prompt, gamma, tokens = sys.argv[1:]
+pair = load_pair(device=device).with_compile(backend)
+warm_up(pair, prompt, Settings(gamma=int(gamma), max_new_tokens=int(tokens)))
+print(json.dumps({"compile_s": sum(compiler_for(backend).compile_s.values())}))
+"""
+
+
+def _probe(code: str, args: list[str], extra_env: dict[str, str]) -> dict[str, Any]:
+    """Run a probe in a fresh process with this checkout importable; its last line is JSON."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", **extra_env)
+    root = Path(__file__).resolve().parents[2]  # the checkout that holds specviz/
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH", "")]))
+    t0 = time.perf_counter()
+    out = subprocess.run(
+        [sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=900
+    )
+    if out.returncode != 0:
+        return {"error": (out.stderr.strip().splitlines() or ["failed"])[-1]}
+    d = json.loads(out.stdout.strip().splitlines()[-1])
+    d["subprocess_s"] = time.perf_counter() - t0
     return d
 
 

@@ -42,6 +42,11 @@ def layout(pairs: list[str], dep: Deployment) -> dict[str, Any]:
     c["compare"] = gr.Checkbox(
         f.compare, label="compare with autoregressive decoding (measured speedup)"
     )
+    c["compile"] = gr.Checkbox(
+        f.compile,
+        label="compiled path (torch.compile, static KV cache; the first run compiles)",
+        elem_id="sv-compile",
+    )
     with gr.Accordion("models", open=True):
         c["pair"] = gr.Dropdown(pairs, value=pairs[0], label="pair (draft -> target)")
         c["dtype"] = gr.Dropdown(["auto", "float32", "bfloat16"], value=f.dtype, label="dtype")

@@ -36,7 +36,7 @@ CustomLoader = Callable[[str, str, str], ModelPair]  # (draft id, target id, dty
 _warm_lock = threading.Lock()
 
 
-_warmed: dict[int, ModelPair] = {}  # pairs that have run once in this process
+_warmed: dict[tuple[int, str | None], ModelPair] = {}  # pairs that have run once in this process
 
 
 def default_loader(pair: str, dtype: str) -> ModelPair:
@@ -128,8 +128,13 @@ def pair_label(form: Form) -> str:
 
 
 def open_pair(loader: Loader, form: Form) -> ModelPair:
-    """The form's pair, loaded once per process. Any failure is one ValueError line; pairs
-    already loaded stay loaded and keep serving."""
+    """The form's pair, loaded once per process (on the compiled path when the form asks).
+    Any failure is one ValueError line; pairs already loaded stay loaded and keep serving."""
+    pair = _load(loader, form)
+    return pair.with_compile("inductor") if form.compile else pair
+
+
+def _load(loader: Loader, form: Form) -> ModelPair:
     try:
         if form.pair != CUSTOM:
             return MODEL_THREAD.call(lambda: loader(form.pair, form.dtype))
@@ -178,14 +183,15 @@ def warm_pair(loader: Loader, form: Form, limits: Limits) -> ModelPair:
     settings = form.settings(limits)
     pair = open_pair(loader, form)
     with _warm_lock:
-        if id(pair) not in _warmed:
+        key = (id(pair.target), pair.compile_backend)  # a compiled copy warms on its own
+        if key not in _warmed:
             try:
                 MODEL_THREAD.call(lambda: warm_up(pair, form.prompt, settings))
             except ValueError:
                 raise
             except Exception as exc:
                 raise failure(exc, f"running pair {pair_label(form)!r}") from None
-            _warmed[id(pair)] = pair
+            _warmed[key] = pair
     return pair
 
 

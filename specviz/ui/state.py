@@ -56,6 +56,9 @@ class Form:
     max_new_tokens: float = DEFAULTS.max_new_tokens
     seed: float = DEFAULTS.seed
     compare: bool = True
+    # The compiled path (specviz.compiled, inductor): static caches and compiled forwards.
+    # Opt-in: the first run of each shape compiles, which takes minutes on a small CPU.
+    compile: bool = False
 
     def settings(self, limits: Limits) -> Settings:
         """Validated settings (raises ValueError with the engine's one-line message)."""

@@ -1,0 +1,168 @@
+"""The compiled path: a static KV cache and forwards compiled for fixed shapes.
+
+The tests compile with the aot_eager backend: it traces the same graphs as inductor (dynamo
+and AOTAutograd) but generates no code, which takes minutes on a shared CPU. One compiled
+process-wide compiler and one pair serve the module; every test uses gamma 4, so the shapes
+compiled once (target: 1 and 5 positions; draft: 1 and 2) serve them all.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specviz.compiled import StaticLM, cache_len, check_compilable, compiler_for
+from specviz.config import Settings
+from specviz.engine import Run, generate
+from specviz.lm import CachedLM
+from tests.test_distribution import EXACT_P, Case, exact_distribution, sample, views
+from tests.tiny import bag_pair, close_pair, tiny_pair
+
+BACKEND = "aot_eager"
+GAMMA = 4
+PROMPT = "1 2 3"
+
+
+@pytest.fixture(scope="module")
+def pairs(one_thread):
+    """An eager pair and the same models on the compiled path, compiled once."""
+    eager = close_pair(noise=0.3)  # greedy rounds both reject and accept in full
+    compiled = eager.with_compile(BACKEND)
+    s = Settings(greedy=True, gamma=GAMMA, max_new_tokens=6)
+    for method in ("ar", "spec"):
+        generate(compiled, PROMPT, s.with_(method=method))
+    return eager, compiled
+
+
+def _greedy(**kw) -> Settings:
+    return Settings(greedy=True, gamma=GAMMA, max_new_tokens=40, **kw)
+
+
+@pytest.mark.parametrize("prompt", ["1 2 3", "9"])
+def test_greedy_speculative_equals_greedy_autoregressive_compiled(pairs, prompt):
+    _, compiled = pairs
+    ar = generate(compiled, prompt, _greedy(method="ar"))
+    spec = generate(compiled, prompt, _greedy())
+    assert len(ar.token_ids) == 40
+    assert spec.token_ids == ar.token_ids
+    statuses = {d.status for r in spec.rounds for d in r.drafted}
+    statuses |= {r.added.status for r in spec.rounds if r.added}
+    assert {"rejected", "bonus"} <= statuses  # both rollbacks were exercised
+
+
+def test_greedy_equality_holds_for_a_draft_of_another_network(one_thread):
+    eager = tiny_pair(vocab=16)  # target and draft differ everywhere: many rejections
+    compiled = eager.with_compile(BACKEND)
+    ar = generate(compiled, PROMPT, _greedy(method="ar"))
+    spec = generate(compiled, PROMPT, _greedy())
+    assert spec.token_ids == ar.token_ids
+    assert spec.stats.acceptance_rate < 1.0
+
+
+def test_the_compiled_trace_has_the_eager_trace_s_content(pairs):
+    eager, compiled = pairs
+    s = Settings(gamma=GAMMA, temperature=1.0, top_p=1.0, max_new_tokens=30, seed=7)
+    a, b = generate(eager, PROMPT, s).to_dict(), generate(compiled, PROMPT, s).to_dict()
+    assert a.keys() == b.keys()
+    assert b["models"]["target"].endswith(f"compiled with {BACKEND}")
+    a_rounds, b_rounds = a.pop("rounds"), b.pop("rounds")
+    for key in ("token_ids", "settings", "prompt_ids", "stop_reason", "text"):
+        assert a[key] == b[key], key
+    assert len(a_rounds) == len(b_rounds)
+    for ra, rb in zip(a_rounds, b_rounds, strict=True):
+        assert ra.keys() == rb.keys()
+        assert [d["status"] for d in ra["drafted"]] == [d["status"] for d in rb["drafted"]]
+        for da, db in zip(ra["drafted"], rb["drafted"], strict=True):
+            assert da.keys() == db.keys()
+            assert da["p"] == pytest.approx(db["p"], abs=1e-5)
+            assert da["q"] == pytest.approx(db["q"], abs=1e-5)
+
+
+def test_steady_state_runs_compile_nothing(pairs):
+    _, compiled = pairs
+    comp = compiler_for(BACKEND)
+    before = comp.compiles
+    for seed, prompt in enumerate(["4 4", "1 2 3 4 5 6", "7"]):
+        s = Settings(gamma=GAMMA, temperature=1.0, max_new_tokens=25, seed=seed)
+        generate(compiled, prompt, s)
+        generate(compiled, prompt, s.with_(method="ar"))
+    assert comp.compiles == before
+
+
+def test_rollback_moves_the_position_and_copies_nothing(pairs):
+    _, compiled = pairs
+    run = Run(compiled, PROMPT, _greedy())
+    seen = []
+    for _ in run:
+        lm = run.target_lm
+        assert isinstance(lm, StaticLM)
+        seen.append([layer.keys.data_ptr() for layer in lm.cache.layers])
+        positions = {int(layer.cumulative_length) for layer in lm.cache.layers}
+        assert positions == {len(lm.tokens)}
+        assert lm.tokens == (run.prompt_ids + run.trace.token_ids)[: len(lm.tokens)]
+        assert run.drafter.lm.length == cache_len(3 + 40 + 2 + 1)
+    assert len(seen) > 5 and all(s == seen[0] for s in seen)  # the same buffers throughout
+    assert run.target_lm.cache is None  # handed back at the end
+
+
+def test_the_next_run_reuses_the_handed_back_caches(pairs):
+    _, compiled = pairs
+    ptrs = []
+    for seed in (1, 2):
+        run = Run(compiled, PROMPT, _greedy(seed=seed))
+        for _ in run:  # leaving the loop closes the run, which hands its caches back
+            ptrs.append(run.target_lm.cache.layers[0].keys.data_ptr())
+            break
+    assert ptrs[0] == ptrs[1]
+
+
+def test_padded_calls_give_the_eager_logits(pairs):
+    eager, _ = pairs
+    model = eager.target.model
+    static = StaticLM(model, "t", 16, compiler_for(BACKEND), (1, GAMMA + 1), 64)
+    dynamic = CachedLM(model, 16)
+    seq = [1, 2, 3]
+    calls = [(seq, 1), (seq + [4, 5], 3), (seq + [4, 9], 2), (seq + [4, 9, 1, 2, 3], 5)]
+    for s, keep in calls:
+        torch.testing.assert_close(static.logits(s, keep), dynamic.logits(s, keep))
+        static.rollback(s[:-1])
+        dynamic.rollback(s[:-1])
+
+
+def test_a_distribution_case_follows_the_target_on_the_compiled_path(one_thread):
+    llama = tiny_pair(vocab=6, target_seed=3, draft_seed=4, sharpness=0.7)
+    compiled = llama.with_compile(BACKEND)
+    case = Case(Settings(gamma=3, max_new_tokens=4, trace_level="minimal"))
+    exact = exact_distribution(llama, case.prompt, case.settings)
+    n = 600
+    counts, tally = sample(compiled, case, case.settings, n)
+    assert tally.k3 > 0 and tally.multi_round > 0
+    for view, (stat, p) in views(counts, exact, n).items():
+        assert p > EXACT_P, f"{view}: chi2={stat:.1f}, p={p:.2g}"
+
+
+def test_models_without_static_cache_support_are_refused():
+    with pytest.raises(ValueError, match="compiled path"):
+        bag_pair(vocab=6, target_seed=3, draft_seed=4).with_compile(BACKEND)
+    with pytest.raises(ValueError, match="backend must be one of"):
+        check_compilable(tiny_pair().target.model, "cudagraphs-please")
+
+
+def test_cache_lengths_are_few():
+    assert [cache_len(n) for n in (1, 256, 257, 700)] == [256, 256, 512, 1024]
+
+
+def test_the_cli_runs_the_compiled_path(pairs, monkeypatch, capsys):
+    import json
+
+    import specviz.models
+    from specviz import cli
+
+    eager, _ = pairs
+    monkeypatch.setattr(specviz.models, "load_pair", lambda *a, **k: eager)
+    argv = ["generate", "--prompt", PROMPT, "--greedy", "--max-new-tokens", "6", "--json"]
+    assert cli.main([*argv, "--gamma", str(GAMMA), "--compile", BACKEND]) == 0
+    trace = json.loads(capsys.readouterr().out)
+    assert trace["models"]["target"].endswith(f"compiled with {BACKEND}")
+    assert len(trace["token_ids"]) == 6
+    assert cli.main([*argv, "--compile", "tvm"]) == 2
