@@ -21,7 +21,7 @@ the runs always generate at least two tokens and the views look at the first ``l
 
 The deliberately wrong rules of ``Settings.rule`` ("resample-from-p", "accept-without-draw")
 show the same check catching a broken algorithm. Nothing here imports gradio: the app
-calls :func:`iter_check` or :func:`run_check` and :func:`check_figure`.
+calls :func:`iter_check` or :func:`run_check`, and specviz.check_figure draws the result.
 """
 
 from __future__ import annotations
@@ -200,8 +200,8 @@ class CheckResult:
         for v in self.views:
             lines.append(
                 f"  {v.name}: TV(spec, p) = {v.tv_spec:.3f}, TV(AR, p) = {v.tv_ar:.3f}; "
-                f"chi-square p-value spec {_p(v.spec_test)}, AR {_p(v.ar_test)}, "
-                f"spec vs AR {_p(v.two_sample)} ({len(v.labels)} bins)"
+                f"chi-square p-value spec {v.spec_test.p_text}, AR {v.ar_test.p_text}, "
+                f"spec vs AR {v.two_sample.p_text} ({len(v.labels)} bins)"
             )
         lines.append(f"  speculative acceptance rate: {self.spec_acceptance:.3f}")
         if self.predicted_tv is not None:
@@ -210,10 +210,6 @@ class CheckResult:
                 f"{self.predicted_tv:.3f} (exact, from p and the draft's q)"
             )
         return "\n".join(lines)
-
-
-def _p(t: ChiSquare) -> str:
-    return f"{t.p_value:.3g}"
 
 
 def json_safe(x: Any) -> Any:
@@ -422,51 +418,3 @@ def run_check(
             result = item
     assert result is not None
     return result
-
-
-# --- the figure ----------------------------------------------------------------------------
-
-
-def check_figure(result: CheckResult, max_bins: int = 20) -> Any:
-    """Plotly figure: per view, speculative and autoregressive frequencies beside exact p."""
-    from plotly.subplots import make_subplots
-
-    from specviz.plots import add_bar_group
-
-    titles = [
-        f"{v.name}: TV(spec, p) {v.tv_spec:.3f}, p-value {_p(v.spec_test)}"
-        f" | TV(AR, p) {v.tv_ar:.3f}, p-value {_p(v.ar_test)}"
-        for v in result.views
-    ]
-    fig = make_subplots(rows=len(result.views), cols=1, subplot_titles=titles)
-    for row, v in enumerate(result.views, start=1):
-        idx = _shown(v, max_bins)
-        x = [_display(v.labels[i], i) for i in idx]
-        series = (
-            ("speculative", frequencies(v.spec)),
-            ("autoregressive", frequencies(v.ar)),
-            ("exact p", v.exact),
-        )
-        add_bar_group(fig, row, [(name, x, [ys[i] for i in idx]) for name, ys in series])
-        fig.update_yaxes(title_text="probability", row=row, col=1)
-    verdict = "passes" if result.passed else "FAILS"
-    fig.update_layout(
-        barmode="group",
-        title=f"Distribution check ({result.rule} rule, N = {result.n} each): {verdict}",
-        height=360 * len(result.views) + 80,
-        legend={"orientation": "h", "y": -0.12},
-    )
-    return fig
-
-
-def _shown(v: CheckView, max_bins: int) -> list[int]:
-    """The most likely bins (up to max_bins) and always "other"."""
-    last = len(v.labels) - 1
-    return [*range(min(max_bins, last)), last]
-
-
-def _display(text: str, i: int) -> str:
-    """A bar label: whitespace made visible, and unique (bars with equal text would merge)."""
-    from specviz.plots import label
-
-    return text if text == OTHER else f"{i + 1}. {label(text)}"

@@ -268,7 +268,7 @@ def _add_check_parser(sub: Any) -> None:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Exit 0 when the check passes, 1 when it finds a different distribution."""
-    from specviz import check
+    from specviz import check, check_figure
 
     settings = settings_from_args(args)
     check.validate(args.n, args.length, args.break_rule)
@@ -289,7 +289,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "check.json").write_text(json.dumps(result.to_dict(), indent=1))
-        check.check_figure(result).write_html(out / "check.html")
+        check_figure.check_figure(result).write_html(out / "check.html")
         print(f"wrote {out / 'check.json'} and {out / 'check.html'}", file=sys.stderr)
     if args.json:
         sys.stdout.write(json.dumps(result.to_dict()) + "\n")

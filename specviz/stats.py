@@ -19,6 +19,11 @@ class ChiSquare:
     dof: int
     p_value: float
 
+    @property
+    def p_text(self) -> str:
+        """The p-value as the check prints it."""
+        return f"{self.p_value:.3g}"
+
 
 def chi2_sf(x: float, dof: int) -> float:
     """Survival function of the chi-square distribution: the regularized Q(dof/2, x/2)."""

@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 
-from specviz import check, stats
+from specviz import check, check_figure, stats
 from specviz.config import Settings
 from tests.tiny import tiny_pair
 
@@ -231,7 +231,7 @@ def test_bad_input_is_a_value_error(pair, kwargs, match):
 
 
 def test_figure_and_json(exact_result):
-    fig = check.check_figure(exact_result)
+    fig = check_figure.check_figure(exact_result)
     assert len(fig.data) == 3 * len(exact_result.views)
     assert {t.name for t in fig.data} == {"speculative", "autoregressive", "exact p"}
     d = json.loads(json.dumps(exact_result.to_dict(), allow_nan=False))

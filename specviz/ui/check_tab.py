@@ -48,7 +48,7 @@ def check_updates(
     progress: Callable[[float, str], None] | None = None,
 ) -> View:
     """The distribution check for the form's prompt and settings."""
-    from specviz import check
+    from specviz import check, check_figure
 
     n, length = as_int("samples", n), as_int("length", length)
     if not isinstance(n, int) or not 200 <= n <= CHECK_MAX_SAMPLES:
@@ -72,7 +72,7 @@ def check_updates(
     except Exception as exc:
         raise failure(exc, f"checking pair {pair_label(form)!r}") from None
     return {
-        "check_plot": check.check_figure(result),
+        "check_plot": check_figure.check_figure(result),
         "check_summary": f"<pre class='sv-check'>{render.esc(result.summary())}</pre>",
     }
 
