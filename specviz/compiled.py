@@ -76,7 +76,7 @@ def compile_cache_dir() -> str:
     own as soon as transformers builds a model; that choice is replaced)."""
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
-    from specviz.models import cache_root
+    from specviz.offline import cache_root
 
     d = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     if not d or os.path.abspath(d) == os.path.abspath(default_cache_dir()):
@@ -177,7 +177,7 @@ def _device(model: torch.nn.Module) -> torch.device:
 
 
 def _times_path() -> str:
-    from specviz.models import cache_root
+    from specviz.offline import cache_root
 
     return str(cache_root() / "compile_times.json")
 
