@@ -45,10 +45,14 @@ NAMES = {  # (side, kind): name, with the contender's gamma for {g}
     ("specviz", "ngram"): "specviz ngram g={g}",
     ("transformers", "default"): "transformers assisted default",
     ("transformers", "lookup"): "transformers prompt lookup g={g}",
-    ("specviz", "ar-compiled"): "specviz AR compiled",
-    ("specviz", "spec-compiled"): "specviz spec g={g} compiled",
-    ("specviz", "minimal-compiled"): "specviz spec g={g} minimal trace compiled",
 }
+# The compiled path's contenders: the eager ones' names with " compiled".
+NAMES.update(
+    {
+        ("specviz", f"{k}-compiled"): f"{NAMES['specviz', k]} compiled"
+        for k in ("ar", "spec", "minimal")
+    }
+)
 
 
 def contender_name(side: str, kind: str, gamma: int | None = None) -> str:
