@@ -13,13 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from specviz.cli import (
-    _add_model_args,
-    _add_sampling_args,
-    _csv,
-    load_pair_from_args,
-    settings_from_args,
-)
+from specviz import cli
+from specviz.cli import _add_model_args, _add_sampling_args, _csv, settings_from_args
 from specviz.config import DEFAULT_PROMPT, Settings
 
 
@@ -80,7 +75,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from specviz import sweep
 
     plan = sweep_plan_from_args(args)
-    pair = load_pair_from_args(args)
+    pair = cli.load_pair_from_args(args)  # looked up when called, as cli's own commands do
     result = sweep.run_sweep(pair, plan, progress=_sweep_progress)
     if args.csv:
         Path(args.csv).write_text(sweep.csv_text(result.rows), encoding="utf-8")

@@ -148,7 +148,7 @@ def test_cli_bad_input_is_one_line_and_exit_code_2(capsys, argv, message):
 
 
 def test_cli_json_and_csv(capsys, monkeypatch, tmp_path, pair):
-    monkeypatch.setattr("specviz.inspect_cli.load_pair_from_args", lambda args: pair)
+    monkeypatch.setattr("specviz.cli.load_pair_from_args", lambda args, compiled=True: pair)
     path = tmp_path / "sweep.csv"
     argv = ["sweep", "--gammas", "1,2", "--temperatures", "0.5", "--reps", "1", "--json"]
     argv += ["--max-new-tokens", "5", "--prompt", PROMPT, "--raw", "--csv", str(path)]
