@@ -15,7 +15,7 @@ from specviz.compiled import StaticLM, cache_len, check_compilable, compiler_for
 from specviz.config import Settings
 from specviz.engine import Run, generate
 from specviz.lm import CachedLM
-from tests.test_distribution import EXACT_P, Case, exact_distribution, sample, views
+from tests.test_distribution import Case, assert_follows_target
 from tests.tiny import bag_pair, close_pair, tiny_pair
 
 BACKEND = "aot_eager"
@@ -131,14 +131,8 @@ def test_padded_calls_give_the_eager_logits(pairs):
 
 def test_a_distribution_case_follows_the_target_on_the_compiled_path(one_thread):
     llama = tiny_pair(vocab=6, target_seed=3, draft_seed=4, sharpness=0.7)
-    compiled = llama.with_compile(BACKEND)
     case = Case(Settings(gamma=3, max_new_tokens=4, trace_level="minimal"))
-    exact = exact_distribution(llama, case.prompt, case.settings)
-    n = 600
-    counts, tally = sample(compiled, case, case.settings, n)
-    assert tally.k3 > 0 and tally.multi_round > 0
-    for view, (stat, p) in views(counts, exact, n).items():
-        assert p > EXACT_P, f"{view}: chi2={stat:.1f}, p={p:.2g}"
+    assert_follows_target(llama.with_compile(BACKEND), case, 600, reference=llama)
 
 
 def test_models_without_static_cache_support_are_refused():

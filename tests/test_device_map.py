@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+from transformers import AutoModelForCausalLM, LlamaForCausalLM
 
 from specviz import models
 from specviz.config import Settings
@@ -36,22 +36,7 @@ SPLIT = {
 
 
 def two_layer_target(seed: int = 0) -> LlamaForCausalLM:
-    config = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        tie_word_embeddings=False,
-    )
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        model = LlamaForCausalLM(config)
-        with torch.no_grad():
-            model.lm_head.weight.mul_(4.0 / model.lm_head.weight.std())
-    return model.eval()
+    return tiny_model(VOCAB, seed, layers=2)
 
 
 @pytest.fixture(scope="module")

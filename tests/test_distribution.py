@@ -267,15 +267,19 @@ def test_each_case_rejects_a_wrong_rule(name, rule, one_thread):
     assert p < WRONG_P, f"{name}: {rule} passed the check: {found}"
 
 
-def test_samples_follow_the_target_on_a_transformers_llama(one_thread):
-    llama = tiny_pair(vocab=VOCAB, target_seed=3, draft_seed=4, sharpness=0.7)
-    case = Case(_s(gamma=3, max_new_tokens=4))
-    exact = exact_distribution(llama, case.prompt, case.settings)
-    n = 2000
-    counts, tally = sample(llama, case, case.settings, n)
+def assert_follows_target(pair, case: Case, n: int, reference=None) -> None:
+    """n seeded samples of `pair` follow the exact distribution of `reference` (default:
+    the pair itself) in every view, over rounds that drafted 3 or more tokens."""
+    exact = exact_distribution(reference or pair, case.prompt, case.settings)
+    counts, tally = sample(pair, case, case.settings, n)
     assert tally.k3 > 0 and tally.multi_round > 0
     for view, (stat, p) in views(counts, exact, n).items():
         assert p > EXACT_P, f"{view}: chi2={stat:.1f}, p={p:.2g}"
+
+
+def test_samples_follow_the_target_on_a_transformers_llama(one_thread):
+    llama = tiny_pair(vocab=VOCAB, target_seed=3, draft_seed=4, sharpness=0.7)
+    assert_follows_target(llama, Case(_s(gamma=3, max_new_tokens=4)), 2000)
 
 
 def test_the_rejection_check_is_not_vacuous():

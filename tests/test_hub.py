@@ -17,13 +17,14 @@ from pathlib import Path
 import huggingface_hub.constants
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
 from specviz import ui
 from specviz.config import Deployment, Limits, Settings
 from specviz.engine import generate
 from specviz.models import load_pair
 from specviz.offline import prepare_offline
+from tests.tiny import tiny_model
 
 OWNER = "specviz-test"
 TARGET = f"{OWNER}/tiny-llama-2-layers"
@@ -34,12 +35,13 @@ PROMPTS = ["Why is the sky blue?", "Name three prime numbers.", "Write a haiku a
 
 
 def tiny_llama(layers: int, vocab: int, seed: int) -> LlamaForCausalLM:
-    config = LlamaConfig(
-        vocab_size=vocab,
+    return tiny_model(
+        vocab,
+        seed,
+        sharpness=None,
+        layers=layers,
         hidden_size=32,
         intermediate_size=64,
-        num_hidden_layers=layers,
-        num_attention_heads=2,
         num_key_value_heads=1,
         max_position_embeddings=512,
         bos_token_id=1,
@@ -48,9 +50,6 @@ def tiny_llama(layers: int, vocab: int, seed: int) -> LlamaForCausalLM:
         tie_word_embeddings=True,
         initializer_range=0.3,  # at the default 0.02 greedy decoding repeats one token
     )
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        return LlamaForCausalLM(config).eval()
 
 
 def models() -> dict[str, LlamaForCausalLM]:

@@ -36,23 +36,29 @@ class TinyTokenizer:
         return {f"<{i}>": i for i in range(self.vocab)}
 
 
-def tiny_model(vocab: int, seed: int, sharpness: float = 4.0) -> LlamaForCausalLM:
-    config = LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        tie_word_embeddings=False,
-    )
+def tiny_model(
+    vocab: int, seed: int, sharpness: float | None = 4.0, layers: int = 1, **config: Any
+) -> LlamaForCausalLM:
+    """A seeded tiny Llama; `config` overrides its LlamaConfig fields, and a sharpness
+    scales the output layer to that standard deviation (None: transformers' own init)."""
+    fields = {
+        "vocab_size": vocab,
+        "hidden_size": 16,
+        "intermediate_size": 32,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 128,
+        "tie_word_embeddings": False,
+        **config,
+    }
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        model = LlamaForCausalLM(config)
-        with torch.no_grad():
-            # Spread the logits so that p and q are far from uniform and differ.
-            model.lm_head.weight.mul_(sharpness / model.lm_head.weight.std())
+        model = LlamaForCausalLM(LlamaConfig(**fields))
+        if sharpness is not None:
+            with torch.no_grad():
+                # Spread the logits so that p and q are far from uniform and differ.
+                model.lm_head.weight.mul_(sharpness / model.lm_head.weight.std())
     return model.eval()
 
 
