@@ -16,7 +16,7 @@ from specviz.config import Settings
 from specviz.engine import Run, generate
 from specviz.lm import CachedLM
 from tests.test_distribution import Case, assert_follows_target
-from tests.tiny import bag_pair, close_pair, tiny_pair
+from tests.tiny import bag_pair, close_pair, tiny_model, tiny_pair
 
 BACKEND = "aot_eager"
 GAMMA = 4
@@ -127,6 +127,31 @@ def test_padded_calls_give_the_eager_logits(pairs):
         torch.testing.assert_close(static.logits(s, keep), dynamic.logits(s, keep))
         static.rollback(s[:-1])
         dynamic.rollback(s[:-1])
+
+
+def test_each_model_runs_its_own_graph(one_thread):
+    """Two models whose calls look alike to the kept guards (the same ids, the same cache
+    shapes) but whose weights differ in shape and value: each compiled call gives its own
+    model's logits, so their forwards share no compiled graph."""
+    one, other = tiny_model(16, 0), tiny_model(16, 1, intermediate_size=48)
+    comp, seq = compiler_for(BACKEND), [1, 2, 3, 4]
+    for m in (one, other):
+        static = StaticLM(m, "m", 16, comp, (1, 2), 64)
+        static.logits(seq[:2])  # the prefill (eager), then compiled calls
+        for n in (3, 4):
+            torch.testing.assert_close(static.logits(seq[:n]), CachedLM(m, 16).logits(seq[:n]))
+        static.close()
+
+
+def test_the_compiled_view_shares_the_weights_and_keeps_the_model_s_attention(pairs):
+    eager, compiled = pairs
+    model = eager.target.model
+    generate(compiled, PROMPT, _greedy())
+    view = compiler_for(BACKEND)._models[model].view
+    assert view is not model and view.config._attn_implementation == "eager"
+    assert model.config._attn_implementation == "sdpa"  # the eager path is left as it was
+    ours = {p.data_ptr() for p in model.parameters()}
+    assert {p.data_ptr() for p in view.parameters()} == ours
 
 
 def test_a_distribution_case_follows_the_target_on_the_compiled_path(one_thread):
