@@ -59,6 +59,11 @@ def test_repetitions_are_interleaved(result):
     firsts = [rows[i * per_rep]["contender"] for i in range(3)]
     assert len(set(firsts)) == 3  # each repetition starts with a different contender
     assert [r["rep"] for r in rows] == sorted(r["rep"] for r in rows)
+    # the trace overhead's two runs are neighbours, and each goes first in turn
+    full, minimal = "specviz spec g=4", "specviz spec g=4 minimal trace"
+    orders = [[r["contender"] for r in rows if r["rep"] == i] for i in range(3)]
+    gaps = [o.index(minimal) - o.index(full) for o in orders]
+    assert gaps[0] == 1 and gaps[1] == -1
 
 
 def test_greedy_outputs_agree_in_fp32(result):

@@ -95,7 +95,7 @@ def all_contenders(pair: ModelPair, mode: str, opts: BenchOptions) -> list[Conte
     if opts.hf:
         out.append(_transformers(pair, mode, "ar", None))
     for g in opts.gammas:
-        out += _constant_gamma(pair, sv, mode, g, opts.hf)
+        out += _constant_gamma(pair, sv, mode, g, opts.hf, minimal=g == g_ref)
     out += _specviz_variants(sv, mode, g_ref)
     if opts.hf:
         out += _transformers_variants(pair, mode, g_ref)
@@ -104,19 +104,24 @@ def all_contenders(pair: ModelPair, mode: str, opts: BenchOptions) -> list[Conte
     return out
 
 
-def _constant_gamma(pair: ModelPair, sv: ModelPair, mode: str, g: int, hf: bool) -> list[Contender]:
-    """specviz speculative at gamma g, and transformers assisted at the same constant gamma."""
+def _constant_gamma(
+    pair: ModelPair, sv: ModelPair, mode: str, g: int, hf: bool, minimal: bool
+) -> list[Contender]:
+    """specviz speculative at gamma g (and right after it, where minimal, the same with the
+    minimal trace: the two runs of the trace overhead stay neighbours in every repetition),
+    and transformers assisted at the same constant gamma."""
     out = [_specviz(sv, mode, "spec", g, gamma=g)]
+    if minimal:
+        out.append(_specviz(sv, mode, "minimal", g, gamma=g, trace_level="minimal"))
     if hf and pair.draft is not None:
         out.append(_transformers(pair, mode, "assisted", g, assistant=constant_schedule(g)))
     return out
 
 
 def _specviz_variants(sv: ModelPair, mode: str, g_ref: int) -> list[Contender]:
-    """The minimal trace, adaptive gamma and the n-gram drafter."""
+    """Adaptive gamma and the n-gram drafter."""
     a = ADAPTIVE_START
     return [
-        _specviz(sv, mode, "minimal", g_ref, gamma=g_ref, trace_level="minimal"),
         _specviz(sv, mode, "adaptive", a, gamma=a, adaptive_gamma=True),
         _specviz(sv, mode, "ngram", g_ref, drafter="ngram", gamma=g_ref, ngram_size=NGRAM_SIZE),
     ]
@@ -125,10 +130,13 @@ def _specviz_variants(sv: ModelPair, mode: str, g_ref: int) -> list[Contender]:
 def _compiled_variants(
     cp: ModelPair, mode: str, gammas: tuple[int, ...], g_ref: int
 ) -> list[Contender]:
-    """The compiled path (specviz.compiled): AR, speculative at each gamma, minimal trace."""
+    """The compiled path (specviz.compiled): AR, speculative at each gamma, and the minimal
+    trace right after its full-trace neighbour."""
     out = [_specviz(cp, mode, "ar-compiled", None, method="ar")]
-    out += [_specviz(cp, mode, "spec-compiled", g, gamma=g) for g in gammas]
-    out.append(_specviz(cp, mode, "minimal-compiled", g_ref, gamma=g_ref, trace_level="minimal"))
+    for g in gammas:
+        out.append(_specviz(cp, mode, "spec-compiled", g, gamma=g))
+        if g == g_ref:
+            out.append(_specviz(cp, mode, "minimal-compiled", g, gamma=g, trace_level="minimal"))
     return out
 
 

@@ -2,8 +2,10 @@
 numbers came from (memory, load times, the machine).
 
 A warm-up pass runs every contender once; then each repetition runs every contender once,
-in an order rotated from one repetition to the next, so that slow drift of the machine hits
-all of them alike. Figures are medians over the repetitions (see specviz.bench.ratios).
+in an order rotated from one repetition to the next and reversed in every other one, so
+that slow drift of the machine hits all of them alike and neighbours (a full trace and its
+minimal twin) take turns at going first. Figures are medians over the repetitions (see
+specviz.bench.ratios).
 """
 
 from __future__ import annotations
@@ -119,11 +121,13 @@ def _measure(
     opts: BenchOptions,
     say: Callable[[str], None],
 ) -> list[dict[str, Any]]:
-    """Interleaved repetitions: repetition r runs the contenders rotated by r."""
+    """Interleaved repetitions: of n contenders, repetition r of R runs them rotated by
+    r * n // R (starts spread over the line-up), reversed when r is odd."""
     rows = []
     for rep in range(opts.reps):
-        k = rep % len(cs)
-        for c in cs[k:] + cs[:k]:
+        k = rep * len(cs) // opts.reps
+        order = cs[k:] + cs[:k]
+        for c in order[::-1] if rep % 2 else order:
             s = c.run(ids, bp.text, opts.seed + rep, opts.max_new_tokens)
             rows.append(_row(c, s, bp, mode, rep, len(ids)))
         say(f"{bp.name} {mode}: repetition {rep + 1}/{opts.reps} done")
