@@ -30,13 +30,44 @@ def warp(logits: torch.Tensor, w: Warp) -> torch.Tensor:
         logits = logits.masked_fill(logits < kth, float("-inf"))
     probs = torch.softmax(logits, dim=-1)
     if w.top_p < 1.0:
-        sorted_p, order = torch.sort(probs, dim=-1, descending=True)
-        mass_before = sorted_p.cumsum(-1) - sorted_p  # [..., V]
-        drop_sorted = mass_before >= w.top_p
-        drop = torch.zeros_like(drop_sorted).scatter_(-1, order, drop_sorted)
-        probs = probs.masked_fill(drop, 0.0)
+        probs = probs.masked_fill(outside_nucleus(probs, w.top_p), 0.0)
         probs = probs / probs.sum(-1, keepdim=True)
     return probs
+
+
+# How many of the most likely tokens the top-p cut looks at first (see outside_nucleus).
+NUCLEUS_CANDIDATES = 256
+
+
+def outside_nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """The tokens top-p drops [..., V] (bool): in order of decreasing probability, those
+    whose preceding mass already reaches top_p.
+
+    Sorting a row of 49,152 probabilities takes about 2 ms on a CPU core; the nucleus is
+    usually a few hundred tokens. So the cut first takes each row's NUCLEUS_CANDIDATES most
+    likely tokens (``topk``: the same values in the same order as a full sort's head, and
+    the same running sums). In a row whose nucleus ends among them (the last candidate is
+    dropped), every later token would be dropped too, since the running mass only grows:
+    the row's mask is the full sort's. Only the other rows are sorted in full."""
+    shape = probs.shape
+    flat = probs.reshape(-1, shape[-1])  # [R, V]
+    if NUCLEUS_CANDIDATES >= shape[-1]:
+        return _outside_nucleus_sorted(flat, top_p).reshape(shape)
+    head, order = torch.topk(flat, NUCLEUS_CANDIDATES, dim=-1)  # sorted, descending
+    mass_before = head.cumsum(-1) - head
+    keep = torch.zeros(flat.shape, dtype=torch.bool, device=flat.device)
+    drop = ~keep.scatter_(-1, order, mass_before < top_p)
+    longer = mass_before[:, -1] < top_p  # [R] rows whose nucleus goes past the candidates
+    if bool(longer.any()):
+        drop[longer] = _outside_nucleus_sorted(flat[longer], top_p)
+    return drop.reshape(shape)
+
+
+def _outside_nucleus_sorted(flat: torch.Tensor, top_p: float) -> torch.Tensor:
+    sorted_p, order = torch.sort(flat, dim=-1, descending=True)
+    mass_before = sorted_p.cumsum(-1) - sorted_p  # [R, V]
+    drop_sorted = mass_before >= top_p
+    return torch.zeros_like(drop_sorted).scatter_(-1, order, drop_sorted)
 
 
 def draw(probs: torch.Tensor, generator: torch.Generator, greedy: bool) -> torch.Tensor:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from specviz.config import Warp
-from specviz.sampling import draw, overlap, residual, verify, warp
+from specviz.sampling import draw, outside_nucleus, overlap, residual, verify, warp
 
 
 def test_greedy_warp_is_one_hot_on_the_argmax():
@@ -89,3 +89,23 @@ def test_wrong_rules_differ_from_the_exact_one():
     no_draw = verify(p, q, torch.tensor([0]), torch.tensor([0.1]), rule="accept-without-draw")
     assert exact.dist.tolist() == [0.0, 1.0] and from_p.dist.tolist() == pytest.approx([0.3, 0.7])
     assert no_draw.n_accepted == 0  # the exact rule would accept: u = 0.1 < 0.5
+
+
+def _outside_nucleus_by_full_sort(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    sorted_p, order = torch.sort(probs, dim=-1, descending=True)
+    drop_sorted = sorted_p.cumsum(-1) - sorted_p >= top_p
+    return torch.zeros_like(drop_sorted).scatter_(-1, order, drop_sorted)
+
+
+@pytest.mark.parametrize("scale", [0.3, 3.0, 12.0])
+@pytest.mark.parametrize("top_p", [0.3, 0.9, 0.99])
+def test_the_top_p_cut_equals_a_full_sort_s(scale, top_p):
+    """Short nuclei (read off the top candidates) and long ones (sorted in full), mixed in
+    one batch: the same tokens are dropped as by sorting every row."""
+    gen = torch.Generator().manual_seed(int(scale * 10 + top_p * 100))
+    logits = torch.randn(4, 3, 5000, generator=gen) * scale
+    logits[0, 0] *= 40.0  # one row with a tiny nucleus in every batch
+    probs = torch.softmax(logits, -1)
+    got = outside_nucleus(probs, top_p)
+    assert torch.equal(got, _outside_nucleus_by_full_sort(probs, top_p))
+    assert (~got).sum(-1).min() >= 1
