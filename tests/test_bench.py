@@ -231,3 +231,17 @@ def test_the_compiled_bench_adds_its_contenders_and_ratios(compiled_result):
 def test_the_bench_refuses_an_unknown_backend():
     with pytest.raises(ValueError, match="compile backend"):
         bench.BenchOptions.make(quick=True, compile="tvm")
+
+
+def test_the_trace_overhead_pairs_each_repetition_s_runs():
+    """Seeds 0 to 2 make runs of 40, 60 and 50 ms/token; the full trace adds 2 % to each,
+    except one outlier. The median of the three paired ratios finds the 2 %; the ratio of
+    each contender's median would say -10 % (45 against 50: another seed's run)."""
+    from specviz.bench.ratios import paired_overhead
+
+    base = [40.0, 60.0, 50.0]
+    rows = [{"contender": "full", "rep": r, "ms_per_token": ms * 1.02} for r, ms in enumerate(base)]
+    rows += [{"contender": "minimal", "rep": r, "ms_per_token": ms} for r, ms in enumerate(base)]
+    rows[1]["ms_per_token"] = 45.0  # seed 1's full run happened to be fast: an outlier
+    assert paired_overhead(rows, "full", "minimal") == pytest.approx(0.02)
+    assert paired_overhead(rows[:1], "full", "minimal") is None  # no minimal run to pair
