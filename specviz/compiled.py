@@ -46,6 +46,8 @@ argmax is that close to a tie.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
 import os
 import sys
@@ -189,13 +191,14 @@ class _Compiled:
 
     @classmethod
     def of(cls, model: torch.nn.Module, backend: str) -> _Compiled:
-        options: dict[str, Any] = {"guard_filter_fn": _input_guards(model)}
+        weights = {id(t): t for t in (*model.parameters(), *model.buffers())}
+        options: dict[str, Any] = {"guard_filter_fn": _input_guards(weights)}
         if backend == "inductor" and _device(model).type == "cuda":
             options["triton.cudagraphs"] = True  # what mode="reduce-overhead" sets
         fn = torch.compile(
             _own_forward(), backend=backend, fullgraph=True, dynamic=False, options=options
         )
-        return cls(fn, _view(model), {})
+        return cls(fn, _view(model, weights), {})
 
 
 def _own_forward() -> Callable[..., torch.Tensor]:
@@ -205,30 +208,27 @@ def _own_forward() -> Callable[..., torch.Tensor]:
     return types.FunctionType(_forward.__code__.replace(), _forward.__globals__, "_forward")
 
 
-def _view(model: torch.nn.Module) -> torch.nn.Module:
+def _view(model: torch.nn.Module, weights: dict[int, torch.Tensor]) -> torch.nn.Module:
     """The module tree the compiled forwards run: the model's own parameters and buffers
     (shared, never copied) in modules of their own, whose config asks for transformers'
     eager attention. Inductor fuses that attention (a query row against a static cache of
     a few hundred keys) with its neighbours, where SDPA stays one opaque call per layer;
-    the eager path, which keeps SDPA, shares the weights and nothing else."""
-    import copy
-
-    memo: dict[int, Any] = {id(t): t for t in (*model.parameters(), *model.buffers())}
-    view = copy.deepcopy(model, memo)
+    the eager path, which keeps SDPA, shares the weights and nothing else. weights: the
+    model's parameters and buffers by id."""
+    view = copy.deepcopy(model, dict(weights))  # the memo: each weight copies to itself
     view.set_attn_implementation("eager")
     return view
 
 
-def _input_guards(model: torch.nn.Module) -> Callable[[list[Any]], list[bool]]:
+def _input_guards(weights: dict[int, torch.Tensor]) -> Callable[[list[Any]], list[bool]]:
     """Dynamo's guard filter for one model's compiled forward: keep the guards on the
     call's own tensors (the ids' width, the static cache's length), drop the rest. Every
     call runs under inference mode on the same view of the same model, whose weights are
     never written; the hundreds of guards on those weights and modules cost about 2 ms a
-    call on a CPU and can never fail."""
-    own = {id(t) for t in (*model.parameters(), *model.buffers())}
+    call on a CPU and can never fail. weights: the model's parameters and buffers by id."""
 
     def keep(entries: list[Any]) -> list[bool]:
-        return [e.guard_type == "TENSOR_MATCH" and id(e.value) not in own for e in entries]
+        return [e.guard_type == "TENSOR_MATCH" and id(e.value) not in weights for e in entries]
 
     return keep
 
@@ -238,8 +238,6 @@ def _inductor_config(backend: str, device: torch.device) -> Any:
     constants of the graph, so that each linear layer runs on weights prepacked once for
     the CPU's GEMM kernels (about 1.3x on a target step here), at the cost of that packed
     copy per compiled shape."""
-    import contextlib
-
     if backend != "inductor" or device.type != "cpu":
         return contextlib.nullcontext()
     import torch._inductor.config as inductor_config
