@@ -45,10 +45,12 @@ def finite_positive(*xs: float) -> bool:
 def test_the_report_has_every_section(report) -> None:
     table, res = report
     assert res["schema"] == gpucheck.SCHEMA and res["size"] == "tiny"
-    for key in ("models", "steps", "overhead", "compiled", "projection", "packages"):
+    for key in ("models", "steps", "exactness", "overhead", "compiled", "runs", "projection",
+                "packages"):  # fmt: skip
         assert key in res
-    for heading in ("Decode steps", "A verify call", "Engine per round", "StaticCache",
-                    "Leviathan's projected speedup"):  # fmt: skip
+    headings = ["Decode steps", "A verify call", "Exactness on cpu", "Engine per round"]
+    headings += ["StaticCache", "Whole generations", "Leviathan's projected speedup"]
+    for heading in headings:
         assert heading in table
     assert res["models"]["target"]["params"] > res["models"]["draft"]["params"]
     assert not [k for k, v in res.items() if isinstance(v, dict) and "error" in v]
@@ -88,6 +90,39 @@ def test_the_compiled_step_runs_without_recompiling(report) -> None:
         assert r["compiles"] == 1 and r["recompiles"] == 0 and r["graph_skips"] == 0
         assert finite_positive(r["eager_ms"], r["compiled_ms"], r["compile_s"])
     assert finite_positive(cp["c_eager"], cp["c_compiled"])
+
+
+def test_whole_runs_on_both_paths_accept_every_draft_and_compile_nothing_more(report) -> None:
+    r = report[1]["runs"]
+    assert [(x["path"], x["method"]) for x in r["rows"]] == [
+        (p, m) for p in ("eager", "compiled") for m in ("spec", "ar")
+    ]
+    for x in r["rows"]:
+        assert finite_positive(x["ms_per_token"])
+        if x["method"] == "spec":
+            assert x["tokens_per_round"] == r["gamma"] + 1
+        if x["path"] == "compiled":
+            assert x["recompiles"] == 0  # the warm-up compiled every shape
+    ms = {(x["path"], x["method"]): x["ms_per_token"] for x in r["rows"]}
+    assert r["compiled_over_eager_spec"] == pytest.approx(
+        ms["eager", "spec"] / ms["compiled", "spec"]
+    )
+    assert r["spec_speedup_compiled"] == pytest.approx(
+        ms["compiled", "ar"] / ms["compiled", "spec"]
+    )
+
+
+def test_the_device_exactness_stage_passes_and_its_check_has_power(report) -> None:
+    e = report[1]["exactness"]
+    assert e["compiled"] == "eager" and e["greedy_exact"]
+    for row in e["greedy"]:
+        assert row["eager_spec_equals_ar"] and row["compiled_spec_equals_ar"]
+        assert 0 < row["compiled_acceptance"] < 1  # rounds both accept and reject
+    t = e["sampled_trace"]
+    assert t["tokens_equal"] and t["verdicts_equal"] and t["max_abs_dp"] < 1e-4
+    checks = {c["rule"]: c for c in e["check"]}
+    assert checks["exact"]["passed"] and not checks["resample-from-p"]["passed"]
+    assert checks["resample-from-p"]["predicted_tv"] > 0.05
 
 
 def test_the_projection_follows_leviathans_formula(report) -> None:

@@ -1,19 +1,15 @@
-"""The GPU check's measurements: decode steps and verify calls, the engine's overhead per
-round against transformers' assisted generation, one decode step eager against compiled,
-and Leviathan's projection at the measured c. Every timing is a median over repetitions
-after a warm-up, with CUDA synchronised before every clock read."""
+"""The GPU check's eager measurements: decode steps and verify calls, the engine's overhead
+per round against transformers' assisted generation, and Leviathan's projection at the
+measured c (the compiled path's stages are in specviz.gpucheck.path). Every timing is a
+median over repetitions after a warm-up, with CUDA synchronised before every clock read."""
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import statistics
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
-from transformers import StaticCache
 
 from specviz.config import Settings
 from specviz.engine import clock, generate
@@ -21,14 +17,13 @@ from specviz.gpucheck.plan import (
     ALPHAS,
     GAMMA,
     MAX_VERIFY,
-    IdTokenizer,
     Plan,
-    error_line,
+    pair_of,
     prompt_ids,
     twin,
 )
 from specviz.lm import CachedLM
-from specviz.models import LoadedModel, ModelPair
+from specviz.models import ModelPair
 
 
 def median_ms(
@@ -132,17 +127,8 @@ def engine_overhead(target: torch.nn.Module, plan: Plan, verify: list[dict]) -> 
     """ms per round of each engine (marginal: long run minus short run, over the rounds
     between them, so the prompt's prefill drops out), against the model calls alone."""
     draft = twin(target, plan)
-    vocab = target.config.vocab_size
-    ids = prompt_ids(plan, vocab)
-    dev, dt = plan.device, str(plan.dtype).removeprefix("torch.")
-    pair = ModelPair(
-        name="gpu-check",
-        target=LoadedModel("target", target, dev, dt, vocab, 0.0, "random"),
-        draft=LoadedModel("draft = target", draft, dev, dt, vocab, 0.0, "random"),
-        tokenizer=IdTokenizer(vocab),
-        eos_ids=frozenset(),
-        context_len=target.config.max_position_embeddings,
-    )
+    ids = prompt_ids(plan, target.config.vocab_size)
+    pair = pair_of(draft, target, plan, "draft = target")
     prompt = " ".join(map(str, ids))
     contenders = {
         "specviz (trace minimal)": specviz_contender(pair, prompt, "minimal"),
@@ -188,100 +174,6 @@ def _marginal(name: str, run: Contender, lengths: list[int], plan: Plan, floor: 
         "rounds": [rounds[short], rounds[long]],
         "tokens_per_round": long / rounds[long],  # gamma + 1 when every draft is accepted
     }
-
-
-def decode_step(model: torch.nn.Module, plan: Plan, compiled: bool) -> dict:
-    """A one-token forward on a StaticCache holding the prompt; its write position is moved
-    back after every call (no copy)."""
-    ids = prompt_ids(plan, model.config.vocab_size)
-    n = len(ids)
-    cache = StaticCache(config=model.config, max_cache_len=n + 8)
-    x = torch.zeros(1, 1, dtype=torch.long, device=plan.device)
-    with torch.no_grad():
-        model(input_ids=torch.tensor([ids], device=plan.device), past_key_values=cache)
-
-    def step() -> torch.Tensor:
-        return model(input_ids=x, past_key_values=cache, logits_to_keep=1).logits
-
-    def rewind() -> None:
-        for layer in cache.layers:
-            layer.cumulative_length.fill_(n)
-
-    fn, out = step, {}
-    if compiled:
-        kw = {"mode": "reduce-overhead"} if plan.compile == "inductor" else {}
-        inner = torch.compile(step, backend=plan.compile, fullgraph=True, **kw)
-
-        def fn() -> torch.Tensor:
-            torch.compiler.cudagraph_mark_step_begin()
-            return inner()
-
-        counters = torch._dynamo.utils.counters
-        graphs, skips = counters["stats"]["unique_graphs"], counters["inductor"]["cudagraph_skips"]
-        t0 = clock(plan.device)
-        with torch.no_grad(), _graph_skip_reasons() as reasons:
-            for _ in range(3):  # compile, then CUDA graph warm-up and capture
-                fn()
-                rewind()
-        out["compile_s"] = clock(plan.device) - t0
-        if reasons:
-            out["graph_skip_reasons"] = sorted(set(reasons))
-        out["compiles"] = counters["stats"]["unique_graphs"] - graphs
-        graphs = counters["stats"]["unique_graphs"]
-    with torch.no_grad():
-        out["ms"] = median_ms(fn, plan, plan.reps, rewind)
-    if compiled:
-        out["recompiles"] = counters["stats"]["unique_graphs"] - graphs
-        # inductor falls back to plain kernels (no CUDA graph) where it cannot capture one
-        out["graph_skips"] = counters["inductor"]["cudagraph_skips"] - skips
-    return out
-
-
-@contextlib.contextmanager
-def _graph_skip_reasons() -> Iterator[list[str]]:
-    """The messages inductor logs when it cannot capture a CUDA graph (CUDA only)."""
-    from torch._inductor.cudagraph_utils import cudagraphs_log
-
-    reasons: list[str] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            reasons.append(record.getMessage())
-
-    handler = Keep(logging.WARNING)
-    cudagraphs_log.addHandler(handler)
-    try:
-        yield reasons
-    finally:
-        cudagraphs_log.removeHandler(handler)
-
-
-def eager_vs_compiled(
-    draft: torch.nn.Module, target: torch.nn.Module, plan: Plan, t_start: float
-) -> dict:
-    res: dict[str, Any] = {"backend": plan.compile, "rows": []}
-    if plan.compile == "inductor":
-        res["mode"] = "reduce-overhead"
-    for name, model in (("draft", draft), ("target", target)):
-        row: dict[str, Any] = {"model": name, "eager_ms": decode_step(model, plan, False)["ms"]}
-        if plan.compile == "off":
-            row["skipped"] = "--compile off"
-        elif time.perf_counter() - t_start > plan.budget_s:
-            row["skipped"] = f"out of time (budget {plan.budget_s:.0f} s)"
-        else:
-            try:
-                c = decode_step(model, plan, True)
-            except Exception as exc:  # one failed compile must not cost the whole report
-                row["skipped"] = f"compile failed: {error_line(exc)}"
-            else:
-                c["compiled_ms"] = c.pop("ms")
-                row.update(c, speedup=row["eager_ms"] / c["compiled_ms"])
-        res["rows"].append(row)
-    d, t = res["rows"]
-    res["c_eager"] = d["eager_ms"] / t["eager_ms"]
-    if "compiled_ms" in d and "compiled_ms" in t:
-        res["c_compiled"] = d["compiled_ms"] / t["compiled_ms"]
-    return res
 
 
 def expected_speedup(alpha: float, gamma: int, c: float, verify: float = 1.0) -> float:

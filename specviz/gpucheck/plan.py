@@ -4,11 +4,14 @@ or tiny ones on the CPU), Llama networks with random weights built from ``LlamaC
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
+
+from specviz.models import LoadedModel, ModelPair
 
 SCHEMA = "specviz-gpu-check/1"
 
@@ -60,10 +63,11 @@ class Plan:
     prompt_tokens: int = 256
     warm: int = 5  # warm-up calls before timed ones
     reps: int = 30  # timed calls of one model step
-    runs: int = 5  # timed generations per contender and length
+    runs: int = 3  # timed generations per contender and length
     rounds: tuple[int, int] = (8, 32)  # rounds of the short and the long generation
     compile: str = "inductor"  # "inductor" | "eager" | "off"
-    budget_s: float = 420.0  # the compile stage is skipped once this much time has gone
+    budget_s: float = 300.0  # compiling is skipped once this much time has gone
+    check_n: int = 1000  # samples per rule in the distribution check on the device
 
     @classmethod
     def make(cls, tiny: bool, compile: str | None, budget_s: float | None) -> Plan:
@@ -85,18 +89,57 @@ TINY = Plan(
     rounds=(2, 4),
     compile="eager",
     budget_s=120.0,
+    check_n=300,
 )
 
 
-def build(fields: dict[str, Any], plan: Plan, seed: int) -> LlamaForCausalLM:
-    """A random-weight Llama network on the plan's device, final norm zeroed (see above)."""
+def build(
+    fields: dict[str, Any],
+    plan: Plan,
+    seed: int,
+    zero_norm: bool = True,
+    sharpness: float | None = None,
+) -> LlamaForCausalLM:
+    """A random-weight Llama network on the plan's device, final norm zeroed (see above)
+    unless zero_norm is False; a sharpness scales the output layer to that standard
+    deviation, so that its distributions are far from uniform."""
     config = LlamaConfig(max_position_embeddings=4096, rope_theta=500000.0, **fields)
     with torch.random.fork_rng(devices=[]), torch.device(plan.device):
         torch.manual_seed(seed)
         model = LlamaForCausalLM._from_config(config, dtype=plan.dtype)
     with torch.no_grad():
-        model.model.norm.weight.zero_()
+        if zero_norm:
+            model.model.norm.weight.zero_()
+        if sharpness is not None:
+            model.lm_head.weight.mul_(sharpness / model.lm_head.weight.std())
     return model.eval()
+
+
+def close_draft(target: LlamaForCausalLM, noise: float, seed: int) -> LlamaForCausalLM:
+    """The target with its output layer perturbed by noise times its standard deviation (a
+    copy): a draft whose greedy and sampled drafts are often, not always, accepted."""
+    draft = copy.deepcopy(target)
+    w = draft.lm_head.weight
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        w.add_((torch.randn(w.shape, generator=g) * noise * w.std().item()).to(w))
+    return draft.eval()
+
+
+def pair_of(
+    draft: LlamaForCausalLM, target: LlamaForCausalLM, plan: Plan, draft_name: str
+) -> ModelPair:
+    """The engine's pair of two of the check's networks, with the id tokenizer."""
+    vocab = target.config.vocab_size
+    dev, dt = plan.device, str(plan.dtype).removeprefix("torch.")
+    return ModelPair(
+        name="gpu-check",
+        target=LoadedModel("target", target, dev, dt, vocab, 0.0, "random"),
+        draft=LoadedModel(draft_name, draft, dev, dt, vocab, 0.0, "random"),
+        tokenizer=IdTokenizer(vocab),
+        eos_ids=frozenset(),
+        context_len=target.config.max_position_embeddings,
+    )
 
 
 def twin(model: LlamaForCausalLM, plan: Plan) -> LlamaForCausalLM:

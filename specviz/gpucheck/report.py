@@ -16,12 +16,8 @@ import torch
 import transformers
 from transformers import LlamaForCausalLM
 
-from specviz.gpucheck.measure import (
-    eager_vs_compiled,
-    engine_overhead,
-    projection,
-    steps_and_verify,
-)
+from specviz.gpucheck.measure import engine_overhead, projection, steps_and_verify
+from specviz.gpucheck.path import EXACT_TOKENS, compiled_steps, engine_runs, exactness
 from specviz.gpucheck.plan import SCHEMA, SHAPES, Plan, build, error_line, n_params
 
 
@@ -45,8 +41,10 @@ def run_check(plan: Plan, out: Path | None, say: Callable[[str], None]) -> dict:
     draft, target = build(shapes["draft"], plan, 1), build(shapes["target"], plan, 0)
     stage("models", lambda: {"draft": describe(draft), "target": describe(target)})
     stage("steps", lambda: steps_and_verify(draft, target, plan))
+    stage("exactness", lambda: exactness(plan, t_start))
     stage("overhead", lambda: engine_overhead(target, plan, res["steps"]["verify"]))
-    stage("compiled", lambda: eager_vs_compiled(draft, target, plan, t_start))
+    stage("compiled", lambda: compiled_steps(draft, target, plan, t_start))
+    stage("runs", lambda: engine_runs(draft, target, plan, t_start))
     stage("projection", lambda: projection(measured_c(res), res["steps"]["verify"]))
     stage("packages", imported_packages)
     return res
@@ -54,7 +52,7 @@ def run_check(plan: Plan, out: Path | None, say: Callable[[str], None]) -> dict:
 
 def measured_c(res: dict) -> dict[str, float]:
     cs = {"eager": res["steps"]["c"]}
-    if "c_compiled" in res["compiled"]:
+    if "c_compiled" in res.get("compiled", {}):
         cs["compiled"] = res["compiled"]["c_compiled"]
     return cs
 
@@ -103,8 +101,10 @@ def format_table(res: dict) -> str:
         ("models", _head),
         ("steps", _steps),
         ("steps", _verify),
+        ("exactness", _exactness),
         ("overhead", _overhead),
         ("compiled", _compiled),
+        ("runs", _runs),
         ("projection", _projection),
     ]
     parts = []
@@ -161,17 +161,79 @@ def _overhead(res: dict) -> str:
 
 def _compiled(res: dict) -> str:
     cp = res["compiled"]
-    mode = f'mode="{cp["mode"]}", ' if "mode" in cp else ""
     head = ["model", "eager ms", "compiled ms", "speedup", "compile s", "recompiles", "graph skips"]
     keys = ["model", "eager_ms", "compiled_ms", "speedup", "compile_s", "recompiles"]
     rows = [[r.get(k) for k in keys] + [r.get("graph_skips", r.get("skipped"))] for r in cp["rows"]]
     reasons = sorted({m for r in cp["rows"] for m in r.get("graph_skip_reasons", [])})
     return (
-        f'One decode step with a StaticCache, eager against torch.compile({mode}backend="'
-        f'{cp["backend"]}"):\n{_table(head, rows)}\nc with a static cache: eager '
-        f"{_f(cp['c_eager'], 3)}, compiled {_f(cp.get('c_compiled'), 3)}"
-        + "".join(f"\n{m}" for m in reasons)
+        "One decode step on the engine's paths: eager (DynamicCache) against compiled "
+        f'(StaticCache, torch.compile backend "{cp["backend"]}", CUDA graphs on CUDA):\n'
+        f"{_table(head, rows)}\nc: eager {_f(cp['c_eager'], 3)}, compiled "
+        f"{_f(cp.get('c_compiled'), 3)}" + "".join(f"\n{m}" for m in reasons)
     )
+
+
+def _runs(res: dict) -> str:
+    r = res["runs"]
+    head = ["path", "method", "ms / token", "tokens / round", "recompiles"]
+    keys = ["path", "method", "ms_per_token", "tokens_per_round", "recompiles"]
+    lines = [
+        f"Whole generations through the engine, greedy, gamma {r['gamma']}, every draft "
+        f"accepted; marginal between {r['tokens'][0]} and {r['tokens'][1]} new tokens:",
+        _table(head, [[row.get(k) for k in keys] for row in r["rows"]]),
+    ]
+    ratios = [
+        ("spec / AR, eager", "spec_speedup_eager"),
+        ("spec / AR, compiled", "spec_speedup_compiled"),
+        ("compiled spec / eager spec", "compiled_over_eager_spec"),
+        ("compiled AR / eager AR", "compiled_over_eager_ar"),
+        ("compiled spec / eager AR", "compiled_spec_over_eager_ar"),
+    ]
+    lines.append(", ".join(f"{label} {r[k]:.2f}x" for label, k in ratios if k in r))
+    if "skipped" in r:
+        lines.append(f"compiled path skipped: {r['skipped']}")
+    return "\n".join(lines)
+
+
+def _exactness(res: dict) -> str:
+    e = res["exactness"]
+    paths = ["eager"] + (
+        ["compiled"] if e["compiled"] in ("inductor", "aot_eager", "eager") else []
+    )
+    head = ["prompt"] + [f"{p}: spec = AR, acceptance" for p in paths]
+    head += ["compiled = eager"] if len(paths) == 2 else []
+    rows = []
+    for g in e["greedy"]:
+        row = [g["prompt"]]
+        row += [
+            f"{'yes' if g[f'{p}_spec_equals_ar'] else 'NO'}, {g[f'{p}_acceptance']:.2f}"
+            for p in paths
+        ]
+        if len(paths) == 2:
+            row.append("yes" if g["compiled_equals_eager"] else "no")
+        rows.append(row)
+    lines = [
+        f"Exactness on {res['device']}, {e['dtype']}, a {e['vocab']}-token network and a "
+        f"perturbed copy as its draft; greedy, gamma 4, {EXACT_TOKENS} tokens:",
+        _table(head, rows),
+    ]
+    if "sampled_trace" in e:
+        t = e["sampled_trace"]
+        lines.append(
+            f"A sampled run, eager against compiled: tokens "
+            f"{'equal' if t['tokens_equal'] else 'DIFFER'}, draws and verdicts "
+            f"{'equal' if t['verdicts_equal'] else 'DIFFER'} over {t['rounds']} rounds; "
+            f"recorded p and q within {max(t['max_abs_dp'], t['max_abs_dq']):.1e}"
+        )
+    for c in e.get("check", []):
+        lines.append(
+            f"Distribution check on the compiled path, rule {c['rule']}, N = {c['n']}: "
+            f"{'PASS' if c['passed'] else 'FAIL'} (smallest p-value {c['min_p_value']:.2g}, "
+            f"threshold {c['threshold']:.2g}; acceptance {c['acceptance']:.2f})"
+        )
+    if e["compiled"] not in ("inductor", "aot_eager", "eager"):
+        lines.append(f"compiled path skipped: {e['compiled']}")
+    return "\n".join(lines)
 
 
 def _projection(res: dict) -> str:
@@ -198,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         "--budget-s",
         type=float,
         default=None,
-        help="skip compiling once this many seconds have gone (default 420)",
+        help="skip compiling once this many seconds have gone (default 300)",
     )
     args = ap.parse_args(argv)
     try:
