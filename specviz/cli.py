@@ -8,6 +8,7 @@ one per line, and nothing else.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -43,9 +44,10 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
         "--compile",
         nargs="?",
         const="inductor",
-        default=None,
-        choices=["inductor", "aot_eager", "eager"],
-        help="static KV cache and torch.compile'd forwards (backend, default inductor)",
+        default="auto",
+        choices=["auto", "off", "inductor", "aot_eager", "eager"],
+        help="the compiled path: static KV cache and torch.compile'd forwards (a backend; "
+        "bare: inductor; off: eager; default auto: inductor on CUDA, eager on the CPU)",
     )
 
 
@@ -121,7 +123,7 @@ def settings_from_args(args: argparse.Namespace, method: str = "spec") -> Settin
 
 
 def load_pair_from_args(args: argparse.Namespace, compiled: bool = True) -> Any:
-    """The pair the arguments name; on the compiled path if --compile and compiled."""
+    """The pair the arguments name; on the path --compile chooses if compiled, else eager."""
     from specviz.models import load_pair, resolve_pair
 
     resolve_pair(args.pair, args.draft, args.target)  # fail fast, before any load
@@ -231,9 +233,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
         modes=_csv(args.modes),
         hf=False if args.no_transformers else None,
         load_probe=False if args.no_load_probe else None,
-        compile=args.compile,
+        compile=None if args.compile in ("auto", "off") else args.compile,
     )
     pair = load_pair_from_args(args, compiled=False)  # the bench runs both paths
+    if args.compile == "auto":  # the compiled rows where the compiled path is the default
+        from specviz.compiled import auto_backend
+
+        opts = dataclasses.replace(opts, compile=auto_backend(pair.device))
     result = bench.run_bench(pair, opts, log=lambda m: print(m, file=sys.stderr, flush=True))
     if args.out:
         for path in bench.write_outputs(result, Path(args.out)):

@@ -260,14 +260,26 @@ class ModelPair:
         return d
 
     def with_compile(self, backend: str | None = "inductor") -> ModelPair:
-        """The same models on the compiled path (None: the eager one). Raises ValueError
-        for a model that cannot run there."""
-        if backend is not None:
-            from specviz.compiled import check_compilable
+        """The same models on the compiled path with this torch.compile backend; None or
+        "off": the eager path; "auto": specviz.compiled.auto_backend for the pair's device,
+        or the eager path where a model cannot run compiled. Raises ValueError for a named
+        backend that a model cannot run."""
+        from specviz.compiled import auto_backend, check_compilable
 
-            for m in (self.target, self.draft):
-                if m is not None:
-                    check_compilable(m.model, backend)
+        auto = backend == "auto"
+        if auto:
+            backend = auto_backend(self.device)
+        if backend == "off":
+            backend = None
+        if backend is not None:
+            try:
+                for m in (self.target, self.draft):
+                    if m is not None:
+                        check_compilable(m.model, backend)
+            except ValueError:
+                if not auto:
+                    raise
+                backend = None
         return dataclasses.replace(self, compile_backend=backend)
 
 

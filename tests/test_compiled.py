@@ -167,6 +167,32 @@ def test_models_without_static_cache_support_are_refused():
         check_compilable(tiny_pair().target.model, "cudagraphs-please")
 
 
+def test_auto_compiles_on_cuda_only_and_falls_back_where_a_model_cannot(monkeypatch):
+    from specviz.compiled import auto_backend
+
+    monkeypatch.delenv("SPACES_ZERO_GPU", raising=False)
+    assert auto_backend(torch.device("cuda")) == "inductor"
+    assert auto_backend(torch.device("cpu")) is None
+    pair = tiny_pair()
+    assert pair.with_compile("auto").compile_backend is None  # a CPU pair: eager
+    assert pair.with_compile("off").compile_backend is None
+    assert pair.with_compile(BACKEND).with_compile("off").compile_backend is None
+    # where auto picks the compiled path, a model it cannot run stays eager, without error
+    monkeypatch.setattr("specviz.compiled.auto_backend", lambda device: BACKEND)
+    assert pair.with_compile("auto").compile_backend == BACKEND
+    bag = bag_pair(vocab=6, target_seed=3, draft_seed=4)
+    assert bag.with_compile("auto").compile_backend is None
+
+
+def test_zero_gpu_runs_eager_and_refuses_a_named_backend(monkeypatch):
+    from specviz.compiled import auto_backend
+
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+    assert auto_backend(torch.device("cuda")) is None
+    with pytest.raises(ValueError, match="not available on ZeroGPU"):
+        tiny_pair().with_compile(BACKEND)
+
+
 def test_cache_lengths_are_few():
     assert [cache_len(n) for n in (1, 256, 257, 700)] == [256, 256, 512, 1024]
 
@@ -184,4 +210,8 @@ def test_the_cli_runs_the_compiled_path(pairs, monkeypatch, capsys):
     trace = json.loads(capsys.readouterr().out)
     assert trace["models"]["target"].endswith(f"compiled with {BACKEND}")
     assert len(trace["token_ids"]) == 6
+    for flags, how in (([], "auto"), (["--compile", "off"], "off")):  # eager on this CPU
+        assert cli.main([*argv, *flags]) == 0
+        trace = json.loads(capsys.readouterr().out)
+        assert "compiled" not in trace["models"]["target"], how
     assert cli.main([*argv, "--compile", "tvm"]) == 2

@@ -10,6 +10,7 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 import pytest
+import torch
 
 from specviz import ui
 from specviz.config import Limits
@@ -348,6 +349,9 @@ def test_untouched_controls_run_with_the_cli_defaults() -> None:
     f = initial_form(demo)
     assert f.prompt == ui.DEFAULT_PROMPT and f.pair == "default" and f.compare
     assert f.settings(LIMITS).to_dict() == cli_defaults()
+    from specviz.ui.pairs import compiled_by_default
+
+    assert f.compile is compiled_by_default()  # the CLI's --compile auto on this machine
     # a lower deployment limit caps the sliders' starting points instead of failing
     small = Limits(max_new_tokens=16, max_gamma=2)
     f = initial_form(ui.build_app(loader=lambda p, d: None, pairs=["default"], limits=small))
@@ -427,3 +431,18 @@ def test_the_compile_box_puts_the_pair_on_the_compiled_path(tiny) -> None:
     compiled = open_pair(loader, form(compile=True))
     assert compiled.compile_backend == "inductor" and compiled.target is tiny.target
     assert "compiled with inductor" in compiled.describe()["target"]
+    assert open_pair(loader, form(compile=False)).compile_backend is None
+
+
+def test_the_compile_box_starts_at_the_machine_s_default(monkeypatch) -> None:
+    """Ticked where a CUDA device is (the compiled path is the default there), unticked on a
+    CPU and on ZeroGPU; an untouched API call (None) takes the same default."""
+    from specviz.ui import pairs
+
+    monkeypatch.delenv("SPACES_ZERO_GPU", raising=False)
+    assert ui.Form().compile is None and pairs.compile_choice(ui.Form()) == "auto"
+    assert pairs.compiled_by_default() is False  # this machine: a CPU
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert pairs.compiled_by_default() is True
+    monkeypatch.setenv("SPACES_ZERO_GPU", "1")
+    assert pairs.compiled_by_default() is False

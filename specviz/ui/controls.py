@@ -17,7 +17,7 @@ from specviz import render
 from specviz.config import DRAFTERS, Deployment
 from specviz.ui.content import PRESET_FIELDS, PRESETS, apply_preset
 from specviz.ui.page import INTERNAL, Page
-from specviz.ui.pairs import CUSTOM, AppContext, pair_label
+from specviz.ui.pairs import CUSTOM, AppContext, compiled_by_default, pair_label, zero_gpu
 from specviz.ui.state import PROMPT_CHARS_PER_TOKEN, Form, View, user_errors
 
 
@@ -43,9 +43,10 @@ def layout(pairs: list[str], dep: Deployment) -> dict[str, Any]:
         f.compare, label="compare with autoregressive decoding (measured speedup)"
     )
     c["compile"] = gr.Checkbox(
-        f.compile,
+        compiled_by_default(),  # Form's None: the machine's default, as the CLI's
         label="compiled path (torch.compile, static KV cache; the first run compiles)",
         elem_id="sv-compile",
+        visible=not zero_gpu(),  # ZeroGPU has no torch.compile
     )
     with gr.Accordion("models", open=True):
         c["pair"] = gr.Dropdown(pairs, value=pairs[0], label="pair (draft -> target)")

@@ -17,9 +17,10 @@ from typing import Any
 
 import torch
 
+from specviz.compiled import auto_backend
 from specviz.config import Deployment, Limits, Settings
 from specviz.engine import warm_up
-from specviz.models import PAIRS, ModelPair, check_model_id, load_pair
+from specviz.models import PAIRS, ModelPair, check_model_id, load_pair, resolve_device
 from specviz.modelthread import MODEL_THREAD
 from specviz.offline import OFFLINE_IDS
 from specviz.ui.state import Form
@@ -128,10 +129,20 @@ def pair_label(form: Form) -> str:
 
 
 def open_pair(loader: Loader, form: Form) -> ModelPair:
-    """The form's pair, loaded once per process (on the compiled path when the form asks).
+    """The form's pair, loaded once per process, on the path the form asks for.
     Any failure is one ValueError line; pairs already loaded stay loaded and keep serving."""
     pair = _load(loader, form)
-    return pair.with_compile("inductor") if form.compile else pair
+    return pair.with_compile(compile_choice(form))
+
+
+def compile_choice(form: Form) -> str:
+    """The path the form asks for: the box's state, or the machine's default (None)."""
+    return "auto" if form.compile is None else "inductor" if form.compile else "off"
+
+
+def compiled_by_default() -> bool:
+    """Whether a pair loaded here runs compiled unless asked otherwise (the box's start)."""
+    return auto_backend(resolve_device("auto")) is not None
 
 
 def _load(loader: Loader, form: Form) -> ModelPair:

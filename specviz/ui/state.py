@@ -57,8 +57,9 @@ class Form:
     seed: float = DEFAULTS.seed
     compare: bool = True
     # The compiled path (specviz.compiled, inductor): static caches and compiled forwards.
-    # Opt-in: the first run of each shape compiles, which takes minutes on a small CPU.
-    compile: bool = False
+    # None: the machine's default (specviz.compiled.auto_backend: on CUDA, not on a CPU,
+    # where the first run of each shape compiles for minutes), as the CLI's --compile auto.
+    compile: bool | None = None
 
     def settings(self, limits: Limits) -> Settings:
         """Validated settings (raises ValueError with the engine's one-line message)."""
