@@ -122,9 +122,11 @@ def test_every_ratio_is_present(result, opts):
         "transformers_assisted_default_over_specviz_best_spec",
         "transformers_prompt_lookup_over_specviz_ngram",
         "full_trace_overhead_vs_minimal",
+        "full_trace_cost_over_run",
         "best_constant_gamma_over_adaptive",
     } <= {i for i, _ in items}
-    values = [r["value"] for r in result.ratios if r["item"] != "full_trace_overhead_vs_minimal"]
+    overheads = {"full_trace_overhead_vs_minimal", "full_trace_cost_over_run"}
+    values = [r["value"] for r in result.ratios if r["item"] not in overheads]
     assert all(v is not None and v > 0 for v in values)
     assert len(result.summary) == len({(s["mode"], s["item"], s["gamma"]) for s in result.summary})
 
@@ -245,3 +247,24 @@ def test_the_trace_overhead_pairs_each_repetition_s_runs():
     rows[1]["ms_per_token"] = 45.0  # seed 1's full run happened to be fast: an outlier
     assert paired_overhead(rows, "full", "minimal") == pytest.approx(0.02)
     assert paired_overhead(rows[:1], "full", "minimal") is None  # no minimal run to pair
+
+
+def test_the_trace_cost_is_the_time_outside_the_model_calls():
+    """Twins whose model calls took 0.90 s and 1.00 s (machine noise) and whose time outside
+    them was 0.05 s against 0.03 s: the trace cost is 0.02 s over the minimal run's 1.03 s,
+    whatever the noise in the calls; the wall ratio would say -8 %."""
+    from specviz.bench.ratios import paired_overhead, paired_trace_cost
+
+    def row(name: str, rep: int, calls_s: float, outside_s: float) -> dict:
+        wall = calls_s + outside_s
+        return {"contender": name, "rep": rep, "wall_s": wall, "ms_per_token": wall * 1e3 / 32,
+                "draft_ms": calls_s * 400, "verify_ms": calls_s * 600}  # fmt: skip
+
+    rows = [row("full", 0, 0.90, 0.05), row("minimal", 0, 1.00, 0.03)]
+    assert paired_trace_cost(rows, "full", "minimal") == pytest.approx(0.02 / 1.03)
+    assert paired_overhead(rows, "full", "minimal") == pytest.approx(0.95 / 1.03 - 1)
+    rows += [row("full", 1, 1.0, 0.04), row("minimal", 1, 1.0, 0.03), row("full", 2, 1.0, 0.9)]
+    assert paired_trace_cost(rows, "full", "minimal") == pytest.approx(
+        (0.02 / 1.03 + 0.01 / 1.03) / 2  # the median of two pairs; rep 2 has no twin
+    )
+    assert paired_trace_cost(rows[:1], "full", "minimal") is None

@@ -9,15 +9,16 @@ tokens-per-round ratio, which are as named:
   schedule; the n-gram drafter against ``prompt_lookup_num_tokens``;
 - (c) specviz speculative against specviz autoregressive (the speedup);
 - (d) the full trace (top-n lists, overlaps) against the minimal one, repetition by
-  repetition (see paired_overhead);
+  repetition, two ways: the runs' wall times (see paired_overhead), and the engine's time
+  outside the model calls (see paired_trace_cost);
 - (e) measured tokens per round against Leviathan's (1 - alpha^(gamma+1)) / (1 - alpha);
 - adaptive gamma against the best constant gamma;
 - with ``--compile``: the compiled path against the eager one (speculative and AR), against
   transformers' assisted generation and eager AR, and its own trace overhead.
 
 Each ratio's key (the "item" of ratios.csv, summary.csv and bench.json) says what it
-divides by what. ``summarize_ratios`` pools the prompts: geometric means, the overhead's
-arithmetic mean.
+divides by what. ``summarize_ratios`` pools the prompts: geometric means, the overheads'
+arithmetic means.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ DEFAULT_SCHEDULE_PARITY = "transformers_assisted_default_over_specviz_best_spec"
 LOOKUP_PARITY = "transformers_prompt_lookup_over_specviz_ngram"  # (b), n-gram drafting
 SPEEDUP = "specviz_ar_over_specviz_spec"  # (c)
 TRACE_OVERHEAD = "full_trace_overhead_vs_minimal"  # (d): full / minimal - 1
+TRACE_COST = "full_trace_cost_over_run"  # (d): the full trace's own time / the run
 ROUND_TOKENS_VS_THEORY = "measured_over_leviathan_tokens_per_round"  # (e)
 ADAPTIVE_GAIN = "best_constant_gamma_over_adaptive"
 COMPILED_SPEC_GAIN = "specviz_spec_over_compiled_spec"
@@ -45,20 +47,23 @@ COMPILED_AR_GAIN = "specviz_ar_over_compiled_ar"
 COMPILED_ASSISTED_PARITY = "transformers_assisted_over_compiled_spec"
 COMPILED_SPEEDUP = "specviz_ar_over_compiled_spec"
 COMPILED_TRACE_OVERHEAD = "compiled_full_trace_overhead_vs_minimal"
+COMPILED_TRACE_COST = "compiled_full_trace_cost_over_run"
 RATIO_OF = {
     AR_PARITY: "transformers AR / specviz AR",
     ASSISTED_PARITY: "transformers assisted / specviz spec, constant gamma",
     DEFAULT_SCHEDULE_PARITY: "transformers assisted default / best specviz gamma",
     LOOKUP_PARITY: "transformers prompt lookup / specviz ngram",
     SPEEDUP: "specviz AR / specviz spec (speedup)",
-    TRACE_OVERHEAD: "full trace / minimal trace - 1 (overhead)",
+    TRACE_OVERHEAD: "full trace / minimal trace - 1 (overhead, wall time)",
+    TRACE_COST: "(full - minimal) time outside the model calls / minimal run (trace cost)",
     ROUND_TOKENS_VS_THEORY: "measured / Leviathan tokens per round",
     ADAPTIVE_GAIN: "best constant gamma / adaptive (>1: adaptive faster)",
     COMPILED_SPEC_GAIN: "eager spec / compiled spec (>1: compiled faster)",
     COMPILED_AR_GAIN: "eager AR / compiled AR (>1: compiled faster)",
     COMPILED_ASSISTED_PARITY: "transformers assisted / compiled spec, constant gamma",
     COMPILED_SPEEDUP: "eager specviz AR / compiled spec (speedup)",
-    COMPILED_TRACE_OVERHEAD: "compiled: full trace / minimal trace - 1 (overhead)",
+    COMPILED_TRACE_OVERHEAD: "compiled: full trace / minimal trace - 1 (overhead, wall time)",
+    COMPILED_TRACE_COST: "compiled: (full - minimal) time outside the model calls / run",
 }
 RATIO_KEYS = tuple(RATIO_OF)
 COMPILED_ITEMS = (  # reported only by a bench run with --compile
@@ -67,7 +72,9 @@ COMPILED_ITEMS = (  # reported only by a bench run with --compile
     COMPILED_ASSISTED_PARITY,
     COMPILED_SPEEDUP,
     COMPILED_TRACE_OVERHEAD,
+    COMPILED_TRACE_COST,
 )
+OVERHEADS = (TRACE_OVERHEAD, TRACE_COST, COMPILED_TRACE_OVERHEAD, COMPILED_TRACE_COST)
 AT_BEST_GAMMA = (DEFAULT_SCHEDULE_PARITY, ADAPTIVE_GAIN)  # one per prompt, whatever its gamma
 
 Medians = dict[str, "float | None"]  # contender name: median ms/token
@@ -152,6 +159,33 @@ def paired_overhead(rows: list[dict[str, Any]], full: str, minimal: str) -> floa
     return statistics.median(pairs) - 1.0 if pairs else None
 
 
+def paired_trace_cost(rows: list[dict[str, Any]], full: str, minimal: str) -> float | None:
+    """What the full trace costs the engine: the median over repetitions of the full run's
+    time outside the model calls minus its minimal twin's, over the minimal run's wall time.
+
+    The twins make the same model calls (same seed, same tokens, same rounds), so their
+    draft and verify times differ only by the machine's noise, which on a shared 2-core
+    CPU moves a run by several percent either way; what the full trace adds (the top-n
+    lists, the overlaps, the stats over them) all lies outside those calls: in the
+    round's record, the emitted tokens and the run's summary."""
+
+    def outside(r: dict[str, Any]) -> float:  # seconds: the run minus its model calls
+        return r["wall_s"] - (r["draft_ms"] + r["verify_ms"]) / 1e3
+
+    by = {
+        (r["contender"], r["rep"]): r
+        for r in rows
+        if r.get("wall_s") and r.get("draft_ms") is not None and r.get("verify_ms") is not None
+    }
+    reps = sorted({rep for _, rep in by})
+    costs = [
+        (outside(by[full, rep]) - outside(by[minimal, rep])) / by[minimal, rep]["wall_s"]
+        for rep in reps
+        if (full, rep) in by and (minimal, rep) in by
+    ]
+    return statistics.median(costs) if costs else None
+
+
 def _engine_ratios(med: Medians, rows: list[dict[str, Any]], opts: BenchOptions) -> list[RatioItem]:
     """(d) trace overhead, (e) tokens per round against Leviathan, adaptive gamma."""
     g_ref, best_g = reference_gamma(opts.gammas), _best_gamma(med, opts)
@@ -161,6 +195,7 @@ def _engine_ratios(med: Medians, rows: list[dict[str, Any]], opts: BenchOptions)
     adaptive = _med(med, "specviz", "adaptive", ADAPTIVE_START)
     return [
         (TRACE_OVERHEAD, g_ref, paired_overhead(rows, full, minimal)),
+        (TRACE_COST, g_ref, paired_trace_cost(rows, full, minimal)),
         *[(ROUND_TOKENS_VS_THEORY, g, tokens_per_round_ratio(rows, g)) for g in opts.gammas],
         (ADAPTIVE_GAIN, best_g, _ratio(best, adaptive)),
     ]
@@ -182,6 +217,7 @@ def _compiled_ratios(
         *[(COMPILED_ASSISTED_PARITY, g, _ratio(assisted[g], cspec[g])) for g in opts.gammas],
         *[(COMPILED_SPEEDUP, g, _ratio(ar, cspec[g])) for g in opts.gammas],
         (COMPILED_TRACE_OVERHEAD, g_ref, paired_overhead(rows, full, minimal)),
+        (COMPILED_TRACE_COST, g_ref, paired_trace_cost(rows, full, minimal)),
     ]
 
 
@@ -218,7 +254,7 @@ def summarize_ratios(ratios: list[dict[str, Any]]) -> list[dict[str, Any]]:
         what[key] = r["ratio_of"]
     out = []
     for (mode, item, g), vals in groups.items():
-        overhead = item in (TRACE_OVERHEAD, COMPILED_TRACE_OVERHEAD)
+        overhead = item in OVERHEADS
         center = _mean_overhead(vals) if overhead else _geomean(vals)
         out.append(
             {

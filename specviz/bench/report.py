@@ -23,11 +23,14 @@ from specviz.bench.ratios import (
     COMPILED_ASSISTED_PARITY,
     COMPILED_SPEC_GAIN,
     COMPILED_SPEEDUP,
+    COMPILED_TRACE_COST,
     COMPILED_TRACE_OVERHEAD,
     DEFAULT_SCHEDULE_PARITY,
     LOOKUP_PARITY,
+    OVERHEADS,
     ROUND_TOKENS_VS_THEORY,
     SPEEDUP,
+    TRACE_COST,
     TRACE_OVERHEAD,
 )
 from specviz.bench.running import BenchResult
@@ -53,7 +56,10 @@ ROWS = {  # in the table's order
     ),
     LOOKUP_PARITY: RatioRow("b-ngram", "(b) transformers prompt lookup / specviz n-gram drafter"),
     SPEEDUP: RatioRow("c", "(c) speedup: specviz AR / specviz spec"),
-    TRACE_OVERHEAD: RatioRow("d", "(d) full trace over minimal trace (overhead)", "<= 5 %"),
+    TRACE_COST: RatioRow(
+        "d", "(d) trace cost: full - minimal time outside the model calls, over the run", "<= 5 %"
+    ),
+    TRACE_OVERHEAD: RatioRow("d-wall", "(d) full trace over minimal trace, wall time"),
     ROUND_TOKENS_VS_THEORY: RatioRow(
         "e", "(e) tokens per round: measured / Leviathan", "within 5 %"
     ),
@@ -64,11 +70,13 @@ ROWS = {  # in the table's order
         "g-b", "(g) transformers assisted / compiled spec, constant gamma", ">= 1.0"
     ),
     COMPILED_SPEEDUP: RatioRow("g-c", "(g) speedup: eager AR / compiled spec", ">= 1.7 (chat)"),
+    COMPILED_TRACE_COST: RatioRow(
+        "g-d", "(g) compiled: trace cost (as (d)), over the run", "<= 5 %"
+    ),
     COMPILED_TRACE_OVERHEAD: RatioRow(
-        "g-d", "(g) compiled: full trace over minimal trace (overhead)", "<= 5 %"
+        "g-d-wall", "(g) compiled: full trace over minimal trace, wall time"
     ),
 }
-OVERHEADS = (TRACE_OVERHEAD, COMPILED_TRACE_OVERHEAD)
 ITEM_LABELS = {key: row.label for key, row in ROWS.items()}
 ITEM_ORDER = list(ROWS)
 
