@@ -267,9 +267,15 @@ def _inductor_config(backend: str, device: torch.device) -> Any:
         return contextlib.nullcontext()
     import torch._inductor.config as inductor_config
 
-    return inductor_config.patch(
-        freezing=True, max_autotune=True, max_autotune_gemm_backends="CPP,ATEN"
-    )
+    settings = {
+        "freezing": True,
+        "max_autotune": True,
+        "max_autotune_gemm_backends": "CPP,ATEN",
+        # the autotuner's tables of candidates and timings, written to stderr per layer
+        "autotune_num_choices_displayed": 0,
+        "max_autotune_report_choices_stats": False,
+    }
+    return inductor_config.patch({k: v for k, v in settings.items() if hasattr(inductor_config, k)})
 
 
 def _forward(model: torch.nn.Module, ids: torch.Tensor, cache: StaticCache) -> torch.Tensor:
