@@ -16,7 +16,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from specviz.config import DEFAULT_PROMPT, DRAFTERS, RULES, Settings, is_greedy
+from specviz.config import (
+    COMPILE_CHOICES,
+    DEFAULT_PROMPT,
+    DRAFTERS,
+    RULES,
+    Settings,
+    is_greedy,
+)
 from specviz.trace import Trace
 
 # Terminal colours by token status, with a cue beyond colour for each.
@@ -45,7 +52,7 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
         nargs="?",
         const="inductor",
         default="auto",
-        choices=["auto", "off", "inductor", "aot_eager", "eager"],
+        choices=COMPILE_CHOICES,
         help="the compiled path: static KV cache and torch.compile'd forwards (a backend; "
         "bare: inductor; off: eager; default auto: inductor on CUDA, eager on the CPU)",
     )

@@ -31,9 +31,9 @@ cores), and what removes it:
   runs on weights packed once for the GEMM kernels. Each compiled shape holds its packed
   copy of the fp32 weights (the int8 draft's are used as they are);
 - the GEMM kernels: on the CPU, inductor also autotunes each linear layer between ATen's
-  kernel and its own C++ GEMM template for the layer's exact shape. A one-token target
-  step fell from 48.8 to 24.1 ms, a five-token verify call from 65.1 to 50.4 ms; each shape
-  compiles about 2.5 times as long.
+  kernel and its own C++ GEMM template for the layer's exact shape. In the quick bench the
+  compiled AR run fell from 52.6 to 29.4 ms/token; each shape compiles 2.5 to 3.5 times as
+  long.
 
 Compilation happens once per process, model, width and cache length (``Compiler``), under
 a lock, and is reported on stderr ("compiling ..., about N s"; the estimate is the last
@@ -67,25 +67,18 @@ from typing import Any
 import torch
 from transformers import StaticCache
 
+from specviz.config import COMPILE_BACKENDS, on_zero_gpu
 from specviz.lm import common_prefix
 
-BACKENDS = ("inductor", "aot_eager", "eager")
-# What a user may ask for: a backend, "off" (the eager path), or "auto" (auto_backend).
-CHOICES = ("auto", "off", *BACKENDS)
+BACKENDS = COMPILE_BACKENDS
 MIN_CACHE_LEN = 256
-
-
-def on_zero_gpu() -> bool:
-    """Whether this process serves a ZeroGPU Space (SPACES_ZERO_GPU set), where the GPU is
-    attached per call and torch.compile is not supported."""
-    return os.environ.get("SPACES_ZERO_GPU", "").strip().lower() in ("1", "t", "true")
 
 
 def auto_backend(device: torch.device) -> str | None:
     """The path a run takes unless told otherwise: compiled with inductor on CUDA, where the
     GPU check measured it 5.8 to 7.0 times faster per speculative token than the eager path
     (an H200, README "GPU check"), except on ZeroGPU; eager on the CPU, where it gains about
-    1.2x and each shape compiles for about half a minute on a small machine."""
+    2.5x but each shape compiles for about two and a half minutes on 2 cores."""
     return "inductor" if device.type == "cuda" and not on_zero_gpu() else None
 
 

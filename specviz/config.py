@@ -24,6 +24,10 @@ DRAFTERS = ("model", "ngram")
 # distribution check (tests, CLI, app) can show that it catches a broken algorithm.
 RULES = ("exact", "resample-from-p", "accept-without-draw")
 TRACE_LEVELS = ("full", "minimal")
+# torch.compile backends of the compiled path (specviz.compiled), and what --compile takes:
+# a backend, "off" (the eager path) or "auto" (compiled on CUDA, eager elsewhere).
+COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
+COMPILE_CHOICES = ("auto", "off", *COMPILE_BACKENDS)
 # The prompt a run starts from when nobody typed one: the app's first preset, the CLI's check.
 DEFAULT_PROMPT = "Explain in three sentences why the sky is blue."
 # The smallest temperature above 0 (greedy). logits / T must stay finite in float32: at
@@ -45,6 +49,12 @@ def _env_int(name: str, default: int, lo: int = 1) -> int:
     if value < lo:
         raise ValueError(f"environment variable {name} must be >= {lo}, got {value}")
     return value
+
+
+def on_zero_gpu() -> bool:
+    """Whether SPACES_ZERO_GPU says this process serves a ZeroGPU Space (the GPU is attached
+    per call there, and torch.compile is not supported)."""
+    return os.environ.get("SPACES_ZERO_GPU", "").strip().lower() in ("1", "t", "true")
 
 
 def _env_bool(name: str, default: bool) -> bool:

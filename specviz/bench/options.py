@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specviz.bench.prompts import KINDS, QUICK_KINDS
+from specviz.config import COMPILE_BACKENDS
 
 MODES = ("greedy", "sample")
 SAMPLE_TEMPERATURE, SAMPLE_TOP_P = 0.8, 0.95  # Chen et al.'s HumanEval setting
@@ -63,7 +64,7 @@ class BenchOptions:
         for m in self.modes:
             if m not in MODES:
                 raise ValueError(f"unknown mode {m!r}; known: {', '.join(MODES)}")
-        if self.compile not in (None, "inductor", "aot_eager", "eager"):
+        if self.compile is not None and self.compile not in COMPILE_BACKENDS:
             raise ValueError(f"unknown compile backend {self.compile!r}")
 
 

@@ -48,8 +48,13 @@ def median_ms(
 def forward_ms(model: torch.nn.Module, plan: Plan, ids: list[int], m: int) -> float:
     """A forward over m new positions after the prompt, as the engine calls it (CachedLM:
     a DynamicCache cropped back after each call)."""
-    lm = CachedLM(model, model.config.vocab_size)
-    lm.logits(ids)  # the prompt, cached
+    return lm_ms(CachedLM(model, model.config.vocab_size), plan, ids, m)
+
+
+def lm_ms(lm: Any, plan: Plan, ids: list[int], m: int = 1) -> float:
+    """A call over m new positions after the prompt through one of the engine's caches
+    (CachedLM or StaticLM), rolled back after each call."""
+    lm.logits(ids)  # the prompt, cached (on the compiled path: the prefill, then compiling)
     new = ids + [0] * m
     return median_ms(lambda: lm.logits(new, keep=m), plan, plan.reps, lambda: lm.rollback(ids))
 

@@ -29,9 +29,8 @@ import torch
 from specviz.compiled import StaticLM, compiler_for
 from specviz.config import Settings
 from specviz.engine import clock, generate
-from specviz.gpucheck.measure import median_ms
+from specviz.gpucheck.measure import forward_ms, lm_ms
 from specviz.gpucheck.plan import GAMMA, Plan, build, close_draft, pair_of, prompt_ids
-from specviz.lm import CachedLM
 from specviz.models import ModelPair
 
 
@@ -74,13 +73,6 @@ def out_of_time(plan: Plan, t_start: float) -> str | None:
     return None
 
 
-@torch.inference_mode()
-def _step(lm: CachedLM | StaticLM, plan: Plan, ids: list[int]) -> float:
-    lm.logits(ids)  # the prompt, cached (on the compiled path: the prefill, then compiling)
-    new = ids + [0]
-    return median_ms(lambda: lm.logits(new), plan, plan.reps, lambda: lm.rollback(ids))
-
-
 def compiled_steps(
     draft: torch.nn.Module, target: torch.nn.Module, plan: Plan, t_start: float
 ) -> dict:
@@ -91,7 +83,7 @@ def compiled_steps(
         vocab = model.config.vocab_size
         ids = prompt_ids(plan, vocab)
         row: dict[str, Any] = {"model": name}
-        row["eager_ms"] = _step(CachedLM(model, vocab), plan, ids)
+        row["eager_ms"] = forward_ms(model, plan, ids, 1)
         skip = "--compile off" if comp is None else out_of_time(plan, t_start)
         if skip:
             row["skipped"] = skip
@@ -106,7 +98,8 @@ def compiled_steps(
                 row["compile_s"] = clock(plan.device) - t0
                 row["compiles"] = comp.compiles - graphs
                 graphs = comp.compiles
-                row["compiled_ms"] = _step(lm, plan, ids)
+                with torch.inference_mode():
+                    row["compiled_ms"] = lm_ms(lm, plan, ids)
         finally:
             lm.close()
         row["recompiles"] = comp.compiles - graphs

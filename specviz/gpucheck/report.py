@@ -16,6 +16,7 @@ import torch
 import transformers
 from transformers import LlamaForCausalLM
 
+from specviz.config import COMPILE_BACKENDS
 from specviz.gpucheck.measure import engine_overhead, projection, steps_and_verify
 from specviz.gpucheck.path import EXACT_TOKENS, compiled_steps, engine_runs, exactness
 from specviz.gpucheck.plan import SCHEMA, SHAPES, Plan, build, error_line, n_params
@@ -197,9 +198,7 @@ def _runs(res: dict) -> str:
 
 def _exactness(res: dict) -> str:
     e = res["exactness"]
-    paths = ["eager"] + (
-        ["compiled"] if e["compiled"] in ("inductor", "aot_eager", "eager") else []
-    )
+    paths = ["eager"] + (["compiled"] if e["compiled"] in COMPILE_BACKENDS else [])
     head = ["prompt"] + [f"{p}: spec = AR, acceptance" for p in paths]
     head += ["compiled = eager"] if len(paths) == 2 else []
     rows = []
@@ -231,7 +230,7 @@ def _exactness(res: dict) -> str:
             f"{'PASS' if c['passed'] else 'FAIL'} (smallest p-value {c['min_p_value']:.2g}, "
             f"threshold {c['threshold']:.2g}; acceptance {c['acceptance']:.2f})"
         )
-    if e["compiled"] not in ("inductor", "aot_eager", "eager"):
+    if e["compiled"] not in COMPILE_BACKENDS:
         lines.append(f"compiled path skipped: {e['compiled']}")
     return "\n".join(lines)
 

@@ -9,7 +9,6 @@ and SPACES_ZERO_GPU set) a run executes in one GPU-decorated call that returns b
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from typing import Any
 import torch
 
 from specviz.compiled import auto_backend
-from specviz.config import Deployment, Limits, Settings
+from specviz.config import Deployment, Limits, Settings, on_zero_gpu
 from specviz.engine import warm_up
 from specviz.models import PAIRS, ModelPair, check_model_id, load_pair, resolve_device
 from specviz.modelthread import MODEL_THREAD
@@ -52,8 +51,7 @@ def default_custom_loader(draft: str, target: str, dtype: str) -> ModelPair:
 
 def zero_gpu() -> bool:
     """Whether this is a ZeroGPU Space: SPACES_ZERO_GPU set and ``spaces`` importable."""
-    flag = os.environ.get("SPACES_ZERO_GPU", "").strip().lower() in ("1", "t", "true")
-    return flag and spaces_module() is not None
+    return on_zero_gpu() and spaces_module() is not None
 
 
 def has_gpu() -> bool:
