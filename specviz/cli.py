@@ -92,8 +92,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sampling_args(g)
     g.set_defaults(func=cmd_generate)
 
-    pr = sub.add_parser("prepare", help="convert the offline model once (the set-up step)")
+    pr = sub.add_parser(
+        "prepare",
+        help="the set-up step: convert the offline model and choose its draft (once each)",
+    )
+    pr.add_argument(
+        "--remeasure", action="store_true", help="measure the offline draft's variants again"
+    )
+    pr.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     pr.set_defaults(func=cmd_prepare)
+    _add_costs_parser(sub)
     _add_bench_parser(sub)
     _add_check_parser(sub)
     from specviz.inspect_cli import add_commands  # sweep, calibration
@@ -173,13 +181,22 @@ def cmd_generate(args: argparse.Namespace) -> int:
         if not args.json:
             print_trace(group[-1], color=_use_color())
             if args.compare:
-                print_comparison(group[0], group[-1])
+                print_comparison(group[0], group[-1], measured_verify_steps(pair))
     return 0
 
 
-def print_comparison(ar: Trace, spec: Trace) -> None:
-    """Chen et al.'s Table 1 columns plus c, for one prompt run both ways in this process."""
+def measured_verify_steps(pair: Any) -> dict[int, float] | None:
+    """The target's verify cost by width, in target steps, where this machine's offline
+    draft record measured it (specviz.draft_choice); None for other pairs."""
+    choice = getattr(pair.draft, "choice", None)
+    return dict(choice.verify_steps) if choice is not None else None
+
+
+def print_comparison(ar: Trace, spec: Trace, verify_steps: dict[int, float] | None = None) -> None:
+    """Chen et al.'s Table 1 columns plus c, for one prompt run both ways in this process,
+    and the guard's sentence when no gamma can win at the measured costs."""
     from specviz import metrics
+    from specviz.costs import guard_sentence
 
     row = metrics.table1_row(ar, spec)
     c = metrics.cost_ratio(spec, ar)
@@ -196,9 +213,73 @@ def print_comparison(ar: Trace, spec: Trace) -> None:
             f"expected (Leviathan)   {metrics.expected_speedup(a, g, c):.2f}x at alpha {a:.2f}, "
             f"gamma {g}; best gamma {metrics.best_gamma(a, c)}"
         )
+        if verify_steps and g + 1 in verify_steps:
+            refined = metrics.refined_speedup(a, g, c, verify_steps[g + 1])
+            print(
+                f"expected (refined)     {refined:.2f}x with the verify call at "
+                f"{verify_steps[g + 1]:.2f} target steps (measured at set-up)"
+            )
     if is_greedy(ar.settings):
         same = ar.token_ids == spec.token_ids
         print(f"greedy outputs equal   {'yes' if same else 'no'}")
+    guard = guard_sentence(a, c, verify_steps)
+    if guard:
+        print()
+        print(guard)
+
+
+def _add_costs_parser(sub: Any) -> None:
+    c = sub.add_parser(
+        "costs", help="where a round's time goes: step, verify and overhead costs measured"
+    )
+    c.add_argument("--gammas", default="1,2,4,8", help="comma-separated, e.g. 1,2,4,8")
+    c.add_argument("--prompt", default=DEFAULT_PROMPT)
+    c.add_argument("--reps", type=int, default=9, help="timed calls per width (median)")
+    c.add_argument(
+        "--tokens", type=int, default=48, help="tokens of the runs that time the overhead"
+    )
+    c.add_argument("--json", action="store_true", help="print the costs as JSON on stdout")
+    _add_model_args(c)
+    _add_sampling_args(c)
+    c.set_defaults(func=cmd_costs)
+
+
+def cmd_costs(args: argparse.Namespace) -> int:
+    from specviz import costs, metrics
+
+    settings = settings_from_args(args)
+    gammas = _csv(args.gammas, int) or costs.DEFAULT_GAMMAS
+    for g in gammas:
+        settings.with_(gamma=g)  # one-line error for a gamma out of range
+    if not 3 <= args.reps <= 100:
+        raise ValueError(f"reps must be in 3..100, got {args.reps}")
+    if not 8 <= args.tokens <= 1024:
+        raise ValueError(f"tokens must be in 8..1024, got {args.tokens}")
+    if not args.prompt.strip():
+        raise ValueError("prompt is empty")
+    pair = load_pair_from_args(args)
+    say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    sc = costs.measure_costs(
+        pair, settings, gammas, args.prompt, reps=args.reps, tokens=args.tokens, say=say
+    )
+    if args.json:
+        sys.stdout.write(json.dumps(sc.to_dict()) + "\n")
+        return 0
+    print(f"device {sc.device}, {sc.threads} threads, draft variant {sc.draft_variant}")
+    print(f"target step      {sc.target_step_ms:.2f} ms")
+    print(f"draft step       {sc.draft_step_ms:.2f} ms   c = {sc.c:.3f}")
+    print(f"baseline outside its model call  {sc.ar_overhead_ms_per_token:.2f} ms per token")
+    print(f"alpha (from the timing runs)     {metrics.alpha_text(sc.alpha)}")
+    print()
+    print("gamma  verify ms  steps  overhead ms  Leviathan  refined")
+    for v in sc.verify:
+        g = v.width - 1
+        a = sc.alpha if sc.alpha is not None else 1.0
+        print(
+            f"{g:5d}  {v.ms:9.2f}  {v.steps:5.2f}  {sc.overhead_ms_by_gamma.get(g, 0.0):11.2f}"
+            f"  {metrics.expected_speedup(a, g, sc.c):8.2f}x  {sc.predicted(a, g):6.2f}x"
+        )
+    return 0
 
 
 def _add_bench_parser(sub: Any) -> None:
@@ -328,9 +409,21 @@ def _progress_bar() -> Callable[[Any], None]:
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
+    """Print the converted model's directory, then the offline draft's choice."""
+    from specviz import metrics
+    from specviz.models import prepare_offline_pair
     from specviz.offline import prepare_offline
 
     print(prepare_offline())
+    say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    choice = prepare_offline_pair(args.device, remeasure=args.remeasure, say=say)
+    print(f"offline draft: {choice.summary()}")
+    for c in choice.candidates:
+        print(
+            f"  {c.variant:8s} step {c.step_ms:6.1f} ms  c {c.c:.2f}  "
+            f"alpha {metrics.alpha_text(c.alpha):>12s}  "
+            f"predicted {c.predicted:.2f}x at gamma {c.gamma}"
+        )
     return 0
 
 
@@ -369,7 +462,11 @@ def print_trace(trace: Trace, color: bool) -> None:
         legend = "  ".join(f"{ANSI[s]}{s}{RESET}" for s in ANSI)
         print(f"legend: {legend}")
     s = trace.stats
+    models = [(role, trace.models[role]) for role in ("target", "draft") if role in trace.models]
+    if trace.method == "ar":
+        models = models[:1]
     rows = [
+        *models,
         ("method", trace.method),
         ("new tokens", s.new_tokens),
         ("target calls", s.target_calls),

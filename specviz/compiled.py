@@ -68,7 +68,7 @@ import torch
 from transformers import StaticCache
 
 from specviz.config import COMPILE_BACKENDS, on_zero_gpu
-from specviz.lm import common_prefix
+from specviz.lm import common_prefix, finished
 
 BACKENDS = COMPILE_BACKENDS
 MIN_CACHE_LEN = 256
@@ -399,6 +399,7 @@ class StaticLM:
         self._move(0)  # a reused cache starts empty: what it held lies beyond the position
         self.tokens: list[int] = []  # the tokens whose keys and values the cache holds
         self.calls = 0
+        self.busy_s = 0.0  # seconds inside the model's forward (specviz.costs reads it)
 
     def close(self) -> None:
         """The request is over: hand the cache back for the next one (once)."""
@@ -446,6 +447,7 @@ class StaticLM:
         self._crop(start)
         new = seq[start:]
         m = len(new)
+        t0 = time.perf_counter()
         if start == 0 or m > self.widths[-1]:  # the prefill: eager, any length
             ids = torch.tensor([new], dtype=torch.long, device=self.device)
             out = self.model(
@@ -457,9 +459,11 @@ class StaticLM:
             ids = torch.tensor([new + [0] * (w - m)], dtype=torch.long, device=self.device)
             out = self.compiler(self.name, self.model, ids, self.cache)[m - keep : m]  # [keep, V]
             self._move(start + m)  # the padding's keys lie beyond the position: never read
+        logits = out[:, : self.vocab_size].to(self.out_device)
+        self.busy_s += finished(logits) - t0
         self.tokens.extend(new)
         self.calls += 1
-        return out[:, : self.vocab_size].to(self.out_device)
+        return logits
 
 
 _compilers: dict[str, Compiler] = {}

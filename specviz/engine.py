@@ -108,9 +108,9 @@ class Run:
     def _target_lm(self) -> CachedLM | StaticLM:
         """The target's cache. Its logits come to the pair's device, where the rule runs and
         the generator lives, even when a device map spreads its layers over several."""
-        return self._lm(self.pair.target, self._verify_widths())
+        return self.open_lm(self.pair.target, self._verify_widths())
 
-    def _lm(self, m: LoadedModel, widths: tuple[int, ...]) -> CachedLM | StaticLM:
+    def open_lm(self, m: LoadedModel, widths: tuple[int, ...]) -> CachedLM | StaticLM:
         """A cache for one model: dynamic (eager), or static on the compiled path, where
         calls after the prefill are padded to one of widths (specviz.compiled)."""
         backend = self.pair.compile_backend
@@ -188,7 +188,7 @@ class Run:
         if s.drafter == "ngram":
             return NgramDrafter(pair.vocab_size, s.ngram_size, pair.eos_ids)
         assert pair.draft is not None
-        lm = self._lm(pair.draft, (1, 2))  # one token, or two after a full accept
+        lm = self.open_lm(pair.draft, (1, 2))  # one token, or two after a full accept
         return ModelDrafter(lm, s.draft_warp(), pair.eos_ids)
 
     @torch.inference_mode()

@@ -29,7 +29,8 @@ LAYOUT: dict[str, Any] = {
 
 def sweep_figure(rows: list[dict[str, Any]]) -> go.Figure:
     """Measured speedup per gamma (points) over the formula's curve at the measured alpha
-    and c (the mean of each temperature's cells), one colour per temperature."""
+    and c (the mean of each temperature's cells) and the refined prediction from measured
+    costs (where the rows carry it), one colour per temperature."""
     if not rows:
         return empty_figure("No sweep yet: run one to see measured points against the formula.")
     fig = go.Figure(layout=LAYOUT)
@@ -60,6 +61,16 @@ def _sweep_series(
         line={"color": color, "dash": "dash"},
         name=f"{name}: formula at α = {alpha:.2f}, c = {c:.2f}",
     )
+    refined = [r for r in cells if r.get("predicted_speedup") is not None]
+    if refined:
+        fig.add_scatter(
+            x=[r["gamma"] for r in refined],
+            y=[r["predicted_speedup"] for r in refined],
+            mode="lines+markers",
+            line={"color": color, "dash": "dot"},
+            marker={"color": color, "size": 7, "symbol": "diamond-open"},
+            name=f"{name}: refined (measured step, verify and overhead costs)",
+        )
     fig.add_scatter(
         x=[r["gamma"] for r in cells],
         y=[r["measured_speedup"] for r in cells],

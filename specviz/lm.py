@@ -12,6 +12,8 @@ them over on one chosen device, so that p and q meet where the rule runs.
 
 from __future__ import annotations
 
+import time
+
 import torch
 from transformers import DynamicCache
 
@@ -58,6 +60,7 @@ class CachedLM:
         self.cache = DynamicCache()
         self.tokens: list[int] = []  # the tokens whose keys and values the cache holds
         self.calls = 0
+        self.busy_s = 0.0  # seconds inside the model's forward (specviz.costs reads it)
 
     @property
     def cached(self) -> int:
@@ -80,9 +83,19 @@ class CachedLM:
         start = min(common_prefix(self.tokens, seq), len(seq) - keep)
         self._crop(start)
         ids = torch.tensor([seq[start:]], dtype=torch.long, device=self.device)
+        t0 = time.perf_counter()
         out = self.model(
             input_ids=ids, past_key_values=self.cache, use_cache=True, logits_to_keep=keep
         )
+        logits = out.logits[0, -keep:, : self.vocab_size].to(self.out_device)  # [keep, V]
+        self.busy_s += finished(logits) - t0
         self.tokens.extend(seq[start:])
         self.calls += 1
-        return out.logits[0, -keep:, : self.vocab_size].to(self.out_device)  # [keep, V]
+        return logits
+
+
+def finished(t: torch.Tensor) -> float:
+    """perf_counter once the work that produced t is done (a CUDA sync; nothing on a CPU)."""
+    if t.device.type == "cuda":
+        torch.cuda.synchronize(t.device)
+    return time.perf_counter()

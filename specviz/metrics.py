@@ -128,6 +128,20 @@ def expected_speedup(alpha: float, gamma: int, c: float) -> float:
     return expected_tokens_per_round(alpha, gamma) / (gamma * c + 1.0)
 
 
+def refined_speedup(
+    alpha: float, gamma: int, c: float, v: float, o: float = 0.0, o_ar: float = 0.0
+) -> float:
+    """The speedup predicted from measured costs, in units of one target step:
+
+        E(alpha, gamma) * (1 + o_ar) / (gamma * c + v + o)
+
+    E is Leviathan's expected tokens per round, c a draft step, v the verify call at width
+    gamma + 1 (not one step: it reads gamma + 1 positions), o the engine's time per round
+    outside model calls, o_ar the baseline's time per token outside its model call.
+    Leviathan's formula is the case v = 1, o = o_ar = 0."""
+    return expected_tokens_per_round(alpha, gamma) * (1.0 + o_ar) / (gamma * c + v + o)
+
+
 def expected_curve(alpha: float, c: float) -> tuple[list[int], list[float]]:
     """Leviathan's expected walltime improvement at every gamma in GAMMAS."""
     gammas = list(GAMMAS)

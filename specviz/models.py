@@ -26,7 +26,6 @@ from specviz.offline import (
     OFFLINE_IDS,
     OFFLINE_TARGET,
     prepare_offline,
-    quantize_w8,
     take_conversion_seconds,
 )
 
@@ -166,12 +165,20 @@ class LoadedModel:
     vocab_size: int  # token ids it can embed and score (see token_width)
     load_s: float
     source: str  # "cache", "converted from GGUF", "hub", "derived"
+    # The offline draft's record (specviz.draft_choice.DraftChoice): which variant, its c
+    # and alpha, measured on this machine. None for every other model.
+    choice: Any = None
+
+    @property
+    def variant(self) -> str | None:
+        return self.choice.variant if self.choice is not None else None
 
     def describe(self) -> str:
         spread = (getattr(self.model, "hf_device_map", None) or {}).values()
         placed = sorted({f"cuda:{d}" if isinstance(d, int) else str(d) for d in spread})
         where = "+".join(placed) if len(placed) > 1 else self.device.type
-        return f"{self.name} on {where} ({self.dtype})"
+        detail = f"; {self.choice.summary()}" if self.choice is not None else ""
+        return f"{self.name} on {where} ({self.dtype}{detail})"
 
 
 def token_width(model: torch.nn.Module) -> int:
@@ -259,6 +266,11 @@ class ModelPair:
             d["draft"] = self.draft.describe() + how
         return d
 
+    def without_eos(self) -> ModelPair:
+        """The same models with no EOS ids: a run always generates max_new_tokens (the
+        bench, the sweep and the cost measurement compare runs of one length)."""
+        return dataclasses.replace(self, eos_ids=frozenset())
+
     def with_compile(self, backend: str | None = "inductor") -> ModelPair:
         """The same models on the compiled path with this torch.compile backend; None or
         "off": the eager path; "auto": specviz.compiled.auto_backend for the pair's device,
@@ -284,7 +296,7 @@ class ModelPair:
 
 
 _lock = threading.Lock()
-_models: dict[tuple[str, str, str, str], LoadedModel] = {}
+_models: dict[tuple[str, ...], LoadedModel] = {}
 _tokenizers: dict[str, Any] = {}
 _pairs: dict[tuple[str, ...], ModelPair] = {}
 
@@ -309,18 +321,23 @@ def _load_offline_target(device: torch.device, dtype: torch.dtype) -> LoadedMode
 
 
 def _load_offline_draft(device: torch.device) -> LoadedModel:
+    """The fp32 target's cheaper copy that measures best on this machine (see
+    specviz.draft_choice); measured once per machine, then read from the cache."""
+    from specviz import draft_choice
+
     t0 = time.perf_counter()
     base = _get_model(OFFLINE_TARGET, device, torch.float32)
-    act = torch.bfloat16 if device.type == "cuda" or cpu_has_bf16() else torch.float32
-    model = quantize_w8(base.model, act).to(device)
+    tokenizer = _get_tokenizer(OFFLINE_TARGET)
+    model, choice = draft_choice.offline_draft(base.model, tokenizer, device)
     return LoadedModel(
         OFFLINE_DRAFT,
         model,
         device,
-        f"int8 weights / {str(act).removeprefix('torch.')}",
+        draft_choice.describe_variant(choice.variant),
         base.vocab_size,
         time.perf_counter() - t0,
         "derived",
+        choice=choice,
     )
 
 
@@ -361,6 +378,10 @@ def _get_model(
 ) -> LoadedModel:
     """Load once per (id, device, dtype, spread); callers hold _lock."""
     key = (model_id, str(device), str(dtype), spread or "")
+    if model_id == OFFLINE_DRAFT:  # a forced variant is another model
+        from specviz.draft_choice import requested
+
+        key = (*key, requested())
     if key not in _models:
         if model_id == OFFLINE_TARGET:
             _models[key] = _load_offline_target(device, dtype)
@@ -455,7 +476,12 @@ def load_pair(
     spread = device_map_setting()  # a hub target's only: a draft fits on one device
     if offline:
         spread = None  # the offline target has 135M parameters: it fits anywhere
-    key = (spec.name, spec.draft, spec.target, str(dev), str(dt), spread or "")
+    variant = ""
+    if OFFLINE_DRAFT in (spec.draft, spec.target):
+        from specviz.draft_choice import requested
+
+        variant = requested()  # a bad SPECVIZ_OFFLINE_DRAFT fails here, before any load
+    key = (spec.name, spec.draft, spec.target, str(dev), str(dt), spread or "", variant)
     with _lock:
         if key not in _pairs:
             target_tok = _get_tokenizer(spec.target)
@@ -472,3 +498,17 @@ def load_pair(
                 context_len=int(getattr(t.model.config, "max_position_embeddings", 0) or 2048),
             )
         return _pairs[key]
+
+
+def prepare_offline_pair(device: str = "auto", remeasure: bool = False, say: Any = None) -> Any:
+    """The set-up step: convert the offline GGUF (once) and choose this machine's offline
+    draft (measured once, or again with remeasure); returns the DraftChoice."""
+    from specviz import draft_choice
+
+    draft_choice.requested()  # a bad SPECVIZ_OFFLINE_DRAFT fails before any work
+    dev = resolve_device(device)
+    with _lock:
+        base = _get_model(OFFLINE_TARGET, dev, torch.float32)
+        tokenizer = _get_tokenizer(OFFLINE_TARGET)
+    _, choice = draft_choice.offline_draft(base.model, tokenizer, dev, remeasure=remeasure, say=say)
+    return choice

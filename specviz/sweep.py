@@ -13,7 +13,10 @@ One row per cell, every figure measured from that cell's traces:
 - tokens_per_call: new tokens / target calls, pooled over its speculative runs;
 - measured_speedup: median AR ms/token / median speculative ms/token;
 - expected_speedup: Leviathan's (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)) at the
-  measured alpha and c.
+  measured alpha and c;
+- predicted_speedup: the refined prediction (specviz.costs) at the cell's alpha, from the
+  step, verify and overhead costs measured once before the first cell (None when the plan
+  skips that measurement).
 
 ``sweep`` yields a :class:`SweepEvent` after every run (progress for the app; stop by
 no longer iterating); ``run_sweep`` collects the rows and takes a progress callback and a
@@ -33,6 +36,7 @@ from specviz.config import DEFAULT_PROMPT, Settings
 from specviz.trace import Trace, verified
 
 if TYPE_CHECKING:
+    from specviz.costs import StepCosts
     from specviz.models import ModelPair
 
 ROW_KEYS = (
@@ -43,6 +47,7 @@ ROW_KEYS = (
     "tokens_per_call",
     "measured_speedup",
     "expected_speedup",
+    "predicted_speedup",
 )
 MAX_VALUES = 16  # gammas or temperatures in one sweep
 MAX_REPS = 50
@@ -58,6 +63,8 @@ class SweepPlan:
     reps: int = 3
     prompt: str = DEFAULT_PROMPT
     raw: bool = False
+    # Measure the step, verify and overhead costs first, for the refined prediction.
+    costs: bool = True
 
     def __post_init__(self) -> None:
         self.validate()
@@ -113,6 +120,7 @@ class SweepEvent:
     method: str  # "spec" | "ar"
     trace: Trace
     row: dict[str, float] | None = None  # set on the cell's last run
+    costs: StepCosts | None = None  # measured before the first cell (plan.costs)
 
 
 @dataclass
@@ -123,6 +131,7 @@ class SweepResult:
     rows: list[dict[str, float]] = field(default_factory=list)
     models: dict[str, Any] = field(default_factory=dict)
     stopped: bool = False
+    costs: StepCosts | None = None
 
     def to_dict(self) -> dict[str, Any]:
         settings = self.plan.settings.to_dict()
@@ -138,6 +147,7 @@ class SweepResult:
             "models": self.models,
             "eos_ignored": True,
             "stopped": self.stopped,
+            "costs": self.costs.to_dict() if self.costs is not None else None,
             "definitions": {k: metrics.DEFINITIONS[k] for k in ("alpha", "c", "speedup")},
         }
 
@@ -147,12 +157,15 @@ class SweepResult:
 
 def sweep(pair: ModelPair, plan: SweepPlan) -> Iterator[SweepEvent]:
     """Warm up once, then run every cell's repetitions; one event per finished run."""
-    from specviz.bench.contenders import without_eos
+    from specviz.costs import measure_costs
     from specviz.engine import generate, warm_up
 
-    sv = without_eos(pair)
+    sv = pair.without_eos()
     cells = plan.cells()
     warm_up(sv, plan.prompt, cells[-1], raw=plan.raw)
+    costs = None
+    if plan.costs and plan.settings.drafter == "model" and pair.draft is not None:
+        costs = measure_costs(sv, cells[0], plan.gammas, plan.prompt)
     done = 0
     for s in cells:
         spec: list[Trace] = []
@@ -165,9 +178,9 @@ def sweep(pair: ModelPair, plan: SweepPlan) -> Iterator[SweepEvent]:
                 (spec if method == "spec" else ar).append(trace)
                 done += 1
                 last = rep == plan.reps - 1 and method == order[-1]
-                row = cell_row(s, spec, ar) if last else None
+                row = cell_row(s, spec, ar, costs) if last else None
                 yield SweepEvent(
-                    done, plan.total_runs, s.gamma, s.temperature, rep, method, trace, row
+                    done, plan.total_runs, s.gamma, s.temperature, rep, method, trace, row, costs
                 )
 
 
@@ -180,6 +193,7 @@ def run_sweep(
     """Run the whole sweep; ``stop()`` returning True ends it after the current run."""
     result = SweepResult(plan, models=pair.describe())
     for event in sweep(pair, plan):
+        result.costs = event.costs
         if event.row is not None:
             result.rows.append(event.row)
         if progress is not None:
@@ -205,9 +219,11 @@ def pooled_tokens_per_call(spec: list[Trace]) -> float:
     return sum(len(t.token_ids) for t in spec) / calls if calls else 0.0
 
 
-def cell_row(s: Settings, spec: list[Trace], ar: list[Trace]) -> dict[str, float]:
+def cell_row(
+    s: Settings, spec: list[Trace], ar: list[Trace], costs: StepCosts | None = None
+) -> dict[str, Any]:
     """The row of the cell with settings s from its speculative and AR traces, paired by
-    repetition."""
+    repetition, and the refined prediction from costs (None without)."""
     alpha = pooled_alpha(spec)
     c = statistics.median(metrics.cost_ratio(sp, a) for sp, a in zip(spec, ar, strict=True))
     spec_ms = statistics.median(t.stats.ms_per_token for t in spec)
@@ -220,6 +236,7 @@ def cell_row(s: Settings, spec: list[Trace], ar: list[Trace]) -> dict[str, float
         "tokens_per_call": pooled_tokens_per_call(spec),
         "measured_speedup": ar_ms / spec_ms if spec_ms else 0.0,
         "expected_speedup": metrics.expected_speedup(alpha, s.gamma, c),
+        "predicted_speedup": costs.predicted(alpha, s.gamma) if costs is not None else None,
     }
 
 
@@ -228,7 +245,7 @@ def cell_row(s: Settings, spec: list[Trace], ar: list[Trace]) -> dict[str, float
 
 def format_table(rows: list[dict[str, float]]) -> str:
     """The rows as a plain-text table, one line per cell."""
-    head = ("gamma", "temp", "alpha", "c", "tok/call", "measured", "expected")
+    head = ("gamma", "temp", "alpha", "c", "tok/call", "measured", "expected", "refined")
     lines = ["  ".join(f"{h:>8}" for h in head)]
     for r in rows:
         cells = (
@@ -239,9 +256,14 @@ def format_table(rows: list[dict[str, float]]) -> str:
             f"{r['tokens_per_call']:>8.2f}",
             f"{r['measured_speedup']:>7.2f}x",
             f"{r['expected_speedup']:>7.2f}x",
+            _times(r.get("predicted_speedup")),
         )
         lines.append("  ".join(cells))
     return "\n".join(lines)
+
+
+def _times(x: float | None) -> str:
+    return f"{x:>7.2f}x" if x is not None else f"{'-':>8}"
 
 
 def csv_text(rows: list[dict[str, float]]) -> str:

@@ -19,7 +19,6 @@ ratios find contenders by it.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -90,7 +89,7 @@ class Contender:
 
 def all_contenders(pair: ModelPair, mode: str, opts: BenchOptions) -> list[Contender]:
     """Every contender of one mode, in their base order (the order repetitions rotate)."""
-    sv, g_ref = without_eos(pair), reference_gamma(opts.gammas)
+    sv, g_ref = pair.without_eos(), reference_gamma(opts.gammas)
     out = [_specviz(sv, mode, "ar", None, method="ar")]
     if opts.hf:
         out.append(_transformers(pair, mode, "ar", None))
@@ -181,11 +180,6 @@ def mode_settings(mode: str, tokens: int, seed: int) -> Settings:
     return Settings(
         temperature=SAMPLE_TEMPERATURE, top_p=SAMPLE_TOP_P, max_new_tokens=tokens, seed=seed
     )
-
-
-def without_eos(pair: ModelPair) -> ModelPair:
-    """The same pair with no EOS ids, so that specviz always generates max_new_tokens."""
-    return dataclasses.replace(pair, eos_ids=frozenset())
 
 
 def specviz_run(pair: ModelPair, mode: str, **changes: Any) -> Callable[..., Sample]:

@@ -1,0 +1,352 @@
+"""The offline pair's draft, chosen by measurement on the machine it runs on.
+
+The offline target is SmolLM2-135M in fp32; its draft is a cheaper copy of the same network.
+Which copy is cheaper depends on the CPU: int8 weights with bf16 activations take a third of
+a target step where the CPU multiplies bf16 natively, and more than a whole step where int8
+weights meet fp32 activations. A CPU flag does not tell which: a measurement does.
+
+Candidates (VARIANTS): int8 per-channel weights with bf16, fp16 or fp32 activations, and
+plain bf16 and fp16 copies. For each, after a warm-up, the median one-token step and alpha
+(mean sum_x min(p(x), q(x)) over a fixed text, both distributions warped as the default
+settings warp them); beside them the target's one-token step and its verify call at each
+width 2..9. The choice is the candidate whose refined prediction (specviz.costs,
+specviz.metrics.refined_speedup, without the engine's overhead, which all candidates share)
+is largest at its best gamma in 1..8: not the fastest step.
+
+The record is kept in the specviz cache, keyed by CPU model and flags, thread count, torch
+version and device: a record from another machine is never used, a stale or corrupt one is
+measured again. SPECVIZ_OFFLINE_DRAFT=auto|w8-bf16|w8-fp16|w8-fp32|bf16|fp16 forces a
+variant (its c and alpha are still measured, once).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import logging
+import os
+import platform
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from specviz import metrics
+from specviz.offline import cache_root, quantize_w8
+
+log = logging.getLogger(__name__)
+
+ENV = "SPECVIZ_OFFLINE_DRAFT"
+VARIANTS = ("w8-bf16", "w8-fp16", "w8-fp32", "bf16", "fp16")
+GAMMAS = range(1, 9)  # the gammas a choice is judged at (verify widths 2..9 are measured)
+RECORD_FORMAT = 1
+# CPU flags that decide which kernels run fast; they and the CPU model key a record.
+FLAGS = (
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512bw",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "avx_vnni",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+    "amx_fp16",
+)
+# alpha is measured on this text (about 64 positions), the same on every machine.
+ALPHA_TEXT = (
+    "The sky looks blue because sunlight is scattered by the molecules of the air. Shorter "
+    "wavelengths are scattered far more than longer ones, so blue light reaches our eyes from "
+    "every direction of the sky, while the sun itself looks slightly yellow. At sunset the "
+    "light crosses much more air, and the reds and oranges remain."
+)
+
+
+def requested() -> str:
+    """SPECVIZ_OFFLINE_DRAFT: 'auto' (the default) or one of VARIANTS; else ValueError."""
+    raw = os.environ.get(ENV, "").strip() or "auto"
+    if raw != "auto" and raw not in VARIANTS:
+        raise ValueError(
+            f"environment variable {ENV} must be auto or one of {', '.join(VARIANTS)}, got {raw!r}"
+        )
+    return raw
+
+
+def build(base: torch.nn.Module, variant: str) -> torch.nn.Module:
+    """The draft network of a variant, built from the fp32 target (the target is untouched)."""
+    kind, _, act = variant.partition("-")
+    if kind == "w8":
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[act]
+        return quantize_w8(base, dtype)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[kind]
+    return copy.deepcopy(base).to(dtype).eval()
+
+
+def describe_variant(variant: str) -> str:
+    """What a variant is, for the models table: 'int8 weights / bfloat16', 'bfloat16 copy'."""
+    names = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+    kind, _, act = variant.partition("-")
+    return f"int8 weights / {names[act]}" if kind == "w8" else f"{names[kind]} copy"
+
+
+def machine_key(device: torch.device) -> dict[str, Any]:
+    """What a measurement depends on: CPU model and flags, threads, torch, device."""
+    model, flags = _cpu_info()
+    key: dict[str, Any] = {
+        "cpu": model,
+        "flags": [f for f in FLAGS if f in flags],
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "device": device.type,
+    }
+    if device.type == "cuda":
+        key["gpu"] = torch.cuda.get_device_name(device)
+    return key
+
+
+def _cpu_info() -> tuple[str, set[str]]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or platform.machine(), set()
+    model, flags = "", set()
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        name = name.strip()
+        if name == "model name" and not model:
+            model = value.strip()
+        elif name == "flags" and not flags:
+            flags = set(value.split())
+    return model or platform.machine(), flags
+
+
+def _key_id(key: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One variant's measurements and its prediction at its best gamma."""
+
+    variant: str
+    step_ms: float
+    c: float
+    alpha: float | None  # None: not measured, since c >= 1 (it cannot win at any alpha)
+    gamma: int
+    predicted: float  # at alpha 1 when alpha is None: an upper bound, at most 1.0
+
+
+@dataclass
+class DraftChoice:
+    """The chosen variant, every candidate measured, and where the numbers came from."""
+
+    variant: str
+    forced: bool
+    candidates: list[Candidate]
+    target_step_ms: float
+    verify_steps: dict[int, float]  # width -> target steps
+    machine: dict[str, Any]
+    measured_s: float
+    made: str = field(default_factory=lambda: time.strftime("%Y-%m-%d %H:%M:%S"))
+
+    @property
+    def chosen(self) -> Candidate:
+        return next(c for c in self.candidates if c.variant == self.variant)
+
+    def summary(self) -> str:
+        """'w8-bf16 chosen by measurement: c 0.33, alpha 0.960' (or 'forced by ...')."""
+        c = self.chosen
+        how = f"forced by {ENV}" if self.forced else "chosen by measurement"
+        return f"{self.variant} {how}: c {c.c:.2f}, alpha {metrics.alpha_text(c.alpha)}"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["verify_steps"] = {str(w): s for w, s in self.verify_steps.items()}
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DraftChoice:
+        """Inverse of to_dict; raises (KeyError, TypeError, ValueError) on a bad record."""
+        choice = cls(
+            variant=str(d["variant"]),
+            forced=bool(d["forced"]),
+            candidates=[Candidate(**c) for c in d["candidates"]],
+            target_step_ms=float(d["target_step_ms"]),
+            verify_steps={int(w): float(s) for w, s in d["verify_steps"].items()},
+            machine=dict(d["machine"]),
+            measured_s=float(d["measured_s"]),
+            made=str(d.get("made", "")),
+        )
+        if choice.variant not in VARIANTS or not choice.candidates:
+            raise ValueError("unknown variant")
+        choice.chosen  # noqa: B018 - raises StopIteration when the chosen one is missing
+        return choice
+
+
+def predicted_at_best(alpha: float, c: float, verify_steps: dict[int, float]) -> tuple[int, float]:
+    """(gamma, prediction) at the best gamma in GAMMAS, from measured verify steps."""
+    best = max(GAMMAS, key=lambda g: metrics.refined_speedup(alpha, g, c, verify_steps[g + 1]))
+    return best, metrics.refined_speedup(alpha, best, c, verify_steps[best + 1])
+
+
+def candidate(
+    variant: str, step_ms: float, alpha: float | None, target_ms: float, v: dict[int, float]
+) -> Candidate:
+    """A measured variant with its prediction at its best gamma (at alpha 1, an upper
+    bound, when alpha was not measured)."""
+    c = step_ms / target_ms
+    g, pred = predicted_at_best(1.0 if alpha is None else alpha, c, v)
+    return Candidate(variant, step_ms, c, alpha, g, pred)
+
+
+def choose(candidates: list[Candidate]) -> Candidate:
+    """The candidate with the largest prediction at its best gamma."""
+    return max(candidates, key=lambda c: c.predicted)
+
+
+# --- the record in the cache ----------------------------------------------------------
+
+
+def record_path() -> Path:
+    return cache_root() / "offline-draft.json"
+
+
+def load_record(key: dict[str, Any]) -> DraftChoice | None:
+    """This machine's record, or None when missing, stale, corrupt or from another machine."""
+    try:
+        data = json.loads(record_path().read_text())
+        if data.get("format") != RECORD_FORMAT:
+            return None
+        entry = data["records"].get(_key_id(key))
+        if entry is None:
+            return None
+        choice = DraftChoice.from_dict(entry)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, StopIteration) as exc:
+        if record_path().exists():
+            log.warning("offline draft record unreadable (%s): measuring again", exc)
+        return None
+    return choice if choice.machine == key else None
+
+
+def save_record(choice: DraftChoice) -> None:
+    """Add (or replace) this machine's record; written atomically."""
+    path = record_path()
+    try:
+        data = json.loads(path.read_text())
+        records = data["records"] if data.get("format") == RECORD_FORMAT else {}
+        if not isinstance(records, dict):
+            records = {}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        records = {}
+    records[_key_id(choice.machine)] = choice.to_dict()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".offline-draft-", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"format": RECORD_FORMAT, "records": records}, f, indent=1)
+    os.replace(tmp, path)
+
+
+# --- measuring --------------------------------------------------------------------------
+
+
+def measure(
+    base: torch.nn.Module,
+    tokenizer: Any,
+    device: torch.device,
+    variants: tuple[str, ...] = VARIANTS,
+    forced: bool = False,
+    reps: int = 7,
+    say: Callable[[str], None] | None = None,
+) -> tuple[DraftChoice, dict[str, torch.nn.Module]]:
+    """Measure the variants against the target on this machine; returns the choice and the
+    built networks (the caller keeps the chosen one)."""
+    from specviz.config import Settings
+    from specviz.costs import Timer
+    from specviz.lm import CachedLM
+    from specviz.models import token_width
+    from specviz.sampling import warp
+
+    say = say or log.info
+    t0 = time.perf_counter()
+    vocab = len(tokenizer)
+    ids = list(tokenizer(ALPHA_TEXT)["input_ids"])
+    w = Settings().target_warp()
+    widths = list(range(1, max(GAMMAS) + 2))
+    timer = Timer(CachedLM(base, vocab, device), ids)
+    with torch.inference_mode():
+        p = warp(_logits(base, ids, device, vocab), w)  # [n, V]
+    t_ms = timer.medians(widths, reps, warmup=1)
+    v = {wd: t_ms[wd] / t_ms[1] for wd in widths}
+    built: dict[str, torch.nn.Module] = {}
+    cands = []
+    for name in variants:
+        m = built[name] = build(base, name).to(device)
+        step = Timer(CachedLM(m, token_width(m), device), ids).medians([1], reps, warmup=1)[1]
+        alpha = None
+        # A draft step as slow as a target step cannot win at any alpha: E <= gamma + 1 <=
+        # gamma * c + v. Its alpha is only measured when it is forced.
+        if forced or step < t_ms[1]:
+            with torch.inference_mode():
+                q = warp(_logits(m, ids, device, vocab), w)
+            alpha = float(torch.minimum(p, q).sum(-1).mean())
+        else:
+            del built[name]
+        cands.append(candidate(name, step, alpha, t_ms[1], v))
+        say(
+            f"offline draft {name}: step {step:.1f} ms, c {cands[-1].c:.2f}, "
+            f"alpha {metrics.alpha_text(alpha)}"
+        )
+    best = choose(cands)
+    choice = DraftChoice(
+        variant=best.variant,
+        forced=forced,
+        candidates=cands,
+        target_step_ms=t_ms[1],
+        verify_steps=v,
+        machine=machine_key(device),
+        measured_s=time.perf_counter() - t0,
+    )
+    return choice, built
+
+
+def _logits(model: torch.nn.Module, ids: list[int], device: torch.device, vocab: int) -> Any:
+    x = torch.tensor([ids], dtype=torch.long, device=device)
+    return model(input_ids=x).logits[0, :, :vocab].float()
+
+
+def offline_draft(
+    base: torch.nn.Module,
+    tokenizer: Any,
+    device: torch.device,
+    remeasure: bool = False,
+    say: Callable[[str], None] | None = None,
+) -> tuple[torch.nn.Module, DraftChoice]:
+    """The draft network for this machine and its record: from the cache when this machine
+    has a valid one (and it covers a forced variant), else measured now and saved."""
+    want = requested()
+    key = machine_key(device)
+    rec = None if remeasure else load_record(key)
+    if rec is not None and want != "auto":
+        if want not in {c.variant for c in rec.candidates}:
+            rec = None
+        else:
+            rec.variant, rec.forced = want, True
+    if rec is not None:
+        return build(base, rec.variant).to(device), rec
+    forced = want != "auto"
+    choice, built = measure(
+        base, tokenizer, device, (want,) if forced else VARIANTS, forced=forced, say=say
+    )
+    if not forced:  # a forced run measured one variant: no record of the choice
+        save_record(choice)
+    log.info("offline draft: %s (measured in %.1f s)", choice.summary(), choice.measured_s)
+    model = built.get(choice.variant)
+    return (model if model is not None else build(base, choice.variant).to(device)), choice

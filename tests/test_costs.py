@@ -1,0 +1,293 @@
+"""Where a round's time goes (specviz.costs), the refined prediction, the guard's sentence,
+and the offline draft chosen by measurement (specviz.draft_choice)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from specviz import costs, draft_choice, metrics
+from specviz.config import Settings
+from tests.tiny import tiny_model, tiny_pair
+
+# --- the refined formula ---------------------------------------------------------------
+
+
+def test_refined_speedup_against_hand_computed_values():
+    # alpha 0.8, gamma 4: E = (1 - 0.8^5) / 0.2 = 3.3616
+    assert metrics.expected_tokens_per_round(0.8, 4) == pytest.approx(3.3616)
+    # v = 1, o = o_ar = 0 is Leviathan's formula: 3.3616 / (4 * 0.25 + 1) = 1.6808
+    assert metrics.refined_speedup(0.8, 4, 0.25, 1.0) == pytest.approx(1.6808)
+    assert metrics.refined_speedup(0.8, 4, 0.25, 1.0) == pytest.approx(
+        metrics.expected_speedup(0.8, 4, 0.25)
+    )
+    # a verify call of 1.5 steps and 0.1 steps of overhead: 3.3616 / (1 + 1.5 + 0.1)
+    assert metrics.refined_speedup(0.8, 4, 0.25, 1.5, 0.1) == pytest.approx(1.292923, rel=1e-5)
+    # the baseline's own overhead of 0.05 steps per token scales the AR side
+    assert metrics.refined_speedup(0.8, 4, 0.25, 1.5, 0.1, 0.05) == pytest.approx(
+        1.292923 * 1.05, rel=1e-5
+    )
+    # alpha 1: every draft accepted, gamma + 1 tokens per round: 5 / (4 * 0.5 + 2) = 1.25
+    assert metrics.refined_speedup(1.0, 4, 0.5, 2.0) == pytest.approx(1.25)
+
+
+def step_costs(**changes) -> costs.StepCosts:
+    base = {
+        "device": "cpu",
+        "threads": 2,
+        "draft_variant": "bf16",
+        "target_step_ms": 40.0,
+        "draft_step_ms": 10.0,
+        "verify": [costs.VerifyCost(3, 60.0, 1.5), costs.VerifyCost(5, 80.0, 2.0)],
+        "overhead_ms_per_round": 4.0,
+        "overhead_ms_by_gamma": {2: 4.0, 4: 6.0},
+        "ar_overhead_ms_per_token": 2.0,
+    }
+    return costs.StepCosts(**(base | changes))
+
+
+def test_step_costs_interpolate_verify_and_fit_the_overhead():
+    sc = step_costs()
+    assert sc.c == pytest.approx(0.25)
+    assert sc.verify_steps(1) == 1.0  # one step by definition
+    assert sc.verify_steps(3) == pytest.approx(1.5)
+    assert sc.verify_steps(4) == pytest.approx(1.75)  # between the measured widths
+    assert sc.verify_steps(7) == pytest.approx(2.5)  # beyond: the last segment extended
+    assert sc.overhead_steps(4) == pytest.approx(6.0 / 40)
+    assert sc.overhead_steps(3) == pytest.approx(5.0 / 40)  # the fitted line
+    # the prediction is the refined formula at those values
+    want = metrics.refined_speedup(0.8, 4, 0.25, 2.0, 6.0 / 40, 2.0 / 40)
+    assert sc.predicted(0.8, 4) == pytest.approx(want)
+    g, best = sc.best(0.8, range(1, 9))
+    assert best == max(sc.predicted(0.8, k) for k in range(1, 9)) and sc.predicted(0.8, g) == best
+
+
+def test_step_costs_round_trip_through_json():
+    sc = step_costs()
+    back = costs.StepCosts.from_dict(json.loads(json.dumps(sc.to_dict())))
+    assert back == sc
+
+
+# --- the guard ---------------------------------------------------------------------------
+
+
+def test_the_guard_speaks_when_no_gamma_can_win():
+    # the issue's AVX2 machine: c 1.9 at alpha 0.96
+    text = costs.guard_sentence(0.96, 1.9)
+    assert text is not None and "\n" not in text
+    assert "c = 1.90" in text and "alpha = 0.96" in text
+    best = max(metrics.expected_speedup(0.96, g, 1.9) for g in metrics.GAMMAS)
+    assert f"{best:.2f}x" in text and "gamma 1" in text
+    assert "cannot beat plain decoding" in text
+
+
+def test_the_guard_is_silent_when_a_gamma_wins():
+    assert costs.guard_sentence(0.96, 0.3) is None
+    assert costs.guard_sentence(None, 1.9) is None  # alpha not measured: nothing to say
+
+
+def test_the_guard_uses_measured_verify_costs():
+    # Leviathan's formula says 1.2x here, but a verify call of 2 steps makes every gamma lose
+    assert costs.guard_sentence(0.5, 0.2) is None
+    steps = {1: 1.0, **{w: 2.0 for w in range(2, 10)}}
+    text = costs.guard_sentence(0.5, 0.2, steps)
+    assert text is not None and "measured step and verify costs" in text
+
+
+# --- costs measured on tiny models --------------------------------------------------------
+
+
+def test_costs_json_schema(one_thread):
+    pair = tiny_pair(vocab=32)
+    s = Settings(temperature=1.0, top_p=1.0)
+    sc = costs.measure_costs(pair, s, gammas=(1, 3), prompt="1 2 3 4", reps=3, tokens=12)
+    d = json.loads(json.dumps(sc.to_dict()))
+    required = {
+        "device": str,
+        "threads": int,
+        "target_step_ms": float,
+        "draft_step_ms": float,
+        "c": float,
+        "verify": list,
+        "overhead_ms_per_round": float,
+    }
+    for key, kind in required.items():
+        assert isinstance(d[key], kind), key
+    assert "draft_variant" in d
+    assert [v["width"] for v in d["verify"]] == [2, 4]
+    for v in d["verify"]:
+        assert set(v) == {"width", "ms", "steps"} and v["ms"] > 0
+        assert v["steps"] == pytest.approx(v["ms"] / d["target_step_ms"])
+    assert d["c"] == pytest.approx(d["draft_step_ms"] / d["target_step_ms"])
+    assert set(d["overhead_ms_by_gamma"]) == {"1", "3"}
+    assert 0.0 <= d["alpha"] <= 1.0
+
+
+def test_costs_refuses_a_pair_without_a_draft():
+    import dataclasses
+
+    pair = dataclasses.replace(tiny_pair(vocab=32), draft=None)
+    with pytest.raises(ValueError, match="no draft model"):
+        costs.measure_costs(pair, Settings(), gammas=(1,), prompt="1 2")
+
+
+# --- the offline draft chosen by measurement ----------------------------------------------
+
+
+def cand(variant: str, step_ms: float, alpha: float | None) -> draft_choice.Candidate:
+    v = {w: 1.0 + 0.1 * (w - 1) for w in range(1, 10)}
+    return draft_choice.candidate(variant, step_ms, alpha, 40.0, v)
+
+
+def test_a_faster_step_loses_to_a_better_alpha():
+    fast = cand("w8-bf16", 10.0, 0.5)  # c 0.25
+    close = cand("fp16", 14.0, 0.99)  # c 0.35
+    assert fast.step_ms < close.step_ms
+    assert draft_choice.choose([fast, close]) is close
+    assert close.predicted > fast.predicted
+    # each is judged at its own best gamma
+    assert close.gamma > fast.gamma
+
+
+def test_a_draft_as_slow_as_the_target_is_never_measured_for_alpha():
+    slow = cand("w8-fp32", 60.0, None)  # c 1.5
+    assert slow.predicted < 1.0  # the upper bound at alpha 1 already loses
+    assert draft_choice.choose([slow, cand("bf16", 20.0, 0.9)]).variant == "bf16"
+
+
+class TinyTok:
+    """A tokenizer stand-in for the tiny model: the alpha text is ids 1..24."""
+
+    def __call__(self, text: str) -> dict[str, list[int]]:
+        return {"input_ids": [1 + i % 30 for i in range(24)]}
+
+    def __len__(self) -> int:
+        return 32
+
+
+@pytest.fixture()
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    monkeypatch.delenv(draft_choice.ENV, raising=False)
+    return tmp_path
+
+
+@pytest.fixture(scope="module")
+def base():
+    return tiny_model(32, seed=1, hidden_size=64, intermediate_size=128).eval()
+
+
+def measured(monkeypatch) -> list[tuple[str, ...]]:
+    """Record each measurement's variants (and let it run for real)."""
+    calls: list[tuple[str, ...]] = []
+    real = draft_choice.measure
+
+    def spy(base, tok, device, variants=draft_choice.VARIANTS, **kw):
+        calls.append(tuple(variants))
+        return real(base, tok, device, variants, reps=3, **kw)
+
+    monkeypatch.setattr(draft_choice, "measure", spy)
+    return calls
+
+
+def test_the_choice_is_measured_once_then_read_from_the_cache(cache, base, monkeypatch, one_thread):
+    calls = measured(monkeypatch)
+    cpu = torch.device("cpu")
+    model, choice = draft_choice.offline_draft(base, TinyTok(), cpu)
+    assert calls == [draft_choice.VARIANTS]
+    assert choice.variant in draft_choice.VARIANTS and not choice.forced
+    assert {c.variant for c in choice.candidates} == set(draft_choice.VARIANTS)
+    assert choice.chosen.predicted == max(c.predicted for c in choice.candidates)
+    assert choice.machine == draft_choice.machine_key(cpu)
+    assert sorted(choice.verify_steps) == list(range(1, 10))
+    _, again = draft_choice.offline_draft(base, TinyTok(), cpu)
+    assert calls == [draft_choice.VARIANTS]  # not measured again
+    assert again.variant == choice.variant and again.candidates == choice.candidates
+    # remeasure forces a new measurement
+    draft_choice.offline_draft(base, TinyTok(), cpu, remeasure=True)
+    assert len(calls) == 2
+
+
+def test_another_machines_record_is_ignored(cache, base, monkeypatch, one_thread):
+    calls = measured(monkeypatch)
+    cpu = torch.device("cpu")
+    _, choice = draft_choice.offline_draft(base, TinyTok(), cpu)
+    other = dict(choice.machine, cpu="Another CPU", flags=["avx2"])
+    assert draft_choice.load_record(other) is None
+    monkeypatch.setattr(draft_choice, "machine_key", lambda device: other)
+    draft_choice.offline_draft(base, TinyTok(), cpu)
+    assert len(calls) == 2  # measured again on "another machine"
+    # both machines' records are kept, each under its own key
+    data = json.loads(draft_choice.record_path().read_text())
+    assert len(data["records"]) == 2
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["{not json", json.dumps({"format": 1, "records": {"x": 1}}), json.dumps({"format": 99})],
+)
+def test_a_corrupt_or_stale_record_is_measured_again(cache, base, monkeypatch, one_thread, content):
+    calls = measured(monkeypatch)
+    cpu = torch.device("cpu")
+    _, choice = draft_choice.offline_draft(base, TinyTok(), cpu)
+    path = draft_choice.record_path()
+    key = draft_choice._key_id(choice.machine)
+    if content.startswith('{"format": 1'):  # this machine's entry itself is corrupt
+        content = json.dumps({"format": 1, "records": {key: {"variant": "bf16"}}})
+    path.write_text(content)
+    _, again = draft_choice.offline_draft(base, TinyTok(), cpu)
+    assert len(calls) == 2
+    assert draft_choice.load_record(choice.machine) is not None  # rewritten whole
+
+
+def test_forcing_a_variant(cache, base, monkeypatch, one_thread):
+    calls = measured(monkeypatch)
+    monkeypatch.setenv(draft_choice.ENV, "w8-fp32")
+    model, choice = draft_choice.offline_draft(base, TinyTok(), torch.device("cpu"))
+    assert calls == [("w8-fp32",)]
+    assert choice.variant == "w8-fp32" and choice.forced
+    assert choice.chosen.alpha is not None  # measured even though it may be slow
+    assert "forced by SPECVIZ_OFFLINE_DRAFT" in choice.summary()
+    assert not draft_choice.record_path().exists()  # one variant measured: no record
+    assert any(type(m).__name__ == "Int8WeightLinear" for m in model.modules())
+
+
+def test_forcing_reads_a_full_record(cache, base, monkeypatch, one_thread):
+    calls = measured(monkeypatch)
+    cpu = torch.device("cpu")
+    draft_choice.offline_draft(base, TinyTok(), cpu)
+    monkeypatch.setenv(draft_choice.ENV, "bf16")
+    model, choice = draft_choice.offline_draft(base, TinyTok(), cpu)
+    assert len(calls) == 1 and choice.variant == "bf16" and choice.forced
+    assert next(model.parameters()).dtype == torch.bfloat16
+
+
+def test_an_unknown_variant_is_refused(monkeypatch):
+    monkeypatch.setenv(draft_choice.ENV, "int4")
+    with pytest.raises(ValueError, match="SPECVIZ_OFFLINE_DRAFT must be auto or one of"):
+        draft_choice.requested()
+    monkeypatch.setenv(draft_choice.ENV, "auto")
+    assert draft_choice.requested() == "auto"
+
+
+def test_an_unknown_variant_is_one_line_and_exit_2_in_the_cli(monkeypatch, capsys):
+    from specviz.cli import main
+
+    monkeypatch.setenv(draft_choice.ENV, "int4")
+    assert main(["generate", "--prompt", "hi"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "SPECVIZ_OFFLINE_DRAFT" in err
+
+
+def test_every_variant_builds_and_leaves_the_target_alone(base):
+    before = {k: v.clone() for k, v in base.state_dict().items()}
+    x = torch.tensor([[1, 2, 3]])
+    for v in draft_choice.VARIANTS:
+        m = draft_choice.build(base, v)
+        with torch.inference_mode():
+            assert m(input_ids=x).logits.shape == (1, 3, 32)
+        assert draft_choice.describe_variant(v)
+    for k, v in base.state_dict().items():
+        assert torch.equal(v, before[k])
