@@ -340,9 +340,26 @@ def acceptance_by_position_figure(trace: Trace) -> go.Figure:
 # --- theory ----------------------------------------------------------------------------
 
 
-def theory_figure(alpha: float, c: float, gamma: int, measured: float | None) -> go.Figure:
-    """Leviathan's expected walltime improvement against gamma, with the measured point."""
+def theory_figure(
+    alpha: float,
+    c: float,
+    gamma: int,
+    measured: float | None,
+    verify_steps: dict[int, float] | None = None,
+) -> go.Figure:
+    """Leviathan's expected walltime improvement against gamma, with the measured point,
+    and the refined prediction where the verify call's cost was measured (width -> target
+    steps): Leviathan prices that call at one step."""
     fig, _ = _expected_curve(alpha, c, "expected (Leviathan)", {"color": COLORS["p"]})
+    if verify_steps:
+        gs = [g for g in metrics.GAMMAS if g + 1 in verify_steps]
+        fig.add_scatter(
+            x=gs,
+            y=[metrics.refined_speedup(alpha, g, c, verify_steps[g + 1]) for g in gs],
+            mode="lines+markers",
+            name="refined: the verify call at its measured cost",
+            line={"color": COLORS["q"], "dash": "dot"},
+        )
     if measured is not None:
         marker = {"color": COLORS["rejected"], "size": 14, "symbol": "star"}
         fig.add_scatter(x=[gamma], y=[measured], mode="markers", name="measured", marker=marker)
