@@ -291,3 +291,17 @@ def test_every_variant_builds_and_leaves_the_target_alone(base):
         assert draft_choice.describe_variant(v)
     for k, v in base.state_dict().items():
         assert torch.equal(v, before[k])
+
+
+def test_the_theory_figure_draws_the_refined_curve_below_leviathans():
+    from specviz import plots
+
+    steps = {w: 1.0 + 0.12 * (w - 1) for w in range(1, 10)}
+    fig = plots.theory_figure(0.8, 0.2, 4, 1.5, steps)
+    lev = next(t for t in fig.data if t.name == "expected (Leviathan)")
+    ref = next(t for t in fig.data if t.name.startswith("refined"))
+    assert list(ref.x) == list(range(1, 9))
+    for g, y in zip(ref.x, ref.y, strict=True):
+        assert y == pytest.approx(metrics.refined_speedup(0.8, g, 0.2, steps[g + 1]))
+        assert y < lev.y[g - 1]
+    assert len(plots.theory_figure(0.8, 0.2, 4, 1.5).data) == len(fig.data) - 1
