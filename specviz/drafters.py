@@ -12,9 +12,8 @@ from typing import Protocol
 
 import torch
 
-from specviz.compiled import StaticLM
 from specviz.config import Warp
-from specviz.lm import CachedLM
+from specviz.lm import ModelCache
 from specviz.sampling import draw, warp
 
 
@@ -43,7 +42,7 @@ class ModelDrafter:
 
     name = "model"
 
-    def __init__(self, lm: CachedLM | StaticLM, w: Warp, eos_ids: frozenset[int]) -> None:
+    def __init__(self, lm: ModelCache, w: Warp, eos_ids: frozenset[int]) -> None:
         self.lm, self.w, self.eos_ids = lm, w, eos_ids
 
     def propose(self, seq: list[int], gamma: int, gen: torch.Generator) -> Draft:

@@ -28,7 +28,7 @@ from specviz import metrics
 from specviz.compiled import StaticLM, compiler_for
 from specviz.config import Settings
 from specviz.drafters import Draft, Drafter, ModelDrafter, NgramDrafter
-from specviz.lm import CachedLM
+from specviz.lm import CachedLM, ModelCache
 from specviz.models import LoadedModel, ModelPair
 from specviz.sampling import Verdict, draw, next_token, overlap, verify, warp
 from specviz.trace import Added, Drafted, Round, Stats, Trace, verified
@@ -91,7 +91,7 @@ class Run:
         )
         self._started = False
         # The request's own model state, exposed for inspection (tests, benchmarks).
-        self.target_lm: CachedLM | StaticLM | None = None
+        self.target_lm: ModelCache | None = None
         self.drafter: Drafter | None = None
 
     def __iter__(self) -> Iterator[Update]:
@@ -105,12 +105,12 @@ class Run:
     def _generator(self) -> torch.Generator:
         return torch.Generator(device=self.device).manual_seed(self.settings.seed)
 
-    def _target_lm(self) -> CachedLM | StaticLM:
+    def _target_lm(self) -> ModelCache:
         """The target's cache. Its logits come to the pair's device, where the rule runs and
         the generator lives, even when a device map spreads its layers over several."""
         return self.open_lm(self.pair.target, self._verify_widths())
 
-    def open_lm(self, m: LoadedModel, widths: tuple[int, ...]) -> CachedLM | StaticLM:
+    def open_lm(self, m: LoadedModel, widths: tuple[int, ...]) -> ModelCache:
         """A cache for one model: dynamic (eager), or static on the compiled path, where
         calls after the prefill are padded to one of widths (specviz.compiled)."""
         backend = self.pair.compile_backend
@@ -147,7 +147,7 @@ class Run:
 
     def _finish(self, reason: str, t0: float) -> None:
         for lm in (self.target_lm, getattr(self.drafter, "lm", None)):
-            if isinstance(lm, StaticLM):
+            if lm is not None:
                 lm.close()  # the compiled path's caches go back to their pool
         tr = self.trace
         tr.stop_reason = reason

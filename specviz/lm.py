@@ -13,6 +13,7 @@ them over on one chosen device, so that p and q meet where the rule runs.
 from __future__ import annotations
 
 import time
+from typing import Protocol
 
 import torch
 from transformers import DynamicCache
@@ -41,6 +42,29 @@ def input_device(model: torch.nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
+class ModelCache(Protocol):
+    """One request's cache of one model, as the engine and the drafters use it: CachedLM on
+    the eager path, specviz.compiled.StaticLM on the compiled path."""
+
+    vocab_size: int
+    tokens: list[int]  # the tokens whose keys and values the cache holds
+    calls: int  # forwards so far
+    busy_s: float  # seconds inside the model's forward so far
+
+    def logits(self, seq: list[int], keep: int = 1) -> torch.Tensor:
+        """Logits [keep, V] for the last `keep` positions of seq, feeding only uncached
+        tokens."""
+        ...
+
+    def rollback(self, seq: list[int]) -> None:
+        """Keep only the longest prefix the cache shares with seq."""
+        ...
+
+    def close(self) -> None:
+        """The request is over: release what the cache holds (once)."""
+        ...
+
+
 class CachedLM:
     """One request's view of a model: its KV cache and the tokens that cache holds.
 
@@ -65,6 +89,9 @@ class CachedLM:
     @property
     def cached(self) -> int:
         return self.cache.get_seq_length()
+
+    def close(self) -> None:
+        """Nothing to hand back: the dynamic cache goes with the request."""
 
     def rollback(self, seq: list[int]) -> None:
         """Crop the cache to the longest prefix it shares with seq."""

@@ -1,0 +1,130 @@
+"""One request's static KV cache on the compiled path (``StaticLM``), and the pool that keeps
+caches between requests so that their buffers keep one address."""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+
+import torch
+from transformers import StaticCache
+
+from specviz.compiled.compiler import Compiler
+from specviz.compiled.policy import cache_len
+from specviz.lm import common_prefix, finished, input_device
+
+_pool: weakref.WeakKeyDictionary[torch.nn.Module, dict[int, list[StaticCache]]] = (
+    weakref.WeakKeyDictionary()
+)
+_pool_lock = threading.Lock()
+
+
+def acquire_cache(model: torch.nn.Module, length: int) -> StaticCache:
+    """A static cache of this length for this model: a released one when there is one (its
+    buffers keep their addresses, which CUDA graphs replay), else a new one."""
+    with _pool_lock:
+        free = _pool.get(model, {}).get(length)
+        if free:
+            return free.pop()
+    return StaticCache(config=model.config, max_cache_len=length)
+
+
+def release_cache(model: torch.nn.Module, length: int, cache: StaticCache) -> None:
+    with _pool_lock:
+        _pool.setdefault(model, {}).setdefault(length, []).append(cache)
+
+
+# --- one request's static cache -----------------------------------------------------------
+
+
+class StaticLM:
+    """One request's view of a model on the compiled path (see CachedLM for the contract).
+
+    widths: the padded shapes of the calls after the prefill; max_len: the most positions
+    the request writes (prompt, new tokens and the widest padding)."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        name: str,
+        vocab_size: int,
+        compiler: Compiler,
+        widths: tuple[int, ...],
+        max_len: int,
+        out_device: torch.device | None = None,
+    ) -> None:
+        self.model, self.name, self.vocab_size = model, name, vocab_size
+        self.compiler, self.widths = compiler, tuple(sorted(widths))
+        self.device = input_device(model)
+        self.out_device = out_device or self.device
+        self.length = cache_len(max_len)
+        self.cache: StaticCache | None = acquire_cache(model, self.length)
+        self._move(0)  # a reused cache starts empty: what it held lies beyond the position
+        self.tokens: list[int] = []  # the tokens whose keys and values the cache holds
+        self.calls = 0
+        self.busy_s = 0.0  # seconds inside the model's forward (specviz.costs reads it)
+
+    def close(self) -> None:
+        """The request is over: hand the cache back for the next one (once)."""
+        if self.cache is not None:
+            release_cache(self.model, self.length, self.cache)
+            self.cache = None
+
+    @property
+    def cached(self) -> int:
+        return len(self.tokens)
+
+    def rollback(self, seq: list[int]) -> None:
+        """Move the cache's position back to the longest prefix it shares with seq."""
+        self._crop(common_prefix(self.tokens, seq))
+
+    def _crop(self, keep: int) -> None:
+        if keep < len(self.tokens):
+            del self.tokens[keep:]
+            self._move(keep)
+
+    @torch.inference_mode()
+    def _move(self, pos: int) -> None:
+        for layer in self.cache.layers:
+            if layer.is_initialized:
+                layer.cumulative_length.fill_(pos)
+
+    def _precompile(self, pos: int) -> None:
+        """Compile every width not yet compiled, right after the prefill, so that no later
+        call of the run (or of a timed run after a warm-up) pays for compiling. Each trial
+        call writes beyond pos, and the position moves back to pos."""
+        for w in self.widths:
+            if pos + w <= self.length and not self.compiler.ready(self.model, w, self.length):
+                ids = torch.zeros(1, w, dtype=torch.long, device=self.device)
+                self.compiler(self.name, self.model, ids, self.cache)
+                self._move(pos)
+
+    def width(self, m: int) -> int:
+        """The padded width of a call feeding m tokens: the smallest width that holds m."""
+        return next((w for w in self.widths if w >= m), m)
+
+    @torch.inference_mode()
+    def logits(self, seq: list[int], keep: int = 1) -> torch.Tensor:
+        """Logits [keep, V] for the last `keep` positions of seq, feeding only uncached tokens."""
+        start = min(common_prefix(self.tokens, seq), len(seq) - keep)
+        self._crop(start)
+        new = seq[start:]
+        m = len(new)
+        t0 = time.perf_counter()
+        if start == 0 or m > self.widths[-1]:  # the prefill: eager, any length
+            ids = torch.tensor([new], dtype=torch.long, device=self.device)
+            out = self.model(
+                input_ids=ids, past_key_values=self.cache, use_cache=True, logits_to_keep=keep
+            ).logits[0]  # [keep, V]
+            self._precompile(start + m)
+        else:
+            w = self.width(m)
+            ids = torch.tensor([new + [0] * (w - m)], dtype=torch.long, device=self.device)
+            out = self.compiler(self.name, self.model, ids, self.cache)[m - keep : m]  # [keep, V]
+            self._move(start + m)  # the padding's keys lie beyond the position: never read
+        logits = out[:, : self.vocab_size].to(self.out_device)
+        self.busy_s += finished(logits) - t0
+        self.tokens.extend(new)
+        self.calls += 1
+        return logits
