@@ -181,25 +181,20 @@ def cmd_generate(args: argparse.Namespace) -> int:
         if not args.json:
             print_trace(group[-1], color=_use_color())
             if args.compare:
-                print_comparison(group[0], group[-1], measured_verify_steps(pair))
+                print_comparison(group[0], group[-1])
     return 0
 
 
-def measured_verify_steps(pair: Any) -> dict[int, float] | None:
-    """The target's verify cost by width, in target steps, where this machine's offline
-    draft record measured it (specviz.draft_choice); None for other pairs."""
-    choice = getattr(pair.draft, "choice", None)
-    return dict(choice.verify_steps) if choice is not None else None
-
-
-def print_comparison(ar: Trace, spec: Trace, verify_steps: dict[int, float] | None = None) -> None:
+def print_comparison(ar: Trace, spec: Trace) -> None:
     """Chen et al.'s Table 1 columns plus c, for one prompt run both ways in this process,
-    and the guard's sentence when no gamma can win at the measured costs."""
+    the refined prediction with the verify call's measured cost, and the guard's sentence
+    when no gamma can win at the measured costs."""
     from specviz import metrics
     from specviz.costs import guard_sentence
 
     row = metrics.table1_row(ar, spec)
     c = metrics.cost_ratio(spec, ar)
+    verify_steps = metrics.verify_steps(spec, ar)
     a, g = spec.stats.alpha, int(spec.settings["gamma"])
     print()
     print(f"AR ms/token            {row['ar_ms_per_token']:.1f}")
@@ -217,7 +212,7 @@ def print_comparison(ar: Trace, spec: Trace, verify_steps: dict[int, float] | No
             refined = metrics.refined_speedup(a, g, c, verify_steps[g + 1])
             print(
                 f"expected (refined)     {refined:.2f}x with the verify call at "
-                f"{verify_steps[g + 1]:.2f} target steps (measured at set-up)"
+                f"{verify_steps[g + 1]:.2f} target steps (measured in this run)"
             )
     if is_greedy(ar.settings):
         same = ar.token_ids == spec.token_ids
@@ -456,17 +451,17 @@ def colored_text(trace: Trace, color: bool) -> str:
 def print_trace(trace: Trace, color: bool) -> None:
     from specviz import metrics
 
+    models = [(role, trace.models[role]) for role in ("target", "draft") if role in trace.models]
+    for role, text in models[: 1 if trace.method == "ar" else 2]:
+        print(f"{role}: {text}")
+    print()
     print(colored_text(trace, color))
     print()
     if color and trace.method == "spec":
         legend = "  ".join(f"{ANSI[s]}{s}{RESET}" for s in ANSI)
         print(f"legend: {legend}")
     s = trace.stats
-    models = [(role, trace.models[role]) for role in ("target", "draft") if role in trace.models]
-    if trace.method == "ar":
-        models = models[:1]
     rows = [
-        *models,
         ("method", trace.method),
         ("new tokens", s.new_tokens),
         ("target calls", s.target_calls),

@@ -159,14 +159,18 @@ def guard_sentence(
     alpha: float | None, c: float, verify_steps: dict[int, float] | None = None
 ) -> str | None:
     """One sentence when no gamma is predicted to beat plain decoding at the measured c and
-    alpha; None otherwise. With measured verify steps (width -> target steps) the prediction
-    is the refined one over the gammas they cover; without, Leviathan's formula over every
-    gamma, an upper bound, since a verify call costs at least one target step."""
+    alpha; None otherwise. verify_steps (width -> target steps, measured at one width or
+    more) price the verify call at every gamma, linearly between and beyond the measured
+    widths; without them, Leviathan's formula (a verify call of one step) is the
+    prediction, an upper bound, since a verify call costs at least one target step."""
     if alpha is None or c <= 0:
         return None
-    if verify_steps and len(verify_steps) > 1:
-        gammas = [w - 1 for w in sorted(verify_steps) if w > 1]
-        preds = {g: metrics.refined_speedup(alpha, g, c, verify_steps[g + 1]) for g in gammas}
+    if verify_steps:
+        pts = sorted({1: 1.0, **verify_steps}.items())
+        preds = {
+            g: metrics.refined_speedup(alpha, g, c, max(1.0, _linear(pts, g + 1)))
+            for g in metrics.GAMMAS
+        }
         how = "the measured step and verify costs predict"
     else:
         preds = {g: metrics.expected_speedup(alpha, g, c) for g in metrics.GAMMAS}

@@ -100,6 +100,23 @@ def cost_ratio(spec: Trace, ar: Trace) -> float:
     return (draft_ms / drafted) / ar_ms if drafted and ar_ms else 0.0
 
 
+def verify_steps(spec: Trace, ar: Trace) -> dict[int, float] | None:
+    """The verify call's cost in target steps, measured by this pair of runs: {1: 1.0,
+    gamma + 1: v}, v = median verify ms of the rounds that verified gamma drafts over the
+    baseline's ms per target step (the verify ms include the rule's own work). The first
+    round and the first AR step are left out (they also read the prompt). None when the
+    runs cannot tell."""
+    import statistics
+
+    gamma = int(spec.settings.get("gamma", 0))
+    full = [r.verify_ms for r in spec.rounds[1:] if len(r.drafted) == gamma]
+    t = ar.timeline
+    ar_ms = (t[-1][0] - t[0][0]) * 1e3 / (len(t) - 1) if len(t) > 1 else 0.0
+    if not full or not ar_ms or gamma < 1:
+        return None
+    return {1: 1.0, gamma + 1: statistics.median(full) / ar_ms}
+
+
 def acceptance_by_position(trace: Trace) -> list[float]:
     """Acceptance rate at draft position 1, 2, ... (verified drafts only)."""
     hits: Counter[int] = Counter()

@@ -305,3 +305,43 @@ def test_the_theory_figure_draws_the_refined_curve_below_leviathans():
         assert y == pytest.approx(metrics.refined_speedup(0.8, g, 0.2, steps[g + 1]))
         assert y < lev.y[g - 1]
     assert len(plots.theory_figure(0.8, 0.2, 4, 1.5).data) == len(fig.data) - 1
+
+
+def slow_draft_pair():
+    """A tiny target drafted by a much larger network: every draft step costs more than a
+    target step, so no gamma can win."""
+    from specviz.models import LoadedModel
+
+    pair = tiny_pair(vocab=32)
+    big = tiny_model(32, seed=3, layers=6, hidden_size=256, intermediate_size=1024)
+    import dataclasses
+
+    draft = LoadedModel("tiny-big-draft", big, torch.device("cpu"), "float32", 32, 0.0, "test")
+    return dataclasses.replace(pair, draft=draft)
+
+
+def test_verify_steps_are_measured_from_a_compared_run(one_thread):
+    from specviz.engine import generate
+
+    pair = tiny_pair(vocab=32)
+    s = Settings(gamma=3, max_new_tokens=24, temperature=1.0, top_p=1.0)
+    spec = generate(pair.without_eos(), "1 2 3", s)
+    ar = generate(pair.without_eos(), "1 2 3", s.with_(method="ar"))
+    steps = metrics.verify_steps(spec, ar)
+    assert steps is not None and set(steps) == {1, 4} and steps[1] == 1.0 and steps[4] > 0
+
+
+def test_generate_compare_prints_the_guard_when_the_draft_is_too_slow(monkeypatch, capsys):
+    from specviz import cli
+
+    pair = slow_draft_pair()
+    monkeypatch.setattr(cli, "load_pair_from_args", lambda args, compiled=True: pair)
+    code = cli.main(
+        ["generate", "--prompt", "1 2 3", "--compare", "--max-new-tokens", "24", "--raw"]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    guard = [line for line in out.splitlines() if "cannot beat plain decoding" in line]
+    assert len(guard) == 1 and "c = " in guard[0] and "alpha = " in guard[0]
+    head = out.splitlines()[:2]  # the header names both models
+    assert head[0].startswith("target: tiny-target") and head[1].startswith("draft: tiny-big")
