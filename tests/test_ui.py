@@ -146,9 +146,21 @@ def test_inspector_reads_the_stored_trace(loader) -> None:
     assert "rejected: u =" in out["verdict"] and "resampled" in out["verdict"]
     names = [t.name for t in out["insp_plot"].data]
     assert "p (target)" in names and "q (draft)" in names
-    assert ui.inspect_view(session.spec, None, 0)["insp_round"] == 0  # round from position
+    assert ui.inspect_view(session.spec, None, 0)["insp_round"] == 1  # shown from 1
     with pytest.raises(ValueError):
         ui.inspect_view(session.spec, 0, 999)
+    # a typed round is numbered from 1, as the page shows it
+    from specviz.ui.inspector_tab import typed_view
+
+    typed = typed_view(session.spec, rejected[0] + 1, rejected[1])
+    assert typed["insp_round"] == rejected[0] + 1 and typed["verdict"] == out["verdict"]
+    last = len(session.spec.rounds)
+    with pytest.raises(
+        ValueError, match=f"round 0 does not exist: this run has rounds 1 to {last}$"
+    ):
+        typed_view(session.spec, 0, 0)
+    with pytest.raises(ValueError, match="round 1 placed no token at position 999"):
+        typed_view(session.spec, 1, 999)
     with pytest.raises(ValueError):
         ui.inspect_view(None, 0, 0)
 

@@ -14,7 +14,7 @@ from gradio.components.plot import PlotData
 
 from specviz import metrics, plots, render
 from specviz.config import is_greedy
-from specviz.trace import Trace, decision_at
+from specviz.trace import Trace, decision_at, round_number
 from specviz.ui.state import Session, View
 
 NO_ALPHA = "alpha was not measured (a minimal trace, or no verified drafts): no theory curve"
@@ -48,7 +48,7 @@ def live_plot(spec: dict[str, Any]) -> PlotData:
 def _progress(spec: Trace | None, ar: Trace | None) -> str:
     text = ""
     if spec is not None:
-        text = f"speculative: round {len(spec.rounds)}, {len(spec.token_ids)} tokens"
+        text = f"speculative: round {len(spec.rounds)} done, {len(spec.token_ids)} tokens"
     if ar is not None and ar.token_ids:
         text += f" · autoregressive baseline: {len(ar.token_ids)} tokens"
     return text or "generating ..."
@@ -153,7 +153,9 @@ def default_inspection(spec: Trace | None) -> View:
 
 
 def inspect_view(trace: Trace | None, round_index: int | None, pos: int | None) -> View:
-    """Inspector views for (round, pos) from the stored trace: no model call."""
+    """Inspector views for (round, pos) from the stored trace: no model call. round_index is
+    the trace's 0-based index (None: the round that placed pos); the view shows the round's
+    number, from 1 (round_number)."""
     if trace is None or not trace.rounds:
         raise ValueError("no speculative trace yet: press Run or Step, or import a trace")
     if pos is None:
@@ -161,7 +163,7 @@ def inspect_view(trace: Trace | None, round_index: int | None, pos: int | None) 
     r = None if round_index is None or round_index < 0 else int(round_index)
     dec = decision_at(trace, r, int(pos))
     return {
-        "insp_round": dec.round.index,
+        "insp_round": round_number(dec.round.index),
         "insp_pos": dec.pos,
         "insp_plot": plots.decision_figure(dec),
         "verdict": render.verdict_html(dec),
