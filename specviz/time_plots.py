@@ -108,7 +108,7 @@ def breakdown_spec(trace: Trace) -> dict[str, Any]:
         "barmode": "stack",
         "height": 330,
         "margin": {"l": 50, "r": 20, "t": 50, "b": 40},
-        "legend": {"orientation": "h", "y": -0.2},
+        "legend": {"orientation": "h", "y": -0.2, "traceorder": "normal"},
         "plot_bgcolor": "white",
         "xaxis": {"title": {"text": "round"}, **grid},
         "yaxis": {"title": {"text": "ms"}, **grid},

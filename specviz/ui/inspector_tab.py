@@ -1,7 +1,8 @@
-"""The decision inspector tab: p and q over the top tokens, min(1, p/q) against the draw u,
-the residual a resampled token came from. Clicking a token (or a round row) opens it on that
-token; a round and a position can also be typed. Rounds are numbered from 1 here as
-everywhere on the page (the trace's index + 1). Reads the stored trace: no model call.
+"""The decision inspector (the Decision tab): p and q over the top tokens, min(1, p/q)
+against the draw u, the residual a resampled token came from. Clicking a token (or a round
+row) opens it on that token; a round and a position can also be typed. Rounds are numbered
+from 1 here as everywhere on the page (the trace's index + 1). Reads the stored trace: no
+model call.
 """
 
 from __future__ import annotations
@@ -17,20 +18,22 @@ from specviz.ui.views import inspect_view
 
 
 def layout(v: dict[str, Any]) -> None:
-    """The tab's components, into the views by name."""
-    with gr.Tab("Decision inspector", id="insp", elem_id="sv-inspector"):
-        with gr.Row():
-            v["insp_round"] = gr.Number(
-                None, precision=0, label="round (from 1; empty: from position)"
-            )
-            v["insp_pos"] = gr.Number(None, precision=0, minimum=0, label="output position")
-            v["inspect"] = gr.Button("Inspect", elem_id="sv-inspect")
-        v["verdict"] = gr.HTML(
-            render.status_html("click a token, or choose a round and position"),
-            js_on_load=None,
-            elem_id="sv-verdict",
+    """The inspector's components, into the views by name."""
+    with gr.Row():
+        v["insp_round"] = gr.Number(
+            None,
+            precision=0,
+            label="round (from 1; empty: from position)",
+            elem_id="sv-insp-round",
         )
-        v["insp_plot"] = gr.Plot(label="p and q", elem_id="sv-insp-plot")
+        v["insp_pos"] = gr.Number(None, precision=0, minimum=0, label="output position")
+        v["inspect"] = gr.Button("Inspect", elem_id="sv-inspect")
+    v["verdict"] = gr.HTML(
+        render.status_html("click a token, or choose a round and position"),
+        js_on_load=None,
+        elem_id="sv-verdict",
+    )
+    v["insp_plot"] = gr.Plot(label="p and q", elem_id="sv-insp-plot")
 
 
 def typed_view(trace: Any, shown_round: Any, pos: Any) -> View:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from specviz import render
+from specviz import render, time_plots
 from specviz.config import Settings
 from specviz.engine import Run, Update, generate, summarize
 from specviz.modelthread import MODEL_THREAD
@@ -26,7 +26,14 @@ from specviz.ui.pairs import AppContext, PairSource, failure, pair_label, zero_g
 from specviz.ui.runs_tab import runs_views
 from specviz.ui.state import Form, Session, View
 from specviz.ui.token_view import narration_hint
-from specviz.ui.views import exact_note, final_frame, inspect_view, live_frame
+from specviz.ui.views import (
+    exact_note,
+    final_frame,
+    inspect_view,
+    live_frame,
+    live_plot,
+    time_html,
+)
 from specviz.ui.worker import Worker
 
 
@@ -203,6 +210,8 @@ def _step_views(session: Session, settings: Settings, rnd: Round | None, out: Vi
         out.update(final_frame(session, settings.gamma))
     out["tokens"] = render.tokens_html(session.parts, session.spec.prompt)
     out["rounds"] = render.rounds_html(session.rows)
+    out["time_split"] = live_plot(time_plots.breakdown_spec(session.spec))
+    out["time_totals"] = time_html(session.spec, session.mode)
     if rnd is not None:
         out.update(
             inspect_view(session.spec, rnd.index, rnd.start + min(rnd.n_accepted, rnd.emitted))
