@@ -152,11 +152,12 @@ def overlap_legend_html() -> str:
 
 
 def legend_html() -> str:
-    """The legend: swatch, name and meaning per status."""
+    """The legend: swatch, name and meaning per status (the meaning in .sv-legend-desc,
+    which the presentation view leaves out)."""
     items = "".join(
         f'<span class="sv-legend-item"><span class="sv-tok sv-{s}">{esc(s)}'
         f"{MARKERS.get(s) and f'<sup class=sv-mark>{MARKERS[s]}</sup>' or ''}</span> "
-        f"{esc(LEGEND[s])}</span>"
+        f'<span class="sv-legend-desc">{esc(LEGEND[s])}</span></span>'
         for s in TOKEN_STATUSES
     )
     ws = '<span class="sv-legend-item"><span class="sv-ws">·</span> space, '

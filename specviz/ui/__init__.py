@@ -6,6 +6,7 @@ Modules, each with one job (imports point down this list, never up):
     api           the named endpoint /generate
     live          Run, Step and Stop: both runs streamed, a finished Run logged
     token_view    the token view, overlap shading and its legend, the Step narration box
+    present       the presentation view: toggle, ?view=present, Space or → takes a Step
     race          the race replay of a compared run's measured timings (Speed tab)
     inspector_tab, runs_tab, theory_tab, sweep_tab, check_tab, io_tab
                   one module per section with handlers, layout and events together; the

@@ -1,6 +1,7 @@
-"""The left column: presets, the prompt, Run/Step/Stop and the help text first, then the
-pair and the sampling controls; and the events of the controls themselves (a preset fills
-them in, a new pair loads and warms, the draft-temperature switch reveals its slider).
+"""The left column: presets, the prompt, Run/Step/Stop, the presentation toggle and the
+help text first, then the pair and the sampling controls; and the events of the controls
+themselves (a preset fills them in, a new pair loads and warms, the draft-temperature
+switch reveals its slider).
 
 Every control starts at Form's default, which is the CLI's: an untouched page runs what
 ``python -m specviz generate`` runs.
@@ -22,9 +23,9 @@ from specviz.ui.state import PROMPT_CHARS_PER_TOKEN, Form, View, user_errors
 
 
 def layout(pairs: list[str], dep: Deployment) -> dict[str, Any]:
-    """The left column: what a person needs first (preset, prompt, Run/Step/Stop, the help
-    text), then the settings (compare, compile, models, sampling). Every control starts at
-    Form's default, which is the CLI's."""
+    """The left column: what a person needs first (preset, prompt, Run/Step/Stop, the
+    presentation toggle, the help text), then the settings (compare, compile, models,
+    sampling). Every control starts at Form's default, which is the CLI's."""
     limits, f = dep.limits, Form()
     c: dict[str, Any] = {}
     with gr.Column(elem_id="sv-quick"):
@@ -41,6 +42,11 @@ def layout(pairs: list[str], dep: Deployment) -> dict[str, Any]:
             c["run"] = gr.Button("Run", variant="primary", elem_id="sv-run", min_width=60)
             c["step"] = gr.Button("Step", elem_id="sv-step", min_width=60)
             c["stop"] = gr.Button("Stop", variant="stop", elem_id="sv-stop", min_width=60)
+        c["present"] = gr.Checkbox(
+            False,
+            label="presentation view (Space or → takes a Step)",
+            elem_id="sv-present-toggle",
+        )
         with gr.Accordion("How to read this", open=False, elem_id="sv-help"):
             gr.Markdown(HOW_TO_READ)
     with gr.Column(elem_id="sv-settings"):

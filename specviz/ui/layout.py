@@ -1,7 +1,7 @@
 """The page: the Blocks built from its parts, and how it is served.
 
 Two columns. The left: what a person needs first (preset, prompt, Run/Step/Stop, the
-help text), then the settings (specviz.ui.controls). The right:
+presentation toggle, the help text), then the settings (specviz.ui.controls). The right:
 the live view (status, token view, round table, narration, the exactness note;
 token_view), then six tabs, each reading top to bottom:
 
@@ -14,8 +14,9 @@ token_view), then six tabs, each reading top to bottom:
     Data        export and import (io_tab)
 
 Each part builds its own components and wires its own events; the tabs are composed here
-(no tab module imports another), with the views that only show figures. Nothing loads at
-import or build time.
+(no tab module imports another), with the views that only show figures. The presentation
+view (present) and the phone layout are CSS in assets/specviz.css. Nothing loads at import
+or build time.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from specviz.ui import (
     inspector_tab,
     io_tab,
     live,
+    present,
     race,
     runs_tab,
     sweep_tab,
@@ -56,6 +58,7 @@ PARTS = (
     live,
     api,
     token_view,
+    present,
     race,
     inspector_tab,
     runs_tab,
@@ -143,9 +146,10 @@ def speed_views(v: dict[str, Any]) -> None:
 
 
 def launch_options() -> dict[str, Any]:
-    """What app.py passes to launch(): gradio 6 takes css and theme there."""
+    """What app.py passes to launch(): gradio 6 takes css, theme and js there (the js: the
+    presentation view's URL and keys)."""
     css = render.css_variables() + "\n" + (ASSETS / "specviz.css").read_text(encoding="utf-8")
-    return {"css": css, "theme": gr.themes.Soft()}
+    return {"css": css, "theme": gr.themes.Soft(), "js": present.PAGE_JS}
 
 
 def serve(demo: gr.Blocks, deployment: Deployment | None = None, **launch: Any) -> None:
