@@ -20,7 +20,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from specviz.config import Limits
-from specviz.trace import Trace, verified
+from specviz.trace import Trace, round_number, verified
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -180,7 +180,10 @@ def table1_row(ar: Trace, spec: Trace) -> dict[str, float]:
 
 
 def rounds_frame(trace: Trace) -> pd.DataFrame:
-    """One row per token decision (drafted or added), for tables and CSV export."""
+    """One row per token decision (drafted or added), for tables and CSV export.
+
+    round is the round as the page numbers it, from 1 (the JSON trace's index + 1); pos is
+    the 0-based output position; draft_pos counts a round's drafts from 1."""
     import pandas as pd  # here only: see the module docstring
 
     rows = []
@@ -188,7 +191,7 @@ def rounds_frame(trace: Trace) -> pd.DataFrame:
         for i, d in enumerate(r.drafted):
             rows.append(
                 {
-                    "round": r.index,
+                    "round": round_number(r.index),
                     "pos": r.start + i if d.status == "accepted" else None,
                     "draft_pos": i + 1,
                     "kind": "drafted",
@@ -208,7 +211,7 @@ def rounds_frame(trace: Trace) -> pd.DataFrame:
             a = r.added
             rows.append(
                 {
-                    "round": r.index,
+                    "round": round_number(r.index),
                     "pos": r.start + r.n_accepted,
                     "draft_pos": None,
                     "kind": "added",

@@ -11,7 +11,7 @@ tokens the round emitted. ``narration_html`` escapes every sentence. No gradio.
 from __future__ import annotations
 
 from specviz.render import _pair_fmt, esc, num
-from specviz.trace import Drafted, Round
+from specviz.trace import Drafted, Round, round_number
 
 
 def _tokens(drafted: list[Drafted]) -> str:
@@ -105,5 +105,5 @@ def narration_text(rnd: Round) -> str:
 def narration_html(rnd: Round) -> str:
     """The numbered sentences as an escaped ordered list."""
     items = "".join(f"<li>{esc(s)}</li>" for s in narrate_round(rnd))
-    head = esc(f"Round {rnd.index}")
+    head = esc(f"Round {round_number(rnd.index)}")
     return f'<div class="sv-narration"><b>{head}</b><ol>{items}</ol></div>'

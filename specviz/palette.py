@@ -31,6 +31,7 @@ COLORS: dict[str, str] = {
     "ar": "#57606a",
     "u": "#6f42c1",  # the uniform draw
     "disagreement": "#bf3989",  # overlap shading: 1 - sum_x min(p, q)
+    "rest": "#afb8c1",  # a round's time outside its draft and verify calls
 }
 
 # Figure furniture: axis grid lines, the zero line, and the outline of a highlighted bar.

@@ -15,7 +15,7 @@ from plotly.subplots import make_subplots
 
 from specviz import metrics
 from specviz.palette import COLORS, GRID, OUTLINE, SERIES, ZERO_LINE, show_whitespace
-from specviz.trace import Decision, Trace
+from specviz.trace import Decision, Trace, round_number
 
 _LAYOUT: dict[str, Any] = {
     "template": "plotly_white",
@@ -215,7 +215,7 @@ def decision_figure(dec: Decision) -> go.Figure:
         _LAYOUT,
         barmode="group",
         height=220 + 170 * len(panels),
-        title=f"round {dec.round.index}, position {dec.pos}",
+        title=f"round {round_number(dec.round.index)}, position {dec.pos}",
     )
     return fig
 
@@ -286,7 +286,7 @@ def acceptance_per_round_figure(trace: Trace) -> go.Figure:
     n_verified = [len(r.verified) for r in rounds]
     fig = go.Figure()
     fig.add_bar(
-        x=[r.index for r in rounds],
+        x=[round_number(r.index) for r in rounds],
         y=[r.n_accepted / v if v else 0.0 for r, v in zip(rounds, n_verified, strict=True)],
         marker={"color": COLORS["accepted"]},
         name="accepted / verified",

@@ -7,8 +7,10 @@ before it becomes part of a page. No gradio import.
 
 Token spans carry data-status (accepted|rejected|resampled|bonus), data-round and data-pos
 (the output position the token was proposed for; a rejected draft shares its position
-with the resampled token that replaced it). With overlap shading on, drafted tokens also
-carry data-overlap and a background that darkens as sum_x min(p, q) falls.
+with the resampled token that replaced it). data-round is the trace's 0-based round index;
+every round number a person reads is round_number(index), counted from 1. With overlap
+shading on, drafted tokens also carry data-overlap and a background that darkens as
+sum_x min(p, q) falls.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 
 from specviz.config import is_greedy
 from specviz.palette import COLORS, show_whitespace
-from specviz.trace import TOKEN_STATUSES, Added, Decision, Drafted, Round, Trace
+from specviz.trace import TOKEN_STATUSES, Added, Decision, Drafted, Round, Trace, round_number
 
 LEGEND: dict[str, str] = {
     "accepted": "draft token accepted: u < min(1, p/q)",
@@ -69,7 +71,7 @@ def token_span(
         raise ValueError(f"unknown token status {status!r}")
     marker = MARKERS.get(status)
     mark = f'<sup class="sv-mark" aria-hidden="true">{marker}</sup>' if marker else ""
-    title = f"{status} · round {round_index} · position {pos}"
+    title = f"{status} · round {round_number(round_index)} · position {pos}"
     style = ""
     if shade is not None:
         style, note = _shade_style(shade)
@@ -150,11 +152,12 @@ def overlap_legend_html() -> str:
 
 
 def legend_html() -> str:
-    """The legend: swatch, name and meaning per status."""
+    """The legend: swatch, name and meaning per status (the meaning in .sv-legend-desc,
+    which the presentation view leaves out)."""
     items = "".join(
         f'<span class="sv-legend-item"><span class="sv-tok sv-{s}">{esc(s)}'
         f"{MARKERS.get(s) and f'<sup class=sv-mark>{MARKERS[s]}</sup>' or ''}</span> "
-        f"{esc(LEGEND[s])}</span>"
+        f'<span class="sv-legend-desc">{esc(LEGEND[s])}</span></span>'
         for s in TOKEN_STATUSES
     )
     ws = '<span class="sv-legend-item"><span class="sv-ws">·</span> space, '
@@ -173,7 +176,7 @@ def _chip(text: str, status: str, round_index: int, pos: int | None) -> str:
 
 
 def round_row(rnd: Round) -> str:
-    """One row: round number, drafts with verdicts, then the added token."""
+    """One row: the round's number (from 1), drafts with verdicts, then the added token."""
     drafts = "".join(
         _chip(d.text, d.status, rnd.index, rnd.start + i if d.status != "discarded" else None)
         for i, d in enumerate(rnd.drafted)
@@ -187,7 +190,7 @@ def round_row(rnd: Round) -> str:
         added = '<span class="sv-none">(EOS accepted)</span>'
     counts = f"{rnd.n_accepted}/{len(rnd.drafted)}"
     return (
-        f'<tr><td class="sv-rn">{rnd.index}</td><td>{drafts}</td>'
+        f'<tr><td class="sv-rn">{round_number(rnd.index)}</td><td>{drafts}</td>'
         f'<td class="sv-counts">{counts}</td><td>{added}</td></tr>'
     )
 
@@ -254,7 +257,7 @@ def added_verdict(a: Added) -> str:
 def verdict_html(dec: Decision) -> str:
     """The inspector's sentences for one decision, escaped."""
     lines = []
-    head = f"round {dec.round.index}, position {dec.pos}"
+    head = f"round {round_number(dec.round.index)}, position {dec.pos}"
     if dec.drafted is not None:
         lines.append(f"draft {dec.drafted.text!r}: {draft_verdict(dec.drafted)}")
     if dec.added is not None:

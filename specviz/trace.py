@@ -169,6 +169,12 @@ class Trace:
 # --- lookups in a trace ----------------------------------------------------------------
 
 
+def round_number(index: int) -> int:
+    """A round as people read it: the page, the narration and the CSV export number rounds
+    from 1. ``Round.index`` (the JSON's "index", the token spans' data-round) counts from 0."""
+    return index + 1
+
+
 def verified(trace: Trace) -> list[Drafted]:
     """The verified drafts of every round of a trace, in order."""
     return [d for r in trace.rounds for d in r.verified]

@@ -104,7 +104,7 @@ def test_statuses_click_and_inspector(page, tmp_path) -> None:
     if target:
         page.locator("#sv-token-row").screenshot(path=str(Path(target) / "token-view.png"))
         page.locator("#sv-inspector").screenshot(path=str(Path(target) / "inspector.png"))
-    page.get_by_role("tab", name="Live speedup").click()
+    open_tab(page, "Speed")
     summary = page.locator("#sv-summary")
     summary.filter(has_text="page update per round").wait_for(timeout=30_000)
     assert "speedup" in page.inner_text("#sv-speed")
@@ -121,25 +121,20 @@ def test_markup_in_the_prompt_renders_as_text(page) -> None:
     assert injected == 0
     shown = page.inner_text("#sv-tokens .sv-prompt")
     assert "<img" in shown and "<script>alert(1)</script>" in shown.replace("·", " ")
-    open_tab(page, "Runs and calibration")  # the log's prompt column is text too
+    open_tab(page, "Acceptance")  # the log's prompt column is text too
     page.locator("#sv-log").filter(has_text="Repeat: <img src=x").wait_for(timeout=30_000)
     assert page.evaluate("() => document.querySelectorAll('img[src=\"x\"]').length") == 0
     assert page.dialogs == []
 
 
 def open_tab(page, name: str) -> None:
-    """Select a tab, through the "More tabs" menu where the tab row overflows."""
-    tab = page.get_by_role("tab", name=name)
-    if tab.count():
-        tab.click()
-        return
-    page.click("button[aria-label='More tabs']")
-    page.locator(".overflow-dropdown button", has_text=name).click()
+    """Select a tab (the tab row wraps: every tab has its button on the page)."""
+    page.get_by_role("tab", name=name, exact=True).click()
 
 
 def exported_trace(page, name: str = "specviz-trace.json") -> dict:
     """The session's trace through the page's own Export button."""
-    open_tab(page, "Export and import")
+    open_tab(page, "Data")
     page.get_by_role("button", name="Export trace (JSON) and rounds (CSV)").click()
     link = page.locator(f"a[href*='{name}']").first
     link.wait_for(timeout=30_000)
@@ -172,7 +167,7 @@ def test_an_untouched_run_uses_the_cli_defaults(page, capsys, tmp_path) -> None:
     cli_rates += [cli_trace(s, capsys)["stats"]["acceptance_rate"] for s in (1, 2)]
     rate = trace["stats"]["acceptance_rate"]
     assert min(cli_rates) - 0.1 <= rate <= max(cli_rates) + 0.1, (rate, cli_rates)
-    open_tab(page, "Live speedup")
+    open_tab(page, "Speed")
     table = page.inner_text("#sv-table1")
     print(f"untouched run: acceptance {rate:.3f} (CLI seeds 0-2: {cli_rates}); {table}")
     note = page.inner_text("#sv-exact-note")
@@ -198,7 +193,7 @@ def test_shading_race_log_calibration_and_reload(page) -> None:
     drafts = page.locator("#sv-tokens [data-status=accepted], #sv-tokens [data-status=rejected]")
     assert shaded == drafts.count() > 0
     # the race replay fills both sides; at 2x a short run ends within seconds
-    open_tab(page, "Live speedup")
+    open_tab(page, "Speed")
     page.locator("#sv-race-speed label", has_text="2x").click()
     page.click("#sv-race-play")
     wait_text(page, "#sv-race", "Replay of measured timings at 2x")
@@ -209,7 +204,7 @@ def test_shading_race_log_calibration_and_reload(page) -> None:
         timeout=60_000,
     )
     # the log, its chart and the calibration after one run
-    open_tab(page, "Runs and calibration")
+    open_tab(page, "Acceptance")
     wait_text(page, "#sv-log", "spec + ar")
     wait_text(page, "#sv-calib-summary", "verified drafts with a drawn u over 1 run(s)")
     for chart in ("#sv-log-chart", "#sv-calib"):
@@ -241,7 +236,7 @@ def test_step_narration_and_a_measured_sweep(page) -> None:
     page.click("#sv-step")
     wait_text(page, "#sv-narration", "One target call scored")
     assert page.locator("#sv-narration li").count() >= 3
-    open_tab(page, "Measured sweep")
+    open_tab(page, "Theory")
     for gamma in ("4", "8"):  # keep gammas 1 and 2
         page.locator("#sv-sweep-gammas label", has_text=gamma).click()
     page.fill("#sv-sweep-reps input[type=number]", "1")

@@ -140,3 +140,19 @@ def test_panels_escape() -> None:
     assert "--sv-accepted" in render.css_variables()
     legend = render.legend_html()
     assert all(s in legend for s in render.TOKEN_STATUSES)
+
+
+def test_rounds_are_numbered_from_one_wherever_a_person_reads_one() -> None:
+    from specviz import metrics, narration, plots
+
+    t = sample_trace()
+    rows = "".join(render.round_row(r) for r in t.rounds)
+    assert re.findall(r'<td class="sv-rn">(\d+)</td>', rows) == ["1", "2"]
+    spans = render.trace_tokens_html(t)
+    assert 'data-round="0"' in spans and "round 1 · position 0" in spans  # index stays 0-based
+    assert "round 1, position 1" in render.verdict_html(decision_at(t, 0, 1))
+    assert "<b>Round 2</b>" in narration.narration_html(t.rounds[1])
+    assert list(metrics.rounds_frame(t)["round"].unique()) == [1, 2]  # the CSV's round column
+    assert plots.decision_figure(decision_at(t, 1, 3)).layout.title.text.startswith("round 2,")
+    assert list(plots.acceptance_per_round_figure(t).data[0].x) == [1, 2]
+    assert t.to_dict()["rounds"][0]["index"] == 0  # the JSON keeps its 0-based index

@@ -40,6 +40,7 @@ def test_run_streams_rounds_then_shows_everything(tiny, loader) -> None:
     session, frames = run_all(loader, form(seed=3))
     live = [f for f in frames[:-1] if "tokens" in f and "data-status" in f["tokens"]]
     assert live, "the token view updates before the end"
+    assert all("time_split" in f for f in live)  # where the time goes, live as well
     final = frames[-1]
     for key in (
         "tokens",
@@ -52,9 +53,14 @@ def test_run_streams_rounds_then_shows_everything(tiny, loader) -> None:
         "projection",
         "insp_plot",
         "verdict",
+        "time_split",
+        "time_totals",
     ):
         assert key in final
     assert "speedup" in final["table1"] and "first round shown after Run" in final["summary"]
+    bars = {t.name: list(t.x) for t in final["time_split"].data}
+    assert list(bars.values())[0] == list(range(1, len(session.spec.rounds) + 1))
+    assert "wall time" in final["time_totals"]
     # the app's traces are the engine's traces: same tokens as a plain generate()
     settings = form(seed=3).settings(LIMITS)
     assert session.spec.token_ids == generate(tiny, PROMPT, settings).token_ids
@@ -146,9 +152,21 @@ def test_inspector_reads_the_stored_trace(loader) -> None:
     assert "rejected: u =" in out["verdict"] and "resampled" in out["verdict"]
     names = [t.name for t in out["insp_plot"].data]
     assert "p (target)" in names and "q (draft)" in names
-    assert ui.inspect_view(session.spec, None, 0)["insp_round"] == 0  # round from position
+    assert ui.inspect_view(session.spec, None, 0)["insp_round"] == 1  # shown from 1
     with pytest.raises(ValueError):
         ui.inspect_view(session.spec, 0, 999)
+    # a typed round is numbered from 1, as the page shows it
+    from specviz.ui.inspector_tab import typed_view
+
+    typed = typed_view(session.spec, rejected[0] + 1, rejected[1])
+    assert typed["insp_round"] == rejected[0] + 1 and typed["verdict"] == out["verdict"]
+    last = len(session.spec.rounds)
+    with pytest.raises(
+        ValueError, match=f"round 0 does not exist: this run has rounds 1 to {last}$"
+    ):
+        typed_view(session.spec, 0, 0)
+    with pytest.raises(ValueError, match="round 1 placed no token at position 999"):
+        typed_view(session.spec, 1, 999)
     with pytest.raises(ValueError):
         ui.inspect_view(None, 0, 0)
 
@@ -235,6 +253,17 @@ def test_building_the_app_loads_nothing() -> None:
     demo = ui.build_app(loader=refuse, pairs=["tiny"])
     assert isinstance(demo, gr.Blocks)
     assert "--sv-accepted" in ui.launch_options()["css"]
+
+
+def test_six_tabs_that_wrap_and_a_presentation_view() -> None:
+    demo = ui.build_app(loader=lambda p, d: None, pairs=["tiny"])
+    blocks = list(demo.blocks.values())
+    labels = [b.label for b in blocks if isinstance(b, gr.Tab)]
+    assert labels == ["Decision", "Speed", "Acceptance", "Theory", "Exactness", "Data"]
+    assert [b.overflow_behavior for b in blocks if isinstance(b, gr.Tabs)] == ["wrap"]
+    options = ui.launch_options()
+    assert "get('view') === 'present'" in options["js"] and "ArrowRight" in options["js"]
+    assert ".sv-present-view" in options["css"]
 
 
 # --- end to end through gradio_client --------------------------------------------------

@@ -155,7 +155,8 @@ def test_step_narrates_the_round_just_taken(ctx) -> None:
         out = ui.step_update(session, f, ctx)
         r = session.spec.rounds[-1]
         text = out["narration"]
-        assert f"Round {n - 1}" in text and "One target call scored" in text
+        assert f"<b>Round {n}</b>" in text and "One target call scored" in text
+        assert f"step mode: round {n} done" in out["status"] and out["insp_round"] == n
         assert text.count("<li>") >= 3  # proposal, scoring, at least one decision or added
         for d in r.drafted:  # token texts such as "<3>" appear escaped only
             assert esc(repr(d.text)) in text and repr(d.text) not in text

@@ -1,14 +1,17 @@
 """The Gradio app: the only package that imports gradio.
 
 Modules, each with one job (imports point down this list, never up):
-    layout        the Blocks from its parts; serving
+    layout        the Blocks from its parts, the six tabs composed; serving
     controls      the left column and its own events (presets, pair loading)
     api           the named endpoint /generate
     live          Run, Step and Stop: both runs streamed, a finished Run logged
     token_view    the token view, overlap shading and its legend, the Step narration box
-    race          the race replay of a compared run's measured timings
+    present       the presentation view: toggle, ?view=present, Space or → takes a Step
+    race          the race replay of a compared run's measured timings (Speed tab)
     inspector_tab, runs_tab, theory_tab, sweep_tab, check_tab, io_tab
-                  one module per tab with handlers: layout and events together
+                  one module per section with handlers, layout and events together; the
+                  tabs Decision, Acceptance, Theory, Exactness and Data hold them (layout
+                  composes them: no tab module imports another)
     views         frames, summaries, the inspector's views, from stored traces
     worker        the thread driving model iterators on the model thread for a handler
     page          what the parts share once built: context, session, views, options

@@ -1,6 +1,7 @@
-"""The distribution check tab: N speculative and N autoregressive continuations of the
-prompt, at the current settings, against the exact target probabilities; a deliberately
-wrong rule can be chosen to watch the same check catch it (specviz.check does the work)."""
+"""The distribution check (in the Exactness tab, under the greedy check): N speculative and
+N autoregressive continuations of the prompt, at the current settings, against the exact
+target probabilities; a deliberately wrong rule can be chosen to watch the same check catch
+it (specviz.check does the work)."""
 
 from __future__ import annotations
 
@@ -20,23 +21,22 @@ CHECK_MAX_SAMPLES = 2000  # the distribution check: most samples per method
 
 
 def layout(v: dict[str, Any]) -> None:
-    """The tab's components, into the views by name."""
-    with gr.Tab("Distribution check", id="check"):
-        gr.Markdown(
-            "Draw N short continuations of the prompt with speculative and with "
-            "autoregressive sampling (current settings) and compare both with the exact "
-            "target probabilities. *Break the rule* to watch the same check catch a "
-            "wrong algorithm."
+    """The check's components, into the views by name."""
+    gr.Markdown(
+        "Draw N short continuations of the prompt with speculative and with "
+        "autoregressive sampling (current settings) and compare both with the exact "
+        "target probabilities. *Break the rule* to watch the same check catch a "
+        "wrong algorithm."
+    )
+    with gr.Row():
+        v["check_n"] = gr.Slider(200, CHECK_MAX_SAMPLES, 400, step=100, label="samples N")
+        v["check_len"] = gr.Slider(1, 3, 2, step=1, label="tokens per continuation")
+        v["check_rule"] = gr.Dropdown(
+            list(RULES), value="exact", label="rule (anything but exact is wrong)"
         )
-        with gr.Row():
-            v["check_n"] = gr.Slider(200, CHECK_MAX_SAMPLES, 400, step=100, label="samples N")
-            v["check_len"] = gr.Slider(1, 3, 2, step=1, label="tokens per continuation")
-            v["check_rule"] = gr.Dropdown(
-                list(RULES), value="exact", label="rule (anything but exact is wrong)"
-            )
-        v["check_run"] = gr.Button("Run the check", elem_id="sv-check-run")
-        v["check_summary"] = gr.HTML(js_on_load=None, elem_id="sv-check-summary")
-        v["check_plot"] = gr.Plot(label="empirical against exact", elem_id="sv-check-plot")
+    v["check_run"] = gr.Button("Run the check", elem_id="sv-check-run")
+    v["check_summary"] = gr.HTML(js_on_load=None, elem_id="sv-check-summary")
+    v["check_plot"] = gr.Plot(label="empirical against exact", elem_id="sv-check-plot")
 
 
 def check_updates(

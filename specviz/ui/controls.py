@@ -1,6 +1,7 @@
-"""The left column: presets, the prompt, Run/Step/Stop, the pair and the sampling controls,
-and the events of the controls themselves (a preset fills them in, a new pair loads and
-warms, the draft-temperature switch reveals its slider).
+"""The left column: presets, the prompt, Run/Step/Stop, the presentation toggle and the
+help text first, then the pair and the sampling controls; and the events of the controls
+themselves (a preset fills them in, a new pair loads and warms, the draft-temperature
+switch reveals its slider).
 
 Every control starts at Form's default, which is the CLI's: an untouched page runs what
 ``python -m specviz generate`` runs.
@@ -15,30 +16,47 @@ import gradio as gr
 
 from specviz import render
 from specviz.config import DRAFTERS, Deployment
-from specviz.ui.content import PRESET_FIELDS, PRESETS, apply_preset
+from specviz.ui.content import HOW_TO_READ, PRESET_FIELDS, PRESETS, apply_preset
 from specviz.ui.page import INTERNAL, Page
 from specviz.ui.pairs import CUSTOM, AppContext, compiled_by_default, pair_label, zero_gpu
 from specviz.ui.state import PROMPT_CHARS_PER_TOKEN, Form, View, user_errors
 
 
 def layout(pairs: list[str], dep: Deployment) -> dict[str, Any]:
-    """The left column: presets, prompt, model and sampling controls, buttons. Every
-    control starts at Form's default, which is the CLI's."""
+    """The left column: what a person needs first (preset, prompt, Run/Step/Stop, the
+    presentation toggle, the help text), then the settings (compare, compile, models,
+    sampling). Every control starts at Form's default, which is the CLI's."""
     limits, f = dep.limits, Form()
     c: dict[str, Any] = {}
-    c["preset"] = gr.Dropdown(list(PRESETS), value=None, label="preset")
-    c["prompt"] = gr.Textbox(
-        f.prompt,
-        label="prompt",
-        lines=4,
-        max_lines=12,
-        max_length=limits.max_prompt_tokens * PROMPT_CHARS_PER_TOKEN,
-        elem_id="sv-prompt",
-    )
-    with gr.Row():
-        c["run"] = gr.Button("Run", variant="primary", elem_id="sv-run")
-        c["step"] = gr.Button("Step", elem_id="sv-step")
-        c["stop"] = gr.Button("Stop", variant="stop", elem_id="sv-stop")
+    with gr.Column(elem_id="sv-quick"):
+        c["preset"] = gr.Dropdown(list(PRESETS), value=None, label="preset", elem_id="sv-preset")
+        c["prompt"] = gr.Textbox(
+            f.prompt,
+            label="prompt",
+            lines=4,
+            max_lines=12,
+            max_length=limits.max_prompt_tokens * PROMPT_CHARS_PER_TOKEN,
+            elem_id="sv-prompt",
+        )
+        with gr.Row(elem_id="sv-buttons"):
+            c["run"] = gr.Button("Run", variant="primary", elem_id="sv-run", min_width=60)
+            c["step"] = gr.Button("Step", elem_id="sv-step", min_width=60)
+            c["stop"] = gr.Button("Stop", variant="stop", elem_id="sv-stop", min_width=60)
+        c["present"] = gr.Checkbox(
+            False,
+            label="presentation view (Space or → takes a Step)",
+            elem_id="sv-present-toggle",
+        )
+        with gr.Accordion("How to read this", open=False, elem_id="sv-help"):
+            gr.Markdown(HOW_TO_READ)
+    with gr.Column(elem_id="sv-settings"):
+        settings(c, pairs, dep)
+    return c
+
+
+def settings(c: dict[str, Any], pairs: list[str], dep: Deployment) -> None:
+    """Compare, the compiled path, the models and the sampling controls, into c by name."""
+    limits, f = dep.limits, Form()
     c["compare"] = gr.Checkbox(
         f.compare, label="compare with autoregressive decoding (measured speedup)"
     )
@@ -104,7 +122,6 @@ def layout(pairs: list[str], dep: Deployment) -> dict[str, Any]:
             elem_id="sv-max-new",
         )
         c["seed"] = gr.Number(f.seed, precision=0, minimum=0, label="seed")
-    return c
 
 
 def pair_updates(ctx: AppContext, form: Form) -> Iterator[View]:

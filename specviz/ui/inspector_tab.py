@@ -1,6 +1,8 @@
-"""The decision inspector tab: p and q over the top tokens, min(1, p/q) against the draw u,
-the residual a resampled token came from. Clicking a token (or a round row) opens it on that
-token; a round and a position can also be typed. Reads the stored trace: no model call.
+"""The decision inspector (the Decision tab): p and q over the top tokens, min(1, p/q)
+against the draw u, the residual a resampled token came from. Clicking a token (or a round
+row) opens it on that token; a round and a position can also be typed. Rounds are numbered
+from 1 here as everywhere on the page (the trace's index + 1). Reads the stored trace: no
+model call.
 """
 
 from __future__ import annotations
@@ -11,23 +13,41 @@ import gradio as gr
 
 from specviz import render
 from specviz.ui.page import INTERNAL, Page
-from specviz.ui.state import Session
+from specviz.ui.state import Session, View, as_int
 from specviz.ui.views import inspect_view
 
 
 def layout(v: dict[str, Any]) -> None:
-    """The tab's components, into the views by name."""
-    with gr.Tab("Decision inspector", id="insp", elem_id="sv-inspector"):
-        with gr.Row():
-            v["insp_round"] = gr.Number(None, precision=0, label="round (empty: from position)")
-            v["insp_pos"] = gr.Number(None, precision=0, minimum=0, label="output position")
-            v["inspect"] = gr.Button("Inspect", elem_id="sv-inspect")
-        v["verdict"] = gr.HTML(
-            render.status_html("click a token, or choose a round and position"),
-            js_on_load=None,
-            elem_id="sv-verdict",
+    """The inspector's components, into the views by name."""
+    with gr.Row():
+        v["insp_round"] = gr.Number(
+            None,
+            precision=0,
+            label="round (from 1; empty: from position)",
+            elem_id="sv-insp-round",
         )
-        v["insp_plot"] = gr.Plot(label="p and q", elem_id="sv-insp-plot")
+        v["insp_pos"] = gr.Number(None, precision=0, minimum=0, label="output position")
+        v["inspect"] = gr.Button("Inspect", elem_id="sv-inspect")
+    v["verdict"] = gr.HTML(
+        render.status_html("click a token, or choose a round and position"),
+        js_on_load=None,
+        elem_id="sv-verdict",
+    )
+    v["insp_plot"] = gr.Plot(label="p and q", elem_id="sv-insp-plot")
+
+
+def typed_view(trace: Any, shown_round: Any, pos: Any) -> View:
+    """The inspector for a typed round, numbered from 1 as the page shows it (empty: the
+    round that placed the position), and a typed output position."""
+    if trace is None or not trace.rounds or pos is None or shown_round is None:
+        return inspect_view(trace, None, pos)  # refused unless only the round is empty
+    n, last = as_int("round", shown_round), len(trace.rounds)
+    if not isinstance(n, int) or not 1 <= n <= last:
+        raise ValueError(f"round {n} does not exist: this run has rounds 1 to {last}")
+    try:
+        return inspect_view(trace, n - 1, pos)
+    except ValueError:
+        raise ValueError(f"round {n} placed no token at position {pos}") from None
 
 
 def on_click(sess: Session, evt: gr.EventData) -> dict[str, Any]:
@@ -52,7 +72,7 @@ def wire(page: Page) -> None:
     v = page.views
 
     def pick(sess: Session, rnd: Any, pos: Any) -> dict[str, Any]:
-        return {**inspect_view(sess.spec, rnd, pos), **opened()}
+        return {**typed_view(sess.spec, rnd, pos), **opened()}
 
     def click(sess: Session, evt: gr.EventData) -> dict[Any, Any]:
         out = on_click(sess, evt)

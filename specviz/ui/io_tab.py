@@ -1,6 +1,7 @@
-"""The export and import tab: the session's traces as JSON and its rounds as CSV; a JSON
-trace file read back (size-capped, schema-checked, refused whole when inconsistent) and
-replayed round by round at its recorded pace, with no model."""
+"""Export and import (the Data tab): the session's traces as JSON and its rounds as CSV
+(rounds numbered from 1, as on the page); a JSON trace file read back (size-capped,
+schema-checked, refused whole when inconsistent) and replayed round by round at its
+recorded pace, with no model."""
 
 from __future__ import annotations
 
@@ -97,16 +98,15 @@ def export_files(session: Session) -> list[str]:
 
 
 def layout(v: dict[str, Any]) -> None:
-    """The tab's components, into the views by name."""
-    with gr.Tab("Export and import", id="io"):
-        v["export"] = gr.Button("Export trace (JSON) and rounds (CSV)")
-        v["files"] = gr.File(label="exported files", file_count="multiple", interactive=False)
-        v["upload"] = gr.File(
-            label="import a JSON trace (replayed with no model)",
-            file_types=[".json"],
-            type="filepath",
-        )
-        v["replay"] = gr.Button("Replay the current trace")
+    """The Data tab's components, into the views by name."""
+    v["export"] = gr.Button("Export trace (JSON) and rounds (CSV)")
+    v["files"] = gr.File(label="exported files", file_count="multiple", interactive=False)
+    v["upload"] = gr.File(
+        label="import a JSON trace (replayed with no model)",
+        file_types=[".json"],
+        type="filepath",
+    )
+    v["replay"] = gr.Button("Replay the current trace")
 
 
 def wire(page: Page) -> None:

@@ -1,11 +1,22 @@
 """The page: the Blocks built from its parts, and how it is served.
 
-Each part builds its own components and wires its own events: the controls column
-(specviz.ui.controls), the live runs (live), the named API (api), the token view with its
-shading and narration (token_view), the race replay in the live speedup tab (race), and
-one module per tab that has handlers (inspector_tab, runs_tab, theory_tab, sweep_tab,
-check_tab, io_tab). The tabs that only show figures are laid out here. Nothing loads at
-import or build time.
+Two columns. The left: what a person needs first (preset, prompt, Run/Step/Stop, the
+presentation toggle, the help text), then the settings (specviz.ui.controls). The right:
+the live view (status, token view, round table, narration, the exactness note;
+token_view), then six tabs, each reading top to bottom:
+
+    Decision    the decision inspector (inspector_tab)
+    Speed       the live speedup chart, the Table 1 columns, the race replay (race), where
+                a round's time goes, this run's figures
+    Acceptance  per round, by draft position, the calibration and the run log (runs_tab)
+    Theory      the formula and the projection (theory_tab), the measured sweep (sweep_tab)
+    Exactness   the greedy check, the distribution check (check_tab)
+    Data        export and import (io_tab)
+
+Each part builds its own components and wires its own events; the tabs are composed here
+(no tab module imports another), with the views that only show figures. The presentation
+view (present) and the phone layout are CSS in assets/specviz.css. Nothing loads at import
+or build time.
 """
 
 from __future__ import annotations
@@ -26,13 +37,13 @@ from specviz.ui import (
     inspector_tab,
     io_tab,
     live,
+    present,
     race,
     runs_tab,
     sweep_tab,
     theory_tab,
     token_view,
 )
-from specviz.ui.content import HOW_TO_READ
 from specviz.ui.page import Page
 from specviz.ui.pairs import CustomLoader, Loader, app_context
 from specviz.ui.state import DEFAULTS, new_session
@@ -47,6 +58,7 @@ PARTS = (
     live,
     api,
     token_view,
+    present,
     race,
     inspector_tab,
     runs_tab,
@@ -73,11 +85,11 @@ def build_app(
     ctx, menu = app_context(dep, loader, pairs, custom_loader)
     with gr.Blocks(title="specviz: speculative decoding, decision by decision") as demo:
         session = gr.State(new_session, time_to_live=3600)
-        gr.HTML(HEADER, js_on_load=None)
-        with gr.Row():
-            with gr.Column(scale=1, min_width=320):
+        gr.HTML(HEADER, js_on_load=None, elem_id="sv-header")
+        with gr.Row(elem_id="sv-main"):
+            with gr.Column(scale=1, min_width=320, elem_id="sv-left"):
                 c = controls.layout(menu, dep)
-            with gr.Column(scale=3):
+            with gr.Column(scale=3, elem_id="sv-right"):
                 v = main_views()
         page = Page(ctx, dep.concurrency, session, c, {**v, "models": c["models"]}, demo)
         for part in PARTS:
@@ -89,42 +101,55 @@ def build_app(
 
 
 def main_views() -> dict[str, Any]:
-    """The right column: status, token view with its shading and narration, per-round view,
-    the exactness note, the tabs."""
+    """The right column: the live view (status, token view with its shading, round table and
+    narration, the exactness note), then the tabs. Tabs wrap onto a second row rather than
+    hide behind a menu where the page is narrow."""
     v: dict[str, Any] = {}
-    v["status"] = gr.HTML(render.status_html("ready"), js_on_load=None, elem_id="sv-status")
-    token_view.layout(v)
-    v["exact_note"] = gr.HTML(
-        render.exact_note_html(DEFAULTS.to_dict()), js_on_load=None, elem_id="sv-exact-note"
-    )
-    with gr.Tabs() as tabs:
+    with gr.Column(elem_id="sv-live"):
+        v["status"] = gr.HTML(render.status_html("ready"), js_on_load=None, elem_id="sv-status")
+        token_view.layout(v)
+        v["exact_note"] = gr.HTML(
+            render.exact_note_html(DEFAULTS.to_dict()), js_on_load=None, elem_id="sv-exact-note"
+        )
+    with gr.Tabs(elem_id="sv-tabs", overflow_behavior="wrap") as tabs:
         v["tabs"] = tabs
-        inspector_tab.layout(v)
-        with gr.Tab("Live speedup", id="speed"):
-            v["speed"] = gr.Plot(label="tokens against seconds", elem_id="sv-speed")
-            v["table1"] = gr.HTML(js_on_load=None, elem_id="sv-table1")
-            v["greedy"] = gr.HTML(js_on_load=None, elem_id="sv-greedy")
-            v["summary"] = gr.HTML(js_on_load=None, elem_id="sv-summary")
-            race.layout(v)
-        with gr.Tab("Acceptance", id="acc"):
-            v["acc_round"] = gr.Plot(label="acceptance per round")
+        with gr.Tab("Decision", id="insp", elem_id="sv-inspector"):
+            inspector_tab.layout(v)
+        with gr.Tab("Speed", id="speed", elem_id="sv-speed-tab"):
+            speed_views(v)
+        with gr.Tab("Acceptance", id="acc", elem_id="sv-acc-tab"):
+            v["acc_round"] = gr.Plot(label="acceptance per round", elem_id="sv-acc-round")
             with gr.Row():
                 v["acc_hist"] = gr.Plot(label="accepted per round")
-                v["acc_pos"] = gr.Plot(label="acceptance by draft position")
-        runs_tab.layout(v)
-        theory_tab.layout(v)
-        sweep_tab.layout(v)
-        check_tab.layout(v)
-        io_tab.layout(v)
-        with gr.Tab("How to read this", id="how"):
-            gr.Markdown(HOW_TO_READ)
+                v["acc_pos"] = gr.Plot(label="acceptance by draft position", elem_id="sv-acc-pos")
+            runs_tab.layout(v)
+        with gr.Tab("Theory", id="theory", elem_id="sv-theory-tab"):
+            theory_tab.layout(v)
+            sweep_tab.layout(v)
+        with gr.Tab("Exactness", id="exact", elem_id="sv-exact-tab"):
+            v["greedy"] = gr.HTML(js_on_load=None, elem_id="sv-greedy")
+            check_tab.layout(v)
+        with gr.Tab("Data", id="data", elem_id="sv-data-tab"):
+            io_tab.layout(v)
     return v
 
 
+def speed_views(v: dict[str, Any]) -> None:
+    """The Speed tab: tokens against seconds, the Table 1 columns, the race replay, where a
+    round's time goes, and this run's figures."""
+    v["speed"] = gr.Plot(label="tokens against seconds", elem_id="sv-speed")
+    v["table1"] = gr.HTML(js_on_load=None, elem_id="sv-table1")
+    race.layout(v)
+    v["time_split"] = gr.Plot(label="where a round's time goes", elem_id="sv-time")
+    v["time_totals"] = gr.HTML(js_on_load=None, elem_id="sv-time-totals")
+    v["summary"] = gr.HTML(js_on_load=None, elem_id="sv-summary")
+
+
 def launch_options() -> dict[str, Any]:
-    """What app.py passes to launch(): gradio 6 takes css and theme there."""
+    """What app.py passes to launch(): gradio 6 takes css, theme and js there (the js: the
+    presentation view's URL and keys)."""
     css = render.css_variables() + "\n" + (ASSETS / "specviz.css").read_text(encoding="utf-8")
-    return {"css": css, "theme": gr.themes.Soft()}
+    return {"css": css, "theme": gr.themes.Soft(), "js": present.PAGE_JS}
 
 
 def serve(demo: gr.Blocks, deployment: Deployment | None = None, **launch: Any) -> None:

@@ -14,19 +14,26 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from specviz import render
+from specviz import render, time_plots
 from specviz.config import Settings
 from specviz.engine import Run, Update, generate, summarize
 from specviz.modelthread import MODEL_THREAD
 from specviz.narration import narration_html
-from specviz.trace import Round, Trace
+from specviz.trace import Round, Trace, round_number
 from specviz.ui import zerogpu
 from specviz.ui.page import Page
 from specviz.ui.pairs import AppContext, PairSource, failure, pair_label, zero_gpu
 from specviz.ui.runs_tab import runs_views
 from specviz.ui.state import Form, Session, View
 from specviz.ui.token_view import narration_hint
-from specviz.ui.views import exact_note, final_frame, inspect_view, live_frame
+from specviz.ui.views import (
+    exact_note,
+    final_frame,
+    inspect_view,
+    live_frame,
+    live_plot,
+    time_html,
+)
 from specviz.ui.worker import Worker
 
 
@@ -193,24 +200,27 @@ def _zero_step(
 
 
 def _step_views(session: Session, settings: Settings, rnd: Round | None, out: View) -> View:
-    """The views after a step: the text so far, the round taken, and at the end all views."""
+    """The views after a step: the text so far, the round taken (in the narration and the
+    inspector, whose round numbers match the status line's and the round table's), and at
+    the end every view."""
     assert session.spec is not None
     done = session.spec.stop_reason not in ("running", "stopped")
     session.sync_rounds()
+    if done:
+        out.update(final_frame(session, settings.gamma))
     out["tokens"] = render.tokens_html(session.parts, session.spec.prompt)
     out["rounds"] = render.rounds_html(session.rows)
+    out["time_split"] = live_plot(time_plots.breakdown_spec(session.spec))
+    out["time_totals"] = time_html(session.spec, session.mode)
     if rnd is not None:
         out.update(
             inspect_view(session.spec, rnd.index, rnd.start + min(rnd.n_accepted, rnd.emitted))
         )
         out["narration"] = narration_html(rnd)
-    n = len(session.spec.rounds)
+    n = round_number(rnd.index) if rnd is not None else len(session.spec.rounds)
     msg = f"step mode: round {n} done, {len(session.spec.token_ids)} tokens"
     msg += " (finished: Step again starts over)" if done else " (timings include the pauses)"
     out["status"] = render.status_html(msg, "info")
-    if done:
-        out.update(final_frame(session, settings.gamma))
-        out["status"] = render.status_html(msg, "info")
     return out
 
 

@@ -1,4 +1,5 @@
-"""The runs tab: what accumulates over a session's runs, from stored traces only.
+"""The runs section (in the Acceptance tab): what accumulates over a session's runs, from
+stored traces only.
 
 - the experiment log: a row per Run (the settings that differ from the defaults,
   acceptance, alpha, c, tokens per call, speedup; specviz.experiments), its chart, its CSV;
@@ -33,26 +34,26 @@ CALIBRATION_NOTE = (
 
 
 def layout(v: dict[str, Any]) -> None:
-    """The tab's components, into the views by name."""
-    with gr.Tab("Runs and calibration", id="runs"):
-        v["log_table"] = gr.Dataframe(
-            log_display([]),
-            label="experiment log: one row per Run in this session",
-            interactive=False,
-            wrap=True,
-            elem_id="sv-log",
+    """The calibration, then the log with its picker, file and chart, into the views by name
+    (the Acceptance tab lays them out under the acceptance charts)."""
+    gr.Markdown(CALIBRATION_NOTE)
+    v["calib_summary"] = gr.HTML(js_on_load=None, elem_id="sv-calib-summary")
+    v["calib_plot"] = gr.Plot(label="reliability diagram of the rule", elem_id="sv-calib")
+    v["log_table"] = gr.Dataframe(
+        log_display([]),
+        label="experiment log: one row per Run in this session",
+        interactive=False,
+        wrap=True,
+        elem_id="sv-log",
+    )
+    with gr.Row():
+        v["log_pick"] = gr.Dropdown(
+            [], value=None, label="run", elem_id="sv-log-pick", scale=1, min_width=120
         )
-        with gr.Row():
-            v["log_pick"] = gr.Dropdown(
-                [], value=None, label="run", elem_id="sv-log-pick", scale=1, min_width=120
-            )
-            v["log_load"] = gr.Button("Load its trace into the views", elem_id="sv-log-load")
-            v["log_export"] = gr.Button("Export the log (CSV)", elem_id="sv-log-export")
-        v["log_file"] = gr.File(label="log CSV", interactive=False, elem_id="sv-log-file")
-        v["log_chart"] = gr.Plot(label="speedup and acceptance per run", elem_id="sv-log-chart")
-        gr.Markdown(CALIBRATION_NOTE)
-        v["calib_summary"] = gr.HTML(js_on_load=None, elem_id="sv-calib-summary")
-        v["calib_plot"] = gr.Plot(label="reliability diagram of the rule", elem_id="sv-calib")
+        v["log_load"] = gr.Button("Load its trace into the views", elem_id="sv-log-load")
+        v["log_export"] = gr.Button("Export the log (CSV)", elem_id="sv-log-export")
+    v["log_file"] = gr.File(label="log CSV", interactive=False, elem_id="sv-log-file")
+    v["log_chart"] = gr.Plot(label="speedup and acceptance per run", elem_id="sv-log-chart")
 
 
 def log_display(rows: list[dict[str, Any]]) -> pd.DataFrame:

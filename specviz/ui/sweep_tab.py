@@ -1,6 +1,7 @@
-"""The measured sweep tab: speculative against autoregressive decoding for each gamma (and
-temperature) at the current settings, measured (specviz.sweep), with the points drawn over
-Leviathan's curve at the measured alpha and c as each cell completes.
+"""The measured sweep (in the Theory tab, under the formula): speculative against
+autoregressive decoding for each gamma (and temperature) at the current settings, measured
+(specviz.sweep), with the points drawn over Leviathan's curve at the measured alpha and c as
+each cell completes.
 
 This is the one view across runs that runs the models: a sweep shares the model queue
 with Run, drives the sweep iterator on the model thread through a Worker (so nothing else
@@ -36,32 +37,31 @@ INTRO = (
 
 
 def layout(v: dict[str, Any]) -> None:
-    """The tab's components, into the views by name."""
-    with gr.Tab("Measured sweep", id="sweep"):
-        gr.Markdown(INTRO)
-        with gr.Row():
-            v["sweep_gammas"] = gr.CheckboxGroup(
-                list(GAMMA_CHOICES),
-                value=list(DEFAULT_GAMMAS),
-                label="gammas",
-                elem_id="sv-sweep-gammas",
-                scale=3,
-            )
-            v["sweep_temps"] = gr.Textbox(
-                "",
-                label="temperatures (comma-separated; empty: the temperature control's)",
-                max_length=200,
-                scale=2,
-            )
-            v["sweep_reps"] = gr.Slider(
-                1, MAX_APP_REPS, 2, step=1, label="repetitions", elem_id="sv-sweep-reps", scale=1
-            )
-        with gr.Row():
-            v["sweep_run"] = gr.Button("Run the sweep", variant="primary", elem_id="sv-sweep-run")
-            v["sweep_stop"] = gr.Button("Stop the sweep", variant="stop", elem_id="sv-sweep-stop")
-        v["sweep_status"] = gr.HTML(js_on_load=None, elem_id="sv-sweep-status")
-        v["sweep_plot"] = gr.Plot(label="measured speedup against gamma", elem_id="sv-sweep-plot")
-        v["sweep_table"] = gr.HTML(js_on_load=None, elem_id="sv-sweep-table")
+    """The sweep's components, into the views by name."""
+    gr.Markdown(INTRO)
+    with gr.Row():
+        v["sweep_gammas"] = gr.CheckboxGroup(
+            list(GAMMA_CHOICES),
+            value=list(DEFAULT_GAMMAS),
+            label="gammas",
+            elem_id="sv-sweep-gammas",
+            scale=3,
+        )
+        v["sweep_temps"] = gr.Textbox(
+            "",
+            label="temperatures (comma-separated; empty: the temperature control's)",
+            max_length=200,
+            scale=2,
+        )
+        v["sweep_reps"] = gr.Slider(
+            1, MAX_APP_REPS, 2, step=1, label="repetitions", elem_id="sv-sweep-reps", scale=1
+        )
+    with gr.Row():
+        v["sweep_run"] = gr.Button("Run the sweep", variant="primary", elem_id="sv-sweep-run")
+        v["sweep_stop"] = gr.Button("Stop the sweep", variant="stop", elem_id="sv-sweep-stop")
+    v["sweep_status"] = gr.HTML(js_on_load=None, elem_id="sv-sweep-status")
+    v["sweep_plot"] = gr.Plot(label="measured speedup against gamma", elem_id="sv-sweep-plot")
+    v["sweep_table"] = gr.HTML(js_on_load=None, elem_id="sv-sweep-table")
 
 
 def parse_temperatures(text: Any) -> tuple[float, ...]:

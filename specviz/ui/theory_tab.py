@@ -1,6 +1,6 @@
-"""The theory and projection tab: Leviathan's expected speedup against gamma from the
-measured alpha and c, and a projection for a cost ratio c the visitor chooses (labelled as a
-projection, not a measurement)."""
+"""Theory and projection (in the Theory tab, above the measured sweep): Leviathan's expected
+speedup against gamma from the measured alpha and c, and a projection for a cost ratio c the
+visitor chooses (labelled as a projection, not a measurement)."""
 
 from __future__ import annotations
 
@@ -15,17 +15,16 @@ from specviz.ui.views import no_alpha_figure
 
 
 def layout(v: dict[str, Any]) -> None:
-    """The tab's components, into the views by name."""
-    with gr.Tab("Theory and projection", id="theory"):
-        v["theory"] = gr.Plot(label="expected speedup against gamma (Leviathan)")
-        v["c_user"] = gr.Slider(
-            0.01,
-            1.0,
-            0.1,
-            step=0.01,
-            label="projection: cost ratio c of a draft step to a bigger target's step",
-        )
-        v["projection"] = gr.Plot(label="projection (not a measurement)")
+    """The theory and projection figures and the c slider, into the views by name."""
+    v["theory"] = gr.Plot(label="expected speedup against gamma (Leviathan)")
+    v["c_user"] = gr.Slider(
+        0.01,
+        1.0,
+        0.1,
+        step=0.01,
+        label="projection: cost ratio c of a draft step to a bigger target's step",
+    )
+    v["projection"] = gr.Plot(label="projection (not a measurement)")
 
 
 def projection_update(session: Session, c: float) -> Any:

@@ -27,8 +27,8 @@ NO_OVERLAPS = "this trace recorded no overlaps (an autoregressive run or a minim
 
 def layout(v: dict[str, Any]) -> None:
     """The legends, the shading switch, the token and per-round views, the narration box."""
-    with gr.Row(equal_height=True):
-        gr.HTML(render.legend_html(), js_on_load=None, scale=4)
+    with gr.Row(elem_id="sv-legend-row"):
+        gr.HTML(render.legend_html(), js_on_load=None, scale=4, elem_id="sv-legend")
         v["shade"] = gr.Checkbox(
             False,
             label="shade drafts by overlap sum_x min(p, q)",

@@ -12,9 +12,9 @@ from typing import Any
 
 from gradio.components.plot import PlotData
 
-from specviz import metrics, plots, render
+from specviz import metrics, plots, render, time_plots
 from specviz.config import is_greedy
-from specviz.trace import Trace, decision_at
+from specviz.trace import Trace, decision_at, round_number
 from specviz.ui.state import Session, View
 
 NO_ALPHA = "alpha was not measured (a minimal trace, or no verified drafts): no theory curve"
@@ -22,7 +22,8 @@ NEEDS_COMPARE = "the race replay needs a compared run: tick Compare and press Ru
 
 
 def live_frame(session: Session, last_speed: float) -> tuple[View, float]:
-    """The cheap per-round update: new spans, new rows, the speedup chart, a status line."""
+    """The cheap per-round update: new spans, new rows, the speedup chart, where the rounds'
+    time went, a status line."""
     t0 = time.perf_counter()
     new = session.sync_rounds()
     spec, ar = session.spec, session.ar
@@ -30,6 +31,8 @@ def live_frame(session: Session, last_speed: float) -> tuple[View, float]:
     if new:
         out["tokens"] = render.tokens_html(session.parts, spec.prompt if spec else "")
         out["rounds"] = render.rounds_html(session.rows)
+        if spec is not None:
+            out["time_split"] = live_plot(time_plots.breakdown_spec(spec))
     # The baseline runs token by token: redraw its curve at most ~6 times a second.
     if new or (ar is not None and ar.timeline and t0 - last_speed > 0.15):
         out["speed"] = live_plot(plots.speedup_spec(spec, ar))
@@ -70,6 +73,10 @@ def final_frame(session: Session, gamma: int) -> View:
         "greedy": greedy_html(session),
         "status": render.status_html(_done_message(main), "info"),
         "race": race_hint(spec, ar),
+        "time_split": time_plots.breakdown_figure(spec)
+        if spec is not None and spec.rounds
+        else plots.empty_figure("no speculative rounds"),
+        "time_totals": time_html(spec, session.mode),
     }
     if main is not None:
         out["models"] = render.models_html({k: str(v) for k, v in main.models.items()})
@@ -77,6 +84,16 @@ def final_frame(session: Session, gamma: int) -> View:
     out.update(charts(spec, ar, gamma))
     out.update(default_inspection(spec))
     return out
+
+
+def time_html(spec: Trace | None, mode: str = "idle") -> str:
+    """The run's draft, verify and rest: ms and share of its wall time."""
+    if spec is None or not spec.rounds:
+        return render.status_html("Where the time goes needs a speculative run: press Run.")
+    caption = "this run's time: draft, verify and the rest, as shares of its wall time"
+    if mode == "step":
+        caption += " (Step: the rest includes the pauses between presses)"
+    return render.table_html(time_plots.totals_rows(spec), caption)
 
 
 def race_hint(spec: Trace | None, ar: Trace | None) -> str:
@@ -153,7 +170,9 @@ def default_inspection(spec: Trace | None) -> View:
 
 
 def inspect_view(trace: Trace | None, round_index: int | None, pos: int | None) -> View:
-    """Inspector views for (round, pos) from the stored trace: no model call."""
+    """Inspector views for (round, pos) from the stored trace: no model call. round_index is
+    the trace's 0-based index (None: the round that placed pos); the view shows the round's
+    number, from 1 (round_number)."""
     if trace is None or not trace.rounds:
         raise ValueError("no speculative trace yet: press Run or Step, or import a trace")
     if pos is None:
@@ -161,7 +180,7 @@ def inspect_view(trace: Trace | None, round_index: int | None, pos: int | None) 
     r = None if round_index is None or round_index < 0 else int(round_index)
     dec = decision_at(trace, r, int(pos))
     return {
-        "insp_round": dec.round.index,
+        "insp_round": round_number(dec.round.index),
         "insp_pos": dec.pos,
         "insp_plot": plots.decision_figure(dec),
         "verdict": render.verdict_html(dec),

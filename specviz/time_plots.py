@@ -1,0 +1,121 @@
+"""Where a round's time goes: draft, verify and the rest, per round and over the run, from a
+trace's timings alone (no model call, no gradio import).
+
+A round's wall time runs from the end of the previous round (the start of the generation
+for the first round) to its own end: the difference of consecutive ``Round.t_s``. Its
+``draft_ms`` and ``verify_ms`` are measured inside it; the rest is the wall time minus both,
+clamped at 0: drawing, the acceptance rule, rolling the caches back and recording the
+round (and, in Step mode, the pause until the next press). The run's totals are measured
+against its wall time, ``stats.wall_s`` (start to last token; while a run is still going,
+the last round's ``t_s``).
+
+:func:`breakdown_spec` is a plain plotly JSON spec, cheap enough to rebuild every round of a
+live run; :func:`breakdown_figure` is the same as a figure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import plotly.graph_objects as go
+
+from specviz.palette import COLORS, GRID, ZERO_LINE
+from specviz.trace import Trace, round_number
+
+PARTS = ("draft", "verify", "rest")
+COLOR = {"draft": COLORS["q"], "verify": COLORS["p"], "rest": COLORS["rest"]}  # draft: q's
+NAMES = {
+    "draft": "draft (proposing)",
+    "verify": "verify (one target call)",
+    "rest": "the rest (drawing, the rule, bookkeeping)",
+}
+
+
+@dataclass(frozen=True)
+class RoundTime:
+    """One round's time in ms, split three ways; number counts rounds from 1."""
+
+    number: int
+    draft_ms: float
+    verify_ms: float
+    rest_ms: float
+
+    @property
+    def parts(self) -> dict[str, float]:
+        return {"draft": self.draft_ms, "verify": self.verify_ms, "rest": self.rest_ms}
+
+
+def round_times(trace: Trace) -> list[RoundTime]:
+    """Each round's draft, verify and rest ms (the rest clamped at 0)."""
+    out, previous = [], 0.0
+    for r in trace.rounds:
+        wall = (r.t_s - previous) * 1e3
+        rest = max(0.0, wall - r.draft_ms - r.verify_ms)
+        out.append(RoundTime(round_number(r.index), r.draft_ms, r.verify_ms, rest))
+        previous = r.t_s
+    return out
+
+
+def wall_ms(trace: Trace) -> float:
+    """The run's wall time in ms: stats.wall_s once it has ended, else the last round's t_s."""
+    if trace.stats.wall_s > 0:
+        return trace.stats.wall_s * 1e3
+    return trace.rounds[-1].t_s * 1e3 if trace.rounds else 0.0
+
+
+def totals(trace: Trace) -> dict[str, tuple[float, float]]:
+    """The run's draft, verify and rest: (ms, share of the wall time); the rest is the wall
+    time minus draft and verify, clamped at 0."""
+    wall = wall_ms(trace)
+    draft = sum(r.draft_ms for r in trace.rounds)
+    verify = sum(r.verify_ms for r in trace.rounds)
+    ms = {"draft": draft, "verify": verify, "rest": max(0.0, wall - draft - verify)}
+    return {k: (v, v / wall if wall > 0 else 0.0) for k, v in ms.items()}
+
+
+def totals_rows(trace: Trace) -> list[tuple[str, str]]:
+    """The totals as (label, "ms · share") rows, and the wall time."""
+    rows = [(NAMES[k], f"{ms:.0f} ms · {share:.0%}") for k, (ms, share) in totals(trace).items()]
+    return rows + [("wall time", f"{wall_ms(trace):.0f} ms")]
+
+
+def _title(trace: Trace) -> str:
+    if not trace.rounds:
+        return "where a round's time goes: no speculative rounds"
+    shares = " · ".join(f"{k} {share:.0%}" for k, (_, share) in totals(trace).items())
+    return f"where a round's time goes ({shares} of {wall_ms(trace) / 1e3:.2f} s)"
+
+
+def breakdown_spec(trace: Trace) -> dict[str, Any]:
+    """A stacked bar per round of draft, verify and rest ms, as a plain plotly JSON spec."""
+    times = round_times(trace)
+    x = [t.number for t in times]
+    data = [
+        {
+            "type": "bar",
+            "name": NAMES[part],
+            "x": x,
+            "y": [t.parts[part] for t in times],
+            "marker": {"color": COLOR[part]},
+            "hovertemplate": f"round %{{x}}: {part} %{{y:.1f}} ms<extra></extra>",
+        }
+        for part in PARTS
+    ]
+    grid = {"gridcolor": GRID, "zerolinecolor": ZERO_LINE}
+    layout = {
+        "title": {"text": _title(trace)},
+        "barmode": "stack",
+        "height": 330,
+        "margin": {"l": 50, "r": 20, "t": 50, "b": 40},
+        "legend": {"orientation": "h", "y": -0.2, "traceorder": "normal"},
+        "plot_bgcolor": "white",
+        "xaxis": {"title": {"text": "round"}, **grid},
+        "yaxis": {"title": {"text": "ms"}, **grid},
+    }
+    return {"data": data, "layout": layout}
+
+
+def breakdown_figure(trace: Trace) -> go.Figure:
+    """Draft, verify and rest ms per round, stacked, with the run's shares in the title."""
+    return go.Figure(breakdown_spec(trace))

@@ -1,0 +1,160 @@
+"""The page's layout in a real browser (Debian's chromium through Playwright, on the offline
+pair): the tab row at 1280x720, one round number after Steps, the presentation view at
+1024x768 with its keys, a phone at 390x844.
+
+Set SPECVIZ_SCREENSHOT_DIR to also write the layout screenshots there
+(app-1280x720.png, present-1024x768.png, phone-390x844.png).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.test_browser import ARGS, CHROMIUM, app_url, open_tab, press_run, wait_text  # noqa: F401
+
+pytestmark = pytest.mark.browser
+
+
+@contextmanager
+def opened(url: str, width: int, height: int, query: str = ""):
+    """A page of the app at width x height, once the pair is ready."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": width, "height": height})
+        page.dialogs = []  # type: ignore[attr-defined]
+        page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
+        page.goto(url + query)
+        page.wait_for_selector("#sv-models table", timeout=120_000)
+        yield page
+        browser.close()
+
+
+def shot(page, name: str) -> None:
+    """The viewport as assets' screenshot `name`, when SPECVIZ_SCREENSHOT_DIR is set."""
+    target = os.environ.get("SPECVIZ_SCREENSHOT_DIR")
+    if target:
+        page.screenshot(path=str(Path(target) / name))
+
+
+def inside(page, selector: str) -> dict:
+    """The element's box, asserted to lie wholly inside the viewport."""
+    box = page.locator(selector).first.bounding_box()
+    size = page.viewport_size
+    assert box is not None, selector
+    assert box["x"] >= 0 and box["y"] >= 0, (selector, box)
+    assert box["x"] + box["width"] <= size["width"], (selector, box, size)
+    assert box["y"] + box["height"] <= size["height"], (selector, box, size)
+    return box
+
+
+# The round table's view has scrolled to its last row (autoscroll).
+SCROLLED_TO_LAST_ROW = """() => {
+  const view = document.querySelector('#sv-rounds .html-container').getBoundingClientRect();
+  const row = document.querySelector('#sv-rounds tr:last-child').getBoundingClientRect();
+  return view.top <= row.top && row.bottom <= view.bottom + 1;
+}"""
+
+
+def step(page, n: int, key: str | None = None) -> None:
+    """Press Step (or the key, with the focus on nothing) and wait for round n."""
+    if key is None:
+        page.click("#sv-step")
+    else:
+        page.evaluate("document.activeElement && document.activeElement.blur()")
+        page.keyboard.press(key)
+    wait_text(page, "#sv-status", f"step mode: round {n} done")
+
+
+def tabs_all_show(page) -> None:
+    """Every tab's button is on the page, within its width; no "More tabs" menu."""
+    page.locator("#sv-tabs").scroll_into_view_if_needed()
+    names = [t.inner_text() for t in page.locator("#sv-tabs [role=tab]").all()]
+    assert names == ["Decision", "Speed", "Acceptance", "Theory", "Exactness", "Data"]
+    width = page.viewport_size["width"]
+    for tab in page.locator("#sv-tabs [role=tab]").all():
+        box = tab.bounding_box()
+        assert tab.is_visible() and box is not None and box["x"] + box["width"] <= width
+    assert not page.locator("button[aria-label='More tabs']").is_visible()
+
+
+def test_the_tab_row_at_1280x720_and_where_the_time_goes(app_url) -> None:  # noqa: F811
+    with opened(app_url, 1280, 720) as page:
+        tabs_all_show(page)
+        page.evaluate("window.scrollTo(0, 0)")
+        press_run(page)  # nothing touched
+        page.mouse.move(0, 0)
+        inside(page, "#sv-run")
+        inside(page, "#sv-status")
+        shot(page, "app-1280x720.png")
+        tabs_all_show(page)
+        open_tab(page, "Speed")
+        page.wait_for_selector("#sv-time .js-plotly-plot", timeout=30_000)
+        assert "where a round's time goes" in page.inner_text("#sv-time")
+        totals = page.inner_text("#sv-time-totals")
+        assert "verify (one target call)" in totals and "wall time" in totals
+        assert page.dialogs == []
+
+
+def test_three_steps_one_round_number(app_url) -> None:  # noqa: F811
+    with opened(app_url, 1280, 900) as page:
+        for n in (1, 2, 3):
+            step(page, n)
+        rows = page.locator("#sv-rounds .sv-rn").all_inner_texts()
+        assert rows == ["1", "2", "3"]
+        assert page.inner_text("#sv-narration b") == "Round 3"
+        assert page.input_value("#sv-insp-round input") == "3"
+        assert page.inner_text("#sv-verdict b").startswith("round 3, position ")
+        title = page.locator("#sv-tokens [data-round='2']").first.get_attribute("title")
+        assert "round 3 · position" in title
+        assert page.dialogs == []
+
+
+def test_presentation_view_fits_a_round_on_1024x768_and_steps_by_key(app_url) -> None:  # noqa: F811
+    with opened(app_url, 1024, 768, "?view=present") as page:
+        assert page.is_checked("#sv-present-toggle input")  # the URL ticks the toggle
+        assert "sv-present-view" in page.evaluate("document.documentElement.className")
+        for n in range(1, 5):
+            step(page, n)
+        step(page, 5, key="ArrowRight")
+        step(page, 6, key=" ")
+        page.evaluate("document.activeElement.blur(); window.scrollTo(0, 0)")
+        page.mouse.move(0, 0)
+        page.wait_for_function(SCROLLED_TO_LAST_ROW, timeout=10_000)  # the view follows
+        for selector in ("#sv-tokens", "#sv-narration", "#sv-step", "#sv-run", "#sv-prompt"):
+            inside(page, selector)
+        inside(page, "#sv-rounds tr:last-child")  # the round's row
+        assert page.locator("#sv-rounds tr:last-child .sv-rn").inner_text() == "6"
+        size = page.evaluate(
+            "parseFloat(getComputedStyle(document.querySelector('#sv-tokens .sv-output')).fontSize)"
+        )
+        assert size >= 20  # large type
+        shot(page, "present-1024x768.png")
+        page.focus("#sv-prompt textarea")  # in a text field the keys stay with the field
+        page.keyboard.press("ArrowRight")
+        page.wait_for_timeout(1500)
+        assert "round 6 done" in page.inner_text("#sv-status")
+        page.uncheck("#sv-present-toggle input")  # back to the default view, URL too
+        page.wait_for_function("!document.documentElement.classList.contains('sv-present-view')")
+        assert not re.search(r"view=present", page.url)
+        assert page.dialogs == []
+
+
+def test_a_phone_sees_run_and_the_token_view_first(app_url) -> None:  # noqa: F811
+    with opened(app_url, 390, 844) as page:
+        inside(page, "#sv-run")
+        top = page.locator("#sv-tokens").bounding_box()
+        assert top is not None and 0 <= top["y"] < 844 - 40  # its start, on the first screen
+        press_run(page)
+        page.evaluate("window.scrollTo(0, 0)")
+        page.mouse.move(0, 0)
+        inside(page, "#sv-run")
+        assert page.locator("#sv-tokens [data-status]").first.bounding_box()["y"] < 844
+        shot(page, "phone-390x844.png")
+        assert page.dialogs == []
