@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from specviz import costs, draft_choice, metrics
-from specviz.config import Settings
+from specviz.config import Limits, Settings
 from tests.tiny import tiny_model, tiny_pair
 
 # --- the refined formula ---------------------------------------------------------------
@@ -345,3 +345,15 @@ def test_generate_compare_prints_the_guard_when_the_draft_is_too_slow(monkeypatc
     assert len(guard) == 1 and "c = " in guard[0] and "alpha = " in guard[0]
     head = out.splitlines()[:2]  # the header names both models
     assert head[0].startswith("target: tiny-target") and head[1].startswith("draft: tiny-big")
+
+
+def test_the_page_states_the_guard_in_the_status_and_the_speed_tab(one_thread):
+    from specviz import ui
+
+    pair = slow_draft_pair()
+    f = ui.Form(prompt="1 2 3", pair="tiny", max_new_tokens=24, gamma=3)
+    ctx = ui.AppContext(lambda name, dtype: pair, Limits())
+    frames = list(ui.run_updates(ui.new_session(), f, ctx))
+    final = frames[-1]
+    assert "cannot beat plain decoding" in final["status"] and "sv-status-warn" in final["status"]
+    assert "cannot beat plain decoding" in final["table1"]

@@ -14,6 +14,7 @@ from gradio.components.plot import PlotData
 
 from specviz import metrics, plots, render, time_plots
 from specviz.config import is_greedy
+from specviz.costs import guard_sentence
 from specviz.trace import Trace, decision_at, round_number
 from specviz.ui.state import Session, View
 
@@ -62,6 +63,7 @@ def final_frame(session: Session, gamma: int) -> View:
     session.sync_rounds()
     spec, ar = session.spec, session.ar
     main = spec or ar
+    guard = speed_guard(spec, ar)
     out: View = {
         "tokens": render.trace_tokens_html(main)
         if spec is None
@@ -69,9 +71,9 @@ def final_frame(session: Session, gamma: int) -> View:
         "rounds": render.rounds_html(session.rows),
         "speed": plots.speedup_figure(spec, ar),
         "summary": summary_html(session),
-        "table1": table1_html(spec, ar),
+        "table1": table1_html(spec, ar, guard),
         "greedy": greedy_html(session),
-        "status": render.status_html(_done_message(main), "info"),
+        "status": done_status(main, guard),
         "race": race_hint(spec, ar),
         "time_split": time_plots.breakdown_figure(spec)
         if spec is not None and spec.rounds
@@ -109,6 +111,22 @@ def exact_note(trace: Trace) -> str:
     return render.exact_note_html(trace.settings, drafter)
 
 
+def speed_guard(spec: Trace | None, ar: Trace | None) -> str | None:
+    """The guard's sentence (specviz.costs) when no gamma can beat plain decoding at the
+    c, alpha and verify cost these runs measured; None otherwise."""
+    if spec is None or ar is None or not spec.rounds or len(ar.token_ids) < 2:
+        return None
+    c = metrics.cost_ratio(spec, ar)
+    return guard_sentence(metrics.alpha(spec), c, metrics.verify_steps(spec, ar))
+
+
+def done_status(main: Trace | None, guard: str | None) -> str:
+    """The status line after a run: done, and the guard's sentence when it speaks."""
+    if guard:
+        return render.status_html(f"{_done_message(main)}. {guard}", "warn")
+    return render.status_html(_done_message(main), "info")
+
+
 def _done_message(trace: Trace | None) -> str:
     if trace is None:
         return "nothing generated"
@@ -136,7 +154,9 @@ def charts(spec: Trace | None, ar: Trace | None, gamma: int, c_user: float = 0.1
         return {**out, "theory": no_alpha_figure(), "projection": no_alpha_figure()}
     return {
         **out,
-        "theory": plots.theory_figure(alpha, c, gamma, measured)
+        "theory": plots.theory_figure(
+            alpha, c, gamma, measured, metrics.verify_steps(spec, ar) if ar else None
+        )
         if c
         else plots.empty_figure(
             "theory needs c, measured against the autoregressive baseline (tick Compare)"
@@ -233,12 +253,14 @@ def _ui_cost_rows(session: Session) -> list[tuple[str, str]]:
     return rows
 
 
-def table1_html(spec: Trace | None, ar: Trace | None) -> str:
-    """Chen et al.'s Table 1 row for this prompt: ms/token both ways and the speedup."""
+def table1_html(spec: Trace | None, ar: Trace | None, guard: str | None = None) -> str:
+    """Chen et al.'s Table 1 row for this prompt: ms/token both ways and the speedup, and
+    the guard's sentence under it when it speaks."""
     if spec is None or ar is None or not spec.token_ids or not ar.token_ids:
         return render.status_html("Table 1 needs both runs: tick Compare and press Run.")
     row = metrics.table1_row(ar, spec)
-    return render.table_html(
+    note = render.status_html(guard, "warn") if guard else ""
+    return note + render.table_html(
         [
             ("ArS (autoregressive) ms/token", f"{row['ar_ms_per_token']:.1f}  (1x)"),
             ("SpS (speculative) ms/token", f"{row['spec_ms_per_token']:.1f}"),
