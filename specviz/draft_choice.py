@@ -98,11 +98,14 @@ def describe_variant(variant: str) -> str:
 
 
 def machine_key(device: torch.device) -> dict[str, Any]:
-    """What a measurement depends on: CPU model and flags, threads, torch, device."""
+    """What a measurement depends on: CPU model and flags, the kernels torch dispatches to,
+    threads, torch, device."""
     model, flags = _cpu_info()
     key: dict[str, Any] = {
         "cpu": model,
         "flags": [f for f in FLAGS if f in flags],
+        # the kernels torch dispatches to ("AVX512", "AVX2", ...; ATEN_CPU_CAPABILITY)
+        "capability": torch.backends.cpu.get_cpu_capability(),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "device": device.type,
