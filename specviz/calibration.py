@@ -167,7 +167,7 @@ class Calibration:
 
 def residual_candidates(top: list[dict[str, Any]], top_n: int) -> list[dict[str, Any]]:
     """The entries of an added token's top list that were listed whatever the draw: all but
-    the drawn token appended past top_n (engine._tops lists at most top_n before it)."""
+    the drawn token appended past top_n (record.tops_of lists at most top_n before it)."""
     return top[:top_n]
 
 
