@@ -85,7 +85,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     else:
         print(sweep.format_table(result.rows))
         print("measured: median AR ms/token / median speculative ms/token (EOS ignored)")
-        print("expected: Leviathan's formula at the measured alpha and c")
+        print(
+            "expected: Leviathan's formula at the measured c and alpha "
+            "(sum p q under exact-match verification)"
+        )
     return 0
 
 

@@ -178,8 +178,7 @@ def summary_html(session: Session) -> str:
         rows += [
             ("new tokens / rounds", f"{s.new_tokens} / {s.rounds}"),
             ("tokens per target call", f"{s.tokens_per_call:.2f}  ({d['tokens per call']})"),
-            ("acceptance rate", f"{s.acceptance_rate:.3f}  ({d['acceptance rate']})"),
-            ("alpha", f"{metrics.alpha_text(s.alpha)}  ({d['alpha']})"),
+            *metrics.acceptance_rows(spec),
             (
                 "mean accepted per round",
                 f"{metrics.mean_accepted(spec):.2f} drafts, "
