@@ -7,7 +7,8 @@ from typing import Any
 
 from plotly.subplots import make_subplots
 
-from specviz.check import OTHER, CheckResult, CheckView
+from specviz.check import CheckResult
+from specviz.check_views import OTHER, CheckView
 from specviz.plots import add_bar_group, label
 from specviz.stats import frequencies
 

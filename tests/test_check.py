@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 
-from specviz import check, check_figure, stats
+from specviz import check, check_figure, check_views, stats
 from specviz.config import Settings
 from tests.tiny import tiny_pair
 
@@ -92,15 +92,15 @@ def test_total_variation_and_frequencies():
 
 def test_bins_and_counts():
     exact = {(1,): 0.6, (2,): 0.3, (3,): 0.09, (4,): 0.01}
-    bins = check.choose_bins(exact, n=100, min_expected=5)
+    bins = check_views.choose_bins(exact, n=100, min_expected=5)
     assert bins == [(1,), (2,), (3,)]
-    assert check.bin_counts([(1,), (1,), (4,), (2,)], bins) == [2, 1, 0, 1]
+    assert check_views.bin_counts([(1,), (1,), (4,), (2,)], bins) == [2, 1, 0, 1]
 
 
 def test_small_other_bin_is_merged_but_zero_stays():
-    counts, probs = check.merge_small_other([50, 40, 8, 2], [0.5, 0.4, 0.08, 0.02], n=100)
+    counts, probs = check_views.merge_small_other([50, 40, 8, 2], [0.5, 0.4, 0.08, 0.02], n=100)
     assert counts == [50, 40, 10] and probs == pytest.approx([0.5, 0.4, 0.1])
-    same = check.merge_small_other([50, 50, 1], [0.5, 0.5, 0.0], n=100)
+    same = check_views.merge_small_other([50, 50, 1], [0.5, 0.5, 0.0], n=100)
     assert same == ([50, 50, 1], [0.5, 0.5, 0.0])
 
 
@@ -126,7 +126,7 @@ def test_a_tiny_other_bin_keeps_its_exact_mass(pair):
     spec = ar[:-1] + [(0, 2)]
     views = check.compare(pair, probs, spec, ar, length=2)
     other = views[1]
-    assert other.labels[-1] == check.OTHER and len(other.labels) == 5
+    assert other.labels[-1] == check_views.OTHER and len(other.labels) == 5
     assert other.exact[-1] == pytest.approx(rare, rel=1e-3) and 0 < other.exact[-1] < 1e-6
     assert other.spec_test.p_value > 0.0 and math.isfinite(other.spec_test.statistic)
     assert views[0].exact[-1] == pytest.approx(e, rel=1e-6)  # first token: complete anyway
@@ -172,7 +172,7 @@ def test_exact_rule_passes(exact_result):
     for v in r.views:
         assert sum(v.spec) == N and sum(v.ar) == N
         assert sum(v.exact) == pytest.approx(1.0, abs=1e-5)
-        assert v.labels[-1] == check.OTHER
+        assert v.labels[-1] == check_views.OTHER
         assert v.spec_test.p_value > 0.05 and v.ar_test.p_value > 0.05
     assert 0.1 < r.spec_acceptance < 0.9  # the rule really was exercised
     assert r.predicted_tv == pytest.approx(0.0, abs=1e-6)
