@@ -20,8 +20,10 @@ A round never drafts past the token budget, so a one-token generation never draf
 the runs always generate at least two tokens and the views look at the first ``length``.
 
 The deliberately wrong rules of ``Settings.rule`` ("resample-from-p", "accept-without-draw")
-show the same check catching a broken algorithm. Nothing here imports gradio: the app
-calls :func:`iter_check` or :func:`run_check`, and specviz.check_figure draws the result.
+show the same check catching a broken algorithm. They are variants of the rejection rule;
+exact-match verification (``Settings.verification``) is checked as it is. Nothing here
+imports gradio: the app calls :func:`iter_check` or :func:`run_check`, and
+specviz.check_figure draws the result.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from typing import Any
 import torch
 
 from specviz.check_views import MIN_EXPECTED, CheckView, make_view
-from specviz.config import RULES, Settings, Warp
+from specviz.config import RULES, Settings, Warp, verification_of
 from specviz.engine import generate, prompt_ids_for
 from specviz.lm import CachedLM
 from specviz.models import ModelPair
@@ -49,13 +51,19 @@ SIGNIFICANCE = 0.01
 Outcome = tuple[int, ...]
 
 
-def rule_first_token(p: torch.Tensor, q: torch.Tensor, rule: str) -> torch.Tensor:
+def rule_first_token(
+    p: torch.Tensor, q: torch.Tensor, rule: str, verification: str = "rejection"
+) -> torch.Tensor:
     """The distribution of a round's first token when one token x ~ q is drafted: [V].
 
     "exact" gives p itself (the theorem); the two wrong rules give something else:
     "resample-from-p" gives min(p, q) + (1 - alpha) p, "accept-without-draw" gives
-    q 1[p >= q] + (mass of q where p < q) * norm(max(0, p - q)).
+    q 1[p >= q] + (mass of q where p < q) * norm(max(0, p - q)). Exact match gives p too:
+    t comes out as the accepted draft with probability q(t) p(t), and as the target's
+    sample after a mismatch with probability sum_{x != t} q(x) p(t) = (1 - q(t)) p(t).
     """
+    if verification == "exact-match":
+        return q * p + (1.0 - q) * p
     if rule == "exact":
         accepted = torch.minimum(p, q)
         return accepted + (1.0 - accepted.sum()) * residual(p, q)
@@ -141,6 +149,12 @@ class CheckResult:
     ar_samples: list[list[int]] = field(repr=False, default_factory=list)
 
     @property
+    def verifier(self) -> str:
+        """What verified the drafts: "rule exact" (or a broken rule), or "exact match"."""
+        exact_match = verification_of(self.settings) == "exact-match"
+        return "exact match" if exact_match else f"rule {self.rule}"
+
+    @property
     def threshold(self) -> float:
         """Per-view significance level (Bonferroni over the views)."""
         return self.significance / max(1, len(self.views))
@@ -159,7 +173,7 @@ class CheckResult:
         """A few lines: the verdict and each view's numbers."""
         verdict = "PASS" if self.passed else "FAIL"
         lines = [
-            f"{verdict}: rule {self.rule}, N = {self.n} speculative and {self.n} "
+            f"{verdict}: {self.verifier}, N = {self.n} speculative and {self.n} "
             f"autoregressive samples of {self.length} token(s); a view fails below "
             f"p-value {self.threshold:.3g}"
         ]
@@ -172,7 +186,7 @@ class CheckResult:
         lines.append(f"  speculative acceptance rate: {self.spec_acceptance:.3f}")
         if self.predicted_tv is not None:
             lines.append(
-                f"  this rule moves the first token's distribution by TV = "
+                f"  {self.verifier} moves the first token's distribution by TV = "
                 f"{self.predicted_tv:.3f} (exact, from p and the draft's q)"
             )
         return "\n".join(lines)
@@ -297,7 +311,8 @@ def compare(
 def _predicted_tv(
     pair: ModelPair, prompt_ids: list[int], s: Settings, probs: TargetProbs, rule: str
 ) -> float | None:
-    """TV between p and the first token's distribution under the rule (model drafter)."""
+    """TV between p and the first token's distribution under the rule or exact match
+    (model drafter)."""
     if s.drafter != "model" or pair.draft is None:
         return None
     # Both over the tokenizer's V ids, as in the engine (specviz.lm cuts padded columns).
@@ -306,7 +321,7 @@ def _predicted_tv(
     p = probs.row(())  # [V]
     if s.is_greedy:
         return 0.0
-    return float(0.5 * (rule_first_token(p, q, rule) - p).abs().sum())
+    return float(0.5 * (rule_first_token(p, q, rule, s.verification) - p).abs().sum())
 
 
 def run_check(

@@ -277,7 +277,7 @@ def _add_check_parser(sub: Any) -> None:
         "--break-rule",
         default="exact",
         choices=RULES,
-        help="a deliberately wrong acceptance rule, to see the check catch it",
+        help="a deliberately wrong rejection rule, to see the check catch it",
     )
     c.add_argument("--raw", action="store_true", help="do not apply the chat template")
     c.add_argument("--json", action="store_true", help="print the result as JSON on stdout")

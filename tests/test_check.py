@@ -16,6 +16,7 @@ import torch
 
 from specviz import check, check_figure, check_views, stats
 from specviz.config import Settings
+from tests.broken import break_exact_match
 from tests.tiny import tiny_pair
 
 N = 200
@@ -143,6 +144,7 @@ def test_rule_first_token_exact_is_p_and_wrong_rules_are_not():
         assert 0.5 * (d - p).abs().sum() > 0.05
     with pytest.raises(ValueError):
         check.rule_first_token(p, q, "nope")
+    assert torch.allclose(check.rule_first_token(p, q, "exact", "exact-match"), p, atol=1e-6)
 
 
 def test_frequent_continuations_enumerate_the_whole_tree(pair):
@@ -191,6 +193,49 @@ def test_each_broken_rule_fails(pair, rule, length):
     assert first.spec_test.p_value < 1e-6
     assert first.ar_test.p_value > 0.05  # the autoregressive control is unaffected
     assert first.tv_spec > 0.1 and r.predicted_tv > 0.2
+
+
+# Exact match differs from its broken twin (tests/broken.py) only where q is spread out and
+# unlike p: a flatter pair at temperature 1 (the break moves the first token by TV = 0.11;
+# at the module's pair top-p leaves q one-hot there, and the break changes nothing).
+N_MATCH = 1000
+MATCH = Settings(gamma=2, temperature=1.0, top_p=1.0, verification="exact-match")
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["exact-match", "broken exact match"])
+def test_exact_match_passes_and_a_broken_one_fails(monkeypatch, broken):
+    """The same check for exact match as for the rule; an exact match that draws from the
+    residual at a mismatch fails it by many orders of magnitude."""
+    pair = tiny_pair(vocab=8, target_seed=0, draft_seed=1, sharpness=1.0)
+    if broken:
+        break_exact_match(monkeypatch)
+    r = check.run_check(pair, PROMPT, MATCH, n=N_MATCH, length=2)
+    assert r.settings["verification"] == "exact-match" and r.verifier == "exact match"
+    assert r.summary().startswith(("FAIL" if broken else "PASS") + ": exact match, N = 1000")
+    assert r.predicted_tv == pytest.approx(0.0, abs=1e-6)  # what exact match itself gives
+    assert all(v.ar_test.p_value > 0.05 for v in r.views)  # the control
+    if broken:
+        assert not r.passed and max(v.spec_test.p_value for v in r.views) < 1e-10
+    else:
+        assert r.passed and all(v.spec_test.p_value > 0.05 for v in r.views), r.summary()
+        assert 0.05 < r.spec_acceptance < 0.5  # drafts accepted, and many mismatches
+
+
+def test_a_broken_rule_with_exact_match_is_refused(pair, capsys, monkeypatch):
+    with pytest.raises(ValueError, match="cannot be combined with exact-match"):
+        check.run_check(
+            pair, PROMPT, Settings(verification="exact-match"), n=N, rule="resample-from-p"
+        )
+    from specviz import cli
+
+    def no_load(args):
+        raise AssertionError("no model loads for a refused combination")
+
+    monkeypatch.setattr(cli, "load_pair_from_args", no_load)
+    argv = ["check", "--verification", "exact-match", "--break-rule", "accept-without-draw"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "cannot be combined with exact-match" in err and err.count("\n") == 1
 
 
 def test_ngram_drafter_passes(pair):
