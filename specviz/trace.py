@@ -91,6 +91,12 @@ class Round:
         return sum(d.status == "accepted" for d in self.drafted)
 
     @property
+    def exact_match(self) -> bool:
+        """Whether exact match verified this round: its tested drafts record the target's
+        samples (a round that drafted nothing cannot tell, and needs not)."""
+        return any(d.target_sample is not None for d in self.drafted)
+
+    @property
     def emitted(self) -> int:
         """Tokens this round appended to the output."""
         return self.n_accepted + (self.added is not None)
