@@ -132,7 +132,8 @@ def cmd_calibration(args: argparse.Namespace) -> int:
     counts = cal.Calibration(args.bins).add_all(cal.read_traces(args.traces))
     if counts.drafts.total == 0:
         raise ValueError(
-            f"no sampled draft decisions in {counts.traces} trace(s): greedy and AR runs have none"
+            f"no sampled draft decisions in {counts.traces} trace(s): greedy, AR and "
+            "exact-match runs have none"
         )
     result = counts.to_dict(min_n=args.min_n)
     if args.json:

@@ -218,6 +218,8 @@ def rounds_frame(trace: Trace) -> pd.DataFrame:
                     "accept_prob": d.accept_prob,
                     "u": d.u,
                     "overlap": d.overlap,
+                    "match_prob": d.match_prob,
+                    "target_sample": d.target_sample,
                     "draft_ms": r.draft_ms,
                     "verify_ms": r.verify_ms,
                 }
@@ -238,6 +240,8 @@ def rounds_frame(trace: Trace) -> pd.DataFrame:
                     "accept_prob": None,
                     "u": None,
                     "overlap": None,
+                    "match_prob": None,
+                    "target_sample": None,
                     "draft_ms": r.draft_ms,
                     "verify_ms": r.verify_ms,
                 }
