@@ -6,7 +6,9 @@ prediction, the observed acceptance frequency of a bin should equal the bin's me
 prediction: the exact rule sits on the diagonal. Only drafts the rule tested count: a draft
 is tested when every earlier draft of its round was accepted, which depends on the earlier
 u's only, so each tested draft is accepted with exactly its own min(1, p/q). Greedy
-decisions (no u) are deterministic and left out.
+decisions (no u) are deterministic and left out, and so are exact-match rounds (no u
+either): the sample they keep at a mismatch is drawn from p, but given the mismatch it is
+never the draft, so p is not its distribution there.
 
 Resampled tokens. Binning the drawn token by its own residual probability is not a
 calibration: only drawn tokens would be counted, every outcome would be "drawn". Instead,
@@ -127,7 +129,8 @@ class Calibration:
         self.residual = Bins(self.n_bins)
 
     def add(self, trace: Trace) -> None:
-        """Count one trace's sampled decisions (AR and greedy traces add none)."""
+        """Count one trace's sampled decisions of the rejection rule (AR, greedy and
+        exact-match traces add none)."""
         self.traces += 1
         if trace.method != "spec":
             return
@@ -138,7 +141,7 @@ class Calibration:
             return
         top_n = int(trace.settings.get("top_n", 10))
         for r in trace.rounds:
-            if r.added is not None and r.added.status == "resampled":
+            if r.added is not None and r.added.status == "resampled" and not r.exact_match:
                 for e in residual_candidates(r.added.top, top_n):
                     self.residual.add(e["residual"], e["id"] == r.added.id)
 
@@ -167,7 +170,7 @@ class Calibration:
 
 def residual_candidates(top: list[dict[str, Any]], top_n: int) -> list[dict[str, Any]]:
     """The entries of an added token's top list that were listed whatever the draw: all but
-    the drawn token appended past top_n (engine._tops lists at most top_n before it)."""
+    the drawn token appended past top_n (record.tops_of lists at most top_n before it)."""
     return top[:top_n]
 
 

@@ -11,67 +11,59 @@ each empirical distribution with the exact target probabilities:
   binning threshold cannot have a frequent child, so the expansion is exact and bounded).
 
 Outcomes whose expected count is at least ``MIN_EXPECTED`` get a bin each, the rest share
-an "other" bin. Each comparison reports the total-variation distance over those bins and
-a chi-square goodness-of-fit p-value against p (plus a two-sample test speculative against
-autoregressive). The check passes when every speculative p-value is at least the
-significance level divided by the number of views (Bonferroni).
+an "other" bin (specviz.check_views). Each comparison reports the total-variation distance
+over those bins and a chi-square goodness-of-fit p-value against p (plus a two-sample test
+speculative against autoregressive). The check passes when every speculative p-value is at
+least the significance level divided by the number of views (Bonferroni).
 
 A round never drafts past the token budget, so a one-token generation never drafts at all:
 the runs always generate at least two tokens and the views look at the first ``length``.
 
 The deliberately wrong rules of ``Settings.rule`` ("resample-from-p", "accept-without-draw")
-show the same check catching a broken algorithm. Nothing here imports gradio: the app
-calls :func:`iter_check` or :func:`run_check`, and specviz.check_figure draws the result.
+show the same check catching a broken algorithm. They are variants of the rejection rule;
+exact-match verification (``Settings.verification``) is checked as it is. Nothing here
+imports gradio: the app calls :func:`iter_check` or :func:`run_check`, and
+specviz.check_figure draws the result.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
 
-from specviz.config import RULES, Settings, Warp
+from specviz.check_views import MIN_EXPECTED, CheckView, make_view
+from specviz.config import RULES, Settings, Warp, verification_of
 from specviz.engine import generate, prompt_ids_for
 from specviz.lm import CachedLM
 from specviz.models import ModelPair
 from specviz.sampling import residual, warp
-from specviz.stats import ChiSquare, frequencies, goodness_of_fit, total_variation, two_sample
 
 MIN_N = 200
 MAX_N = 100_000
 MAX_LENGTH = 3
-MIN_EXPECTED = 5.0  # smallest expected count that gets a bin of its own
 SIGNIFICANCE = 0.01
-OTHER = "other"
 
 Outcome = tuple[int, ...]
 
 
-def choose_bins(exact: dict[Outcome, float], n: int, min_expected: float = MIN_EXPECTED) -> list:
-    """Outcomes expected at least min_expected times in n draws, most likely first."""
-    keep = [o for o, p in exact.items() if n * p >= min_expected]
-    return sorted(keep, key=lambda o: (-exact[o], o))
-
-
-def bin_counts(samples: Sequence[Outcome], bins: Sequence[Outcome]) -> list[int]:
-    """Counts per bin, with one final "other" count for everything else."""
-    c = Counter(samples)
-    listed = [c.get(b, 0) for b in bins]
-    return [*listed, len(samples) - sum(listed)]
-
-
-def rule_first_token(p: torch.Tensor, q: torch.Tensor, rule: str) -> torch.Tensor:
+def rule_first_token(
+    p: torch.Tensor, q: torch.Tensor, rule: str, verification: str = "rejection"
+) -> torch.Tensor:
     """The distribution of a round's first token when one token x ~ q is drafted: [V].
 
     "exact" gives p itself (the theorem); the two wrong rules give something else:
     "resample-from-p" gives min(p, q) + (1 - alpha) p, "accept-without-draw" gives
-    q 1[p >= q] + (mass of q where p < q) * norm(max(0, p - q)).
+    q 1[p >= q] + (mass of q where p < q) * norm(max(0, p - q)). Exact match gives p too:
+    t comes out as the accepted draft with probability q(t) p(t), and as the target's
+    sample after a mismatch with probability sum_{x != t} q(x) p(t) = (1 - q(t)) p(t).
     """
+    if verification == "exact-match":
+        return q * p + (1.0 - q) * p
     if rule == "exact":
         accepted = torch.minimum(p, q)
         return accepted + (1.0 - accepted.sum()) * residual(p, q)
@@ -140,24 +132,6 @@ def frequent_continuations(
 
 
 @dataclass
-class CheckView:
-    """One comparison: bins of outcomes, exact p, the two samples' counts and the tests."""
-
-    name: str
-    labels: list[str]  # one per bin, the last is "other"
-    outcomes: list[list[int] | None]  # token ids per bin; None for "other"
-    exact: list[float]  # p of each bin
-    spec: list[int]  # speculative counts per bin
-    ar: list[int]  # autoregressive counts per bin
-    tv_spec: float  # TV(speculative frequencies, p) over the bins
-    tv_ar: float  # TV(autoregressive frequencies, p): the sampling noise at this N
-    tv_spec_ar: float
-    spec_test: ChiSquare  # speculative against p
-    ar_test: ChiSquare  # autoregressive against p (the control)
-    two_sample: ChiSquare  # speculative against autoregressive
-
-
-@dataclass
 class CheckResult:
     """Everything the CLI prints, the app plots and the tests assert."""
 
@@ -173,6 +147,12 @@ class CheckResult:
     elapsed_s: float
     spec_samples: list[list[int]] = field(repr=False, default_factory=list)
     ar_samples: list[list[int]] = field(repr=False, default_factory=list)
+
+    @property
+    def verifier(self) -> str:
+        """What verified the drafts: "rule exact" (or a broken rule), or "exact match"."""
+        exact_match = verification_of(self.settings) == "exact-match"
+        return "exact match" if exact_match else f"rule {self.rule}"
 
     @property
     def threshold(self) -> float:
@@ -193,7 +173,7 @@ class CheckResult:
         """A few lines: the verdict and each view's numbers."""
         verdict = "PASS" if self.passed else "FAIL"
         lines = [
-            f"{verdict}: rule {self.rule}, N = {self.n} speculative and {self.n} "
+            f"{verdict}: {self.verifier}, N = {self.n} speculative and {self.n} "
             f"autoregressive samples of {self.length} token(s); a view fails below "
             f"p-value {self.threshold:.3g}"
         ]
@@ -206,7 +186,7 @@ class CheckResult:
         lines.append(f"  speculative acceptance rate: {self.spec_acceptance:.3f}")
         if self.predicted_tv is not None:
             lines.append(
-                f"  this rule moves the first token's distribution by TV = "
+                f"  {self.verifier} moves the first token's distribution by TV = "
                 f"{self.predicted_tv:.3f} (exact, from p and the draft's q)"
             )
         return "\n".join(lines)
@@ -221,62 +201,6 @@ def json_safe(x: Any) -> Any:
     if isinstance(x, (list, tuple)):
         return [json_safe(v) for v in x]
     return x
-
-
-def make_view(
-    name: str,
-    exact: dict[Outcome, float],
-    spec: Sequence[Outcome],
-    ar: Sequence[Outcome],
-    label: Callable[[Outcome], str],
-    rest: float = 0.0,
-    min_expected: float = MIN_EXPECTED,
-) -> CheckView:
-    """Bin both samples by the outcomes that p makes frequent and run the tests.
-
-    exact maps outcomes to p; rest is the exact total p of the outcomes it does not list
-    (0 for the first token, where every outcome with p > 0 is listed). "other" gets rest
-    plus the listed outcomes too rare for a bin of their own.
-    """
-    n = max(len(spec), len(ar))
-    bins = choose_bins(exact, n, min_expected)
-    listed = [exact[b] for b in bins]
-    binned = set(bins)
-    other = rest + sum(p for o, p in exact.items() if o not in binned)
-    probs = [*listed, other]
-    cs, ca = bin_counts(spec, bins), bin_counts(ar, bins)
-    fs, fa = frequencies(cs), frequencies(ca)
-    return CheckView(
-        name=name,
-        labels=[label(b) for b in bins] + [OTHER],
-        outcomes=[list(b) for b in bins] + [None],
-        exact=probs,
-        spec=cs,
-        ar=ca,
-        tv_spec=total_variation(fs, probs),
-        tv_ar=total_variation(fa, probs),
-        tv_spec_ar=total_variation(fs, fa),
-        spec_test=goodness_of_fit(*merge_small_other(cs, probs, n, min_expected)),
-        ar_test=goodness_of_fit(*merge_small_other(ca, probs, n, min_expected)),
-        two_sample=two_sample(
-            merge_small_other(cs, probs, n, min_expected)[0],
-            merge_small_other(ca, probs, n, min_expected)[0],
-        ),
-    )
-
-
-def merge_small_other(
-    counts: list[int], probs: list[float], n: int, min_expected: float = MIN_EXPECTED
-) -> tuple[list[int], list[float]]:
-    """Fold the final "other" bin into the smallest listed bin when its expected count is
-    positive but below min_expected (Pearson's approximation needs it). An "other" bin of
-    probability exactly 0 stays: any count there is an impossible outcome."""
-    other_p = probs[-1]
-    if len(probs) < 2 or other_p <= 0.0 or n * other_p >= min_expected:
-        return counts, probs
-    merged_c = [*counts[:-2], counts[-2] + counts[-1]]
-    merged_p = [*probs[:-2], probs[-2] + other_p]
-    return merged_c, merged_p
 
 
 # --- running the check -------------------------------------------------------------------
@@ -387,7 +311,8 @@ def compare(
 def _predicted_tv(
     pair: ModelPair, prompt_ids: list[int], s: Settings, probs: TargetProbs, rule: str
 ) -> float | None:
-    """TV between p and the first token's distribution under the rule (model drafter)."""
+    """TV between p and the first token's distribution under the rule or exact match
+    (model drafter)."""
     if s.drafter != "model" or pair.draft is None:
         return None
     # Both over the tokenizer's V ids, as in the engine (specviz.lm cuts padded columns).
@@ -396,7 +321,7 @@ def _predicted_tv(
     p = probs.row(())  # [V]
     if s.is_greedy:
         return 0.0
-    return float(0.5 * (rule_first_token(p, q, rule) - p).abs().sum())
+    return float(0.5 * (rule_first_token(p, q, rule, s.verification) - p).abs().sum())
 
 
 def run_check(

@@ -7,7 +7,8 @@ from typing import Any
 
 from plotly.subplots import make_subplots
 
-from specviz.check import OTHER, CheckResult, CheckView
+from specviz.check import CheckResult
+from specviz.check_views import OTHER, CheckView
 from specviz.plots import add_bar_group, label
 from specviz.stats import frequencies
 
@@ -31,9 +32,10 @@ def check_figure(result: CheckResult, max_bins: int = 20) -> Any:
         add_bar_group(fig, row, [(name, x, [ys[i] for i in idx]) for name, ys in series])
         fig.update_yaxes(title_text="probability", row=row, col=1)
     verdict = "passes" if result.passed else "FAILS"
+    what = "exact match" if result.verifier == "exact match" else f"{result.rule} rule"
     fig.update_layout(
         barmode="group",
-        title=f"Distribution check ({result.rule} rule, N = {result.n} each): {verdict}",
+        title=f"Distribution check ({what}, N = {result.n} each): {verdict}",
         height=360 * len(result.views) + 80,
         legend={"orientation": "h", "y": -0.12},
     )

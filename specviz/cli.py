@@ -21,6 +21,7 @@ from specviz.config import (
     DEFAULT_PROMPT,
     DRAFTERS,
     RULES,
+    VERIFICATIONS,
     Settings,
     is_greedy,
 )
@@ -71,6 +72,12 @@ def _add_sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--top-n", type=int, default=d.top_n, help="tokens listed per position")
+    p.add_argument(
+        "--verification",
+        default=d.verification,
+        choices=VERIFICATIONS,
+        help="rejection: u < p/q; exact-match: the target's own sample equals the draft",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -133,6 +140,7 @@ def settings_from_args(args: argparse.Namespace, method: str = "spec") -> Settin
         max_new_tokens=args.max_new_tokens,
         seed=args.seed,
         top_n=args.top_n,
+        verification=args.verification,
         limits=Limits.from_env(),
     )
 
@@ -195,17 +203,17 @@ def print_comparison(ar: Trace, spec: Trace) -> None:
     row = metrics.table1_row(ar, spec)
     c = metrics.cost_ratio(spec, ar)
     verify_steps = metrics.verify_steps(spec, ar)
-    a, g = spec.stats.alpha, int(spec.settings["gamma"])
+    (name, a), g = metrics.expected_acceptance(spec), int(spec.settings["gamma"])
     print()
     print(f"AR ms/token            {row['ar_ms_per_token']:.1f}")
     print(f"speculative ms/token   {row['spec_ms_per_token']:.1f}")
     print(f"speedup                {row['speedup']:.2f}x  ({metrics.DEFINITIONS['speedup']})")
     print(f"c                      {c:.2f}  ({metrics.DEFINITIONS['c']})")
     if a is None:
-        print("expected (Leviathan)   needs alpha, which this trace did not measure")
+        print(f"expected (Leviathan)   needs {name}, which this trace did not measure")
     else:
         print(
-            f"expected (Leviathan)   {metrics.expected_speedup(a, g, c):.2f}x at alpha {a:.2f}, "
+            f"expected (Leviathan)   {metrics.expected_speedup(a, g, c):.2f}x at {name} {a:.2f}, "
             f"gamma {g}; best gamma {metrics.best_gamma(a, c)}"
         )
         if verify_steps and g + 1 in verify_steps:
@@ -345,7 +353,7 @@ def _add_check_parser(sub: Any) -> None:
         "--break-rule",
         default="exact",
         choices=RULES,
-        help="a deliberately wrong acceptance rule, to see the check catch it",
+        help="a deliberately wrong rejection rule, to see the check catch it",
     )
     c.add_argument("--raw", action="store_true", help="do not apply the chat template")
     c.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
@@ -361,6 +369,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)
     check.validate(args.n, args.length, args.break_rule)
+    settings.with_(rule=args.break_rule)  # a broken rule does not combine with exact match
     if not args.prompt.strip():
         raise ValueError("prompt is empty")
     pair = load_pair_from_args(args)
@@ -471,11 +480,7 @@ def print_trace(trace: Trace, color: bool) -> None:
         rows += [
             ("rounds", s.rounds),
             ("drafted / verified / accepted", f"{s.drafted} / {s.verified} / {s.accepted}"),
-            (
-                "acceptance rate",
-                f"{s.acceptance_rate:.3f}  ({metrics.DEFINITIONS['acceptance rate']})",
-            ),
-            ("alpha", f"{metrics.alpha_text(s.alpha)}  ({metrics.DEFINITIONS['alpha']})"),
+            *metrics.acceptance_rows(trace),
             ("draft ms / verify ms", f"{s.draft_ms:.0f} / {s.verify_ms:.0f}"),
         ]
     rows += [

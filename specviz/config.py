@@ -23,6 +23,12 @@ DRAFTERS = ("model", "ngram")
 # "exact" is the rule of both papers. The others are deliberately wrong, kept so that the
 # distribution check (tests, CLI, app) can show that it catches a broken algorithm.
 RULES = ("exact", "resample-from-p", "accept-without-draw")
+# How a round verifies its drafts; both are lossless. "rejection" is the papers' rule (accept
+# x_i iff u_i < p(x_i)/q(x_i), resample from norm(max(0, p - q)) at the first rejection);
+# "exact-match" samples the target's own y_i ~ p_i and accepts x_i iff y_i == x_i, keeping
+# y_i at the first mismatch. `rule` names a variant of the rejection rule only: a wrong rule
+# combined with exact-match is refused.
+VERIFICATIONS = ("rejection", "exact-match")
 TRACE_LEVELS = ("full", "minimal")
 # torch.compile backends of the compiled path (specviz.compiled), and what --compile takes:
 # a backend, "off" (the eager path) or "auto" (compiled on CUDA, eager elsewhere).
@@ -129,6 +135,12 @@ class Deployment:
             raise ValueError(f"model {model_id!r} is not allowed on this deployment")
 
 
+def verification_of(settings: Mapping[str, Any]) -> str:
+    """The verification of settings as a trace stores them; traces written before the
+    setting existed used the rejection rule."""
+    return str(settings.get("verification", "rejection"))
+
+
 def is_greedy(settings: Mapping[str, Any]) -> bool:
     """Whether settings (Settings.to_dict(), as a trace stores them) decode greedily: the
     greedy switch, or temperature 0."""
@@ -173,6 +185,7 @@ class Settings:
     top_n: int = 10
     ngram_size: int = 3
     rule: str = "exact"
+    verification: str = "rejection"
     trace_level: str = "full"
     limits: Limits = field(default_factory=Limits, compare=False, repr=False)
 
@@ -181,6 +194,12 @@ class Settings:
         _choice("method", self.method, METHODS)
         _choice("drafter", self.drafter, DRAFTERS)
         _choice("rule", self.rule, RULES)
+        _choice("verification", self.verification, VERIFICATIONS)
+        if self.verification != "rejection" and self.rule != "exact":
+            raise ValueError(
+                f"rule {self.rule!r} is a broken rejection rule: it cannot be combined "
+                f"with {self.verification} verification"
+            )
         _choice("trace_level", self.trace_level, TRACE_LEVELS)
         _int_range("gamma", self.gamma, 1, lim.max_gamma)
         _int_range("max_new_tokens", self.max_new_tokens, 1, lim.max_new_tokens)

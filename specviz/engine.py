@@ -12,7 +12,10 @@ One speculative round (Leviathan et al. 2022, Algorithm 1; Chen et al. 2023, Alg
 draft k <= gamma tokens from q, score them with one target forward (k + 1 rows of p), accept
 x_i while u_i < p(x_i)/q(x_i), then draw one token from the residual norm(max(0, p - q)) at
 the first rejection, or from p after a full accept (the bonus token). Both KV caches are
-then cropped to the accepted prefix.
+then cropped to the accepted prefix. With ``verification="exact-match"`` the round instead
+samples the target's own y_i ~ p_i at all k + 1 positions from the run's generator, accepts
+x_i while y_i == x_i, and adds y at the first mismatch (or y_{k+1} as the bonus). The
+round's record is built by specviz.record.
 """
 
 from __future__ import annotations
@@ -30,8 +33,9 @@ from specviz.config import Settings
 from specviz.drafters import Draft, Drafter, ModelDrafter, NgramDrafter
 from specviz.lm import CachedLM, ModelCache
 from specviz.models import LoadedModel, ModelPair
-from specviz.sampling import Verdict, draw, next_token, overlap, verify, warp
-from specviz.trace import Added, Drafted, Round, Stats, Trace, verified
+from specviz.record import round_record
+from specviz.sampling import draw, next_token, verify, verify_exact_match, warp
+from specviz.trace import Round, Stats, Trace, verified
 
 
 @dataclass
@@ -217,17 +221,34 @@ class Run:
                 p = warp(target.logits(seq + draft.ids, keep=k + 1), pw)  # [k+1, V]
                 q = draft.q.to(dev)  # [k, V]
                 drafts = torch.tensor(draft.ids, dtype=torch.long, device=dev)  # [k]
-                u = None if pw.greedy or k == 0 else torch.rand(k, generator=gen, device=dev)
-                verdict = verify(p, q, drafts, u, s.rule)
+                u = None
+                if s.verification == "exact-match":  # the target's own y_i ~ p_i, all k + 1
+                    verdict = verify_exact_match(p, q, drafts, draw(p, gen, pw.greedy))
+                else:
+                    if not pw.greedy and k:
+                        u = torch.rand(k, generator=gen, device=dev)
+                    verdict = verify(p, q, drafts, u, s.rule)
                 accepted = draft.ids[: verdict.n_accepted]
                 ends_on_eos = bool(accepted) and accepted[-1] in eos
-                added = None if ends_on_eos else int(draw(verdict.dist, gen, pw.greedy))
+                added = None if ends_on_eos else verdict.added_token(gen, pw.greedy)
                 new = accepted + ([] if added is None else [added])
                 seq.extend(new)
                 target.rollback(seq)
                 drafter.rollback(seq)
                 tc = clock(dev)
-                rnd = self._round(gamma, len(out), draft, p, q, verdict, u, added)
+                rnd = round_record(
+                    s,
+                    self.pair.token_text,
+                    len(self.trace.rounds),
+                    gamma,
+                    len(out),
+                    draft.ids,
+                    p,
+                    q,
+                    verdict,
+                    u,
+                    added,
+                )
                 rnd.draft_ms, rnd.verify_ms = (tb - ta) * 1e3, (tc - tb) * 1e3
                 rnd.t_s = clock(dev) - t0
                 self.trace.rounds.append(rnd)
@@ -246,103 +267,6 @@ class Run:
     def _no_draft(self) -> Draft:
         """The round after the budget is spent drafts nothing: a plain target step."""
         return Draft([], torch.empty(0, self.pair.vocab_size))
-
-    def _round(
-        self,
-        gamma: int,
-        start: int,
-        draft: Draft,
-        p: torch.Tensor,  # [k+1, V]
-        q: torch.Tensor,  # [k, V]
-        verdict: Verdict,
-        u: torch.Tensor | None,
-        added: int | None,
-    ) -> Round:
-        """The round's record: plain values, one transfer per tensor."""
-        k, n, full = len(draft.ids), verdict.n_accepted, self.settings.trace_level == "full"
-        top_n, text = self.settings.top_n, self.pair.token_text
-        p_x, q_x = verdict.p_x.tolist(), verdict.q_x.tolist()
-        ratio = verdict.ratio.clamp(max=1.0).tolist()
-        u_list = u.tolist() if u is not None else [None] * k
-        overlaps = overlap(p[:k], q).tolist() if full else [None] * k
-        tops: list[list[dict[str, Any]]] = [[] for _ in range(k)]
-        if full and k:
-            tops = _tops(torch.maximum(p[:k], q), p[:k], q, draft.ids, top_n, "q", text)
-        drafted = []
-        for i, x in enumerate(draft.ids):
-            status = "accepted" if i < n else "rejected" if i == n else "discarded"
-            drafted.append(
-                Drafted(
-                    id=x,
-                    text=text(x),
-                    p=p_x[i],
-                    q=q_x[i],
-                    accept_prob=ratio[i],
-                    u=u_list[i] if i <= n else None,
-                    status=status,
-                    overlap=overlaps[i],
-                    top=tops[i],
-                )
-            )
-        rec = None
-        if added is not None:
-            dist, p_row = verdict.dist, p[n]
-            top = []
-            if full:
-                top = _tops(
-                    torch.maximum(p_row, dist)[None],
-                    p_row[None],
-                    dist[None],
-                    [added],
-                    top_n,
-                    "residual",
-                    text,
-                )[0]
-            rec = Added(
-                id=added,
-                text=text(added),
-                status="resampled" if verdict.resampled else "bonus",
-                p=float(p_row[added]),
-                prob=float(dist[added]),
-                top=top,
-            )
-        return Round(
-            index=len(self.trace.rounds),
-            start=start,
-            gamma=gamma,
-            drafted=drafted,
-            added=rec,
-            draft_ms=0.0,
-            verify_ms=0.0,
-            t_s=0.0,
-        )
-
-
-def _tops(
-    score: torch.Tensor,  # [m, V] what orders the list
-    first: torch.Tensor,  # [m, V] p
-    second: torch.Tensor,  # [m, V] q or the residual
-    chosen: list[int],  # [m] the token of each row, always listed
-    top_n: int,
-    second_key: str,
-    text: Any,
-) -> list[list[dict[str, Any]]]:
-    ids = torch.topk(score, min(top_n, score.shape[-1]), dim=-1).indices  # [m, n]
-    ids = torch.cat([ids, torch.tensor(chosen, device=ids.device)[:, None]], dim=1)
-    a, b, ids_l = first.gather(1, ids).tolist(), second.gather(1, ids).tolist(), ids.tolist()
-    rows = []
-    for r, row in enumerate(ids_l):
-        chosen_listed = row[-1] in row[:-1]
-        rows.append(
-            [
-                {"id": t, "text": text(t), "p": a[r][j], second_key: b[r][j]}
-                for j, t in enumerate(row)
-                # tokens with no mass under either distribution are noise in a top list
-                if (a[r][j] > 0 or b[r][j] > 0 or t == row[-1])
-                and not (chosen_listed and j == len(row) - 1)
-            ]
-        )
-    return rows
 
 
 def next_gamma(gamma: int, k: int, n_accepted: int, max_gamma: int) -> int:
@@ -366,6 +290,7 @@ def summarize(trace: Trace, wall_s: float) -> Stats:
         accepted=sum(d.status == "accepted" for d in tested),
         acceptance_rate=metrics.acceptance_rate(trace),
         alpha=metrics.alpha(trace),
+        match_alpha=metrics.match_alpha(trace),
         tokens_per_call=metrics.tokens_per_call(trace),
         first_token_ms=trace.timeline[0][0] * 1e3 if trace.timeline else 0.0,
         draft_ms=sum(r.draft_ms for r in rounds),

@@ -85,7 +85,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     else:
         print(sweep.format_table(result.rows))
         print("measured: median AR ms/token / median speculative ms/token (EOS ignored)")
-        print("expected: Leviathan's formula at the measured alpha and c")
+        print(
+            "expected: Leviathan's formula at the measured c and alpha "
+            "(sum p q under exact-match verification)"
+        )
     return 0
 
 
@@ -129,7 +132,8 @@ def cmd_calibration(args: argparse.Namespace) -> int:
     counts = cal.Calibration(args.bins).add_all(cal.read_traces(args.traces))
     if counts.drafts.total == 0:
         raise ValueError(
-            f"no sampled draft decisions in {counts.traces} trace(s): greedy and AR runs have none"
+            f"no sampled draft decisions in {counts.traces} trace(s): greedy, AR and "
+            "exact-match runs have none"
         )
     result = counts.to_dict(min_n=args.min_n)
     if args.json:

@@ -4,7 +4,9 @@ Definitions (printed next to the numbers wherever they are shown):
 - acceptance rate = accepted drafts / verified drafts. A verified draft is one the rule
   tested (accepted or rejected); drafts after a rejection are discarded, never tested.
 - alpha = mean over verified positions of sum_x min(p(x), q(x)): the expected acceptance
-  probability of one draft (Leviathan's beta, averaged).
+  probability of one draft under the rejection rule (Leviathan's beta, averaged).
+- sum p q = mean over verified positions of sum_x p(x) q(x): the same under exact match,
+  which accepts a draft x iff the target's own sample y ~ p equals it. Never above alpha.
 - mean accepted per round, with or without the added (resampled or bonus) token.
 - tokens per target call = new tokens / target forwards while decoding.
 - c = time of one draft step / time of one target step.
@@ -19,7 +21,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from specviz.config import Limits
+from specviz.config import Limits, verification_of
 from specviz.trace import Trace, round_number, verified
 
 if TYPE_CHECKING:
@@ -32,6 +34,7 @@ GAMMAS = range(1, Limits.max_gamma + 1)
 DEFINITIONS = {
     "acceptance rate": "accepted drafts / verified drafts (discarded drafts are not tested)",
     "alpha": "mean of sum_x min(p(x), q(x)) over verified draft positions",
+    "sum p q": "mean of sum_x p(x) q(x) over verified draft positions",
     "tokens per call": "new tokens / target forward passes while decoding",
     "c": "ms per draft step / ms per target step",
     "speedup": "AR ms/token / speculative ms/token, same prompt, settings and seed",
@@ -44,18 +47,64 @@ def acceptance_rate(trace: Trace) -> float:
     return sum(d.status == "accepted" for d in v) / len(v) if v else 0.0
 
 
+# How each verification decides, for summaries.
+VERIFICATION_TEXT = {
+    "rejection": "accept x iff u < p(x)/q(x); at a rejection, resample from norm(max(0, p - q))",
+    "exact-match": "accept x iff the target's own sample y ~ p equals x; at a mismatch, keep y",
+}
+
+
+def _mean(values: list[float | None]) -> float | None:
+    if not values or None in values:
+        return None
+    return sum(values) / len(values)  # type: ignore[arg-type]
+
+
 def alpha(trace: Trace) -> float | None:
     """Mean overlap sum_x min(p, q) over verified positions; None when not measured (a
     "minimal" trace records no overlaps) or when no draft was verified."""
-    overlaps = [d.overlap for d in verified(trace)]
-    if not overlaps or None in overlaps:
-        return None
-    return sum(overlaps) / len(overlaps)  # type: ignore[arg-type]
+    return _mean([d.overlap for d in verified(trace)])
+
+
+def match_alpha(trace: Trace) -> float | None:
+    """Exact match's expected acceptance: mean of sum_x p(x) q(x) over verified positions;
+    None as for alpha (and for traces written before it was recorded)."""
+    return _mean([d.match_prob for d in verified(trace)])
+
+
+def expected_acceptance(trace: Trace) -> tuple[str, float | None]:
+    """The expected acceptance of one draft under the trace's own verification, and its
+    name: ("alpha", alpha) for the rejection rule, ("sum p q", match_alpha) for exact
+    match. Leviathan's formulas take it where they say alpha."""
+    if verification_of(trace.settings) == "exact-match":
+        return "sum p q", trace.stats.match_alpha
+    return "alpha", trace.stats.alpha
 
 
 def alpha_text(value: float | None) -> str:
     """alpha for a summary: three decimals, or "not measured" (never a misleading 0)."""
     return "not measured" if value is None else f"{value:.3f}"
+
+
+def acceptance_rows(trace: Trace) -> list[tuple[str, str]]:
+    """Summary rows: the verification, the observed acceptance rate, and beside it the
+    expectation of the verification used, then the other one's (what it would have
+    accepted of the same drafts)."""
+    s, d = trace.stats, DEFINITIONS
+    used = verification_of(trace.settings)
+    rule = (
+        "alpha",
+        f"{alpha_text(s.alpha)}  (expected acceptance under the rejection rule: {d['alpha']})",
+    )
+    match = (
+        "sum p q",
+        f"{alpha_text(s.match_alpha)}  (expected acceptance under exact match: {d['sum p q']})",
+    )
+    return [
+        ("verification", f"{used}  ({VERIFICATION_TEXT.get(used, '')})"),
+        ("acceptance rate", f"{s.acceptance_rate:.3f}  ({d['acceptance rate']})"),
+        *((match, rule) if used == "exact-match" else (rule, match)),
+    ]
 
 
 def mean_accepted(trace: Trace, with_added: bool = False) -> float:
@@ -203,6 +252,8 @@ def rounds_frame(trace: Trace) -> pd.DataFrame:
                     "accept_prob": d.accept_prob,
                     "u": d.u,
                     "overlap": d.overlap,
+                    "match_prob": d.match_prob,
+                    "target_sample": d.target_sample,
                     "draft_ms": r.draft_ms,
                     "verify_ms": r.verify_ms,
                 }
@@ -223,6 +274,8 @@ def rounds_frame(trace: Trace) -> pd.DataFrame:
                     "accept_prob": None,
                     "u": None,
                     "overlap": None,
+                    "match_prob": None,
+                    "target_sample": None,
                     "draft_ms": r.draft_ms,
                     "verify_ms": r.verify_ms,
                 }

@@ -3,14 +3,16 @@ numbers only (no model call).
 
 In order: what the draft proposed and how long it took (draft_ms); that one target call
 scored k + 1 positions and how long it took (verify_ms); each decision with u, p, q and
-min(1, p/q); the drafts discarded after a rejection; where the added token came from (the
-residual norm(max(0, p - q)) after a rejection, or p after a full accept); and how many
-tokens the round emitted. ``narration_html`` escapes every sentence. No gradio.
+min(1, p/q) (under exact match: the target's own sample against the draft); the drafts
+discarded after a rejection; where the added token came from (the residual
+norm(max(0, p - q)) after a rejection, the target's sample under exact match, or p after a
+full accept); and how many tokens the round emitted. ``narration_html`` escapes every
+sentence. No gradio.
 """
 
 from __future__ import annotations
 
-from specviz.render import _pair_fmt, esc, num
+from specviz.render import _pair_fmt, esc, match_verdict, num
 from specviz.trace import Drafted, Round, round_number
 
 
@@ -41,8 +43,10 @@ def scoring(rnd: Round) -> str:
 
 
 def decision(i: int, d: Drafted) -> str:
-    """The rule's decision on draft i (1-based), with its numbers."""
+    """The rule's (or exact match's) decision on draft i (1-based), with its numbers."""
     head = f"Draft {i} {d.text!r}: p = {num(d.p)}, q = {num(d.q)}"
+    if d.target_sample is not None:
+        return f"{head}; {match_verdict(d)}."
     if d.u is None:
         same = "equals" if d.status == "accepted" else "differs from"
         return f"{head}; greedy, no u drawn: the draft's argmax {same} the target's, {d.status}."
@@ -69,6 +73,11 @@ def addition(rnd: Round) -> str:
     a, k = rnd.added, len(rnd.drafted)
     if a is None:
         return "The last accepted draft was the end of the sequence, so no token was added."
+    if a.status == "resampled" and rnd.exact_match:
+        return (
+            f"Draft {rnd.n_accepted + 1} did not match, so the round kept the target's own "
+            f"sample {a.text!r}, drawn from p in the same target call (p = {num(a.p)})."
+        )
     if a.status == "resampled":
         return (
             f"Draft {rnd.n_accepted + 1} was rejected, so the same target call drew {a.text!r} "

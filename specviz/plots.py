@@ -113,13 +113,16 @@ def _pq_bars(fig: go.Figure, row: int, top: list[dict[str, Any]], chosen: int) -
         )
 
 
-def _accept_bar(fig: go.Figure, row: int, accept_prob: float, u: float | None) -> None:
-    """min(1, p/q) as a bar on [0, 1] and the drawn u as a marker on it."""
+def _accept_bar(
+    fig: go.Figure, row: int, accept_prob: float, u: float | None, name: str = "min(1, p/q)"
+) -> None:
+    """min(1, p/q) (or exact match's p(x), named so) as a bar on [0, 1] and the drawn u
+    as a marker on it."""
     fig.add_bar(
         x=[accept_prob],
-        y=["min(1, p/q)"],
+        y=[name],
         orientation="h",
-        name="min(1, p/q)",
+        name=name,
         marker={
             "color": COLORS["accepted"] if u is None or u < accept_prob else COLORS["rejected"]
         },
@@ -129,7 +132,7 @@ def _accept_bar(fig: go.Figure, row: int, accept_prob: float, u: float | None) -
     if u is not None:
         fig.add_scatter(
             x=[u],
-            y=["min(1, p/q)"],
+            y=[name],
             mode="markers+text",
             marker={
                 "symbol": "line-ns-open",
@@ -185,16 +188,23 @@ def decision_figure(dec: Decision) -> go.Figure:
         panels += ["pq", "accept"]
     if dec.added is not None:
         panels.append("added")
+    match = dec.round.exact_match
+    resampled = dec.added is not None and dec.added.status == "resampled"
+    added = "bonus: drawn from p"
+    if resampled:
+        added = (
+            "exact match: the target's own sample from p, kept at the mismatch"
+            if match
+            else "residual norm(max(0, p − q)) the token was drawn from"
+        )
     titles = {
         "pq": f"p and q over the top tokens (drafted: {label(dec.drafted.text)!r})"
         if dec.drafted
         else "",
-        "accept": "acceptance probability min(1, p/q) against the draw u",
-        "added": (
-            "residual norm(max(0, p − q)) the token was drawn from"
-            if dec.added is not None and dec.added.status == "resampled"
-            else "bonus: drawn from p"
-        ),
+        "accept": "exact match: the chance p(x) that the target samples the draft"
+        if match
+        else "acceptance probability min(1, p/q) against the draw u",
+        "added": added,
     }
     heights = {"pq": 0.5, "accept": 0.15, "added": 0.45}
     fig = make_subplots(
@@ -208,9 +218,10 @@ def decision_figure(dec: Decision) -> go.Figure:
         if panel == "pq":
             _pq_bars(fig, row, dec.drafted.top, dec.drafted.id)
         elif panel == "accept":
-            _accept_bar(fig, row, dec.drafted.accept_prob, dec.drafted.u)
+            name = "p(x)" if match else "min(1, p/q)"
+            _accept_bar(fig, row, dec.drafted.accept_prob, dec.drafted.u, name)
         else:
-            _residual_bars(fig, row, dec.added.top, dec.added.id, dec.added.status == "resampled")
+            _residual_bars(fig, row, dec.added.top, dec.added.id, resampled and not match)
     fig.update_layout(
         _LAYOUT,
         barmode="group",

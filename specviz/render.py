@@ -24,9 +24,10 @@ from specviz.palette import COLORS, show_whitespace
 from specviz.trace import TOKEN_STATUSES, Added, Decision, Drafted, Round, Trace, round_number
 
 LEGEND: dict[str, str] = {
-    "accepted": "draft token accepted: u < min(1, p/q)",
+    "accepted": "draft token accepted: u < min(1, p/q) (exact match: the target sampled it)",
     "rejected": "draft token rejected (kept visible, struck through)",
-    "resampled": "drawn from the residual norm(max(0, p - q)) after a rejection",
+    "resampled": "drawn from the residual norm(max(0, p - q)) after a rejection "
+    "(exact match: the target's own sample from p at the first mismatch)",
     "bonus": "drawn from p after all drafts were accepted",
 }
 MARKERS = {"resampled": "↻", "bonus": "+"}
@@ -219,8 +220,19 @@ def num(x: float) -> str:
     return f"{x:.2f}" if x >= 0.01 or x == 0 else f"{x:.2g}"
 
 
+def match_verdict(d: Drafted) -> str:
+    """An exact-match decision in one sentence: the target's own sample against the draft.
+    Plain text (token texts quoted by repr); callers escape it."""
+    return (
+        f"exact match: the target sampled {d.target_text!r}; the draft proposed {d.text!r}: "
+        f"{d.status}"
+    )
+
+
 def draft_verdict(d: Drafted) -> str:
-    """One plain sentence saying why the rule accepted or rejected a draft."""
+    """One plain sentence saying why the rule (or exact match) accepted or rejected a draft."""
+    if d.target_sample is not None:
+        return f"{match_verdict(d)} (the target samples this draft with probability p = {num(d.p)})"
     ratio = d.p / d.q if d.q > 0 else float("inf")
     if d.u is None:
         same = "equals" if d.status == "accepted" else "differs from"
@@ -241,8 +253,13 @@ def draft_verdict(d: Drafted) -> str:
     )
 
 
-def added_verdict(a: Added) -> str:
+def added_verdict(a: Added, exact_match: bool = False) -> str:
     """One plain sentence saying where an added token came from."""
+    if a.status == "resampled" and exact_match:
+        return (
+            f"resampled: the draft did not match, so the round keeps the target's own sample "
+            f"{a.text!r}, drawn from p (p = {num(a.p)})"
+        )
     if a.status == "resampled":
         return (
             f"resampled: after the rejection the target drew {a.text!r} from the residual "
@@ -261,7 +278,7 @@ def verdict_html(dec: Decision) -> str:
     if dec.drafted is not None:
         lines.append(f"draft {dec.drafted.text!r}: {draft_verdict(dec.drafted)}")
     if dec.added is not None:
-        lines.append(added_verdict(dec.added))
+        lines.append(added_verdict(dec.added, dec.round.exact_match))
     items = "".join(f"<li>{esc(x)}</li>" for x in lines)
     return f'<div class="sv-verdict"><b>{esc(head)}</b><ul>{items}</ul></div>'
 

@@ -1,4 +1,5 @@
-"""Pure torch: logits to distributions, draws with an explicit generator, and the rule.
+"""Pure torch: logits to distributions, draws with an explicit generator, and the two
+verifications (the rejection rule, exact match).
 
 Notation as in both papers: p is the target's distribution, q the draft's. Every function
 here is stateless; randomness only ever comes from the ``torch.Generator`` passed in, so
@@ -98,16 +99,40 @@ def overlap(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.minimum(p, q).sum(-1)
 
 
+def match_prob(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """sum_x p(x) q(x) per row: the probability that exact match accepts a draw from q.
+    Never above overlap(p, q), since p(x) q(x) <= min(p(x), q(x)) when both are <= 1."""
+    return (p * q).sum(-1)
+
+
 @dataclass(frozen=True)
 class Verdict:
-    """What the rule decided for one round of k drafted tokens."""
+    """What the verification decided for one round of k drafted tokens."""
 
     n_accepted: int  # length of the accepted prefix, 0..k
     p_x: torch.Tensor  # [k] p(x_i)
     q_x: torch.Tensor  # [k] q(x_i)
     ratio: torch.Tensor  # [k] p(x_i) / q(x_i)
     dist: torch.Tensor  # [V] the distribution the added token is drawn from
-    resampled: bool  # True: dist is the residual at a rejection; False: p after a full accept
+    # True: the added token replaces a rejected draft (rejection rule: dist is the residual;
+    # exact match: dist is p there); False: a bonus from p after a full accept
+    resampled: bool
+    # Exact match only: [k+1] the target's own samples y_i ~ p_i, drawn before the decision
+    # (y_n is the added token). None under the rejection rule.
+    samples: torch.Tensor | None = None
+
+    @property
+    def accept_prob(self) -> torch.Tensor:
+        """[k] the probability that each draft, once drafted, is accepted: min(1, p/q) under
+        the rejection rule, p(x_i) under exact match (P(y_i = x_i))."""
+        return self.ratio.clamp(max=1.0) if self.samples is None else self.p_x
+
+    def added_token(self, generator: torch.Generator, greedy: bool) -> int:
+        """The token the round adds: under exact match the target's sample y_n, already
+        drawn; under the rejection rule a draw from dist (no RNG in greedy mode)."""
+        if self.samples is not None:
+            return int(self.samples[self.n_accepted])
+        return int(draw(self.dist, generator, greedy))
 
 
 def verify(
@@ -141,3 +166,23 @@ def verify(
         return Verdict(n, p_x, q_x, ratio, p[k], resampled=False)
     dist = p[n] if rule == "resample-from-p" else residual(p[n], q[n])
     return Verdict(n, p_x, q_x, ratio, dist, resampled=True)
+
+
+def verify_exact_match(
+    p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, samples: torch.Tensor
+) -> Verdict:
+    """Exact-match verification of k drafted tokens.
+
+    p: [k+1, V], q: [k, V] and drafts: [k] as for :func:`verify`; samples: [k+1] the
+    target's own tokens y_i ~ p_i (in greedy mode the argmax of each row). Accept x_i iff
+    y_i == x_i; at the first mismatch n the round adds y_n, and after a full accept it adds
+    y_k, the bonus. Every emitted token is thus a draw from p (lossless); a draft x_i
+    passes with probability p(x_i), a draw from q with probability sum_x p(x) q(x).
+    """
+    k = drafts.shape[0]
+    idx = torch.arange(k, device=drafts.device)
+    p_x = p[idx, drafts]  # [k]
+    q_x = q[idx, drafts]  # [k]
+    mismatch = (samples[:k] != drafts).nonzero()
+    n = int(mismatch[0, 0]) if mismatch.numel() else k
+    return Verdict(n, p_x, q_x, p_x / q_x, p[n], resampled=n < k, samples=samples)

@@ -9,14 +9,15 @@ ms/token compares like with like.
 One row per cell, every figure measured from that cell's traces:
 
 - alpha: mean overlap sum_x min(p, q) over the verified drafts of all its speculative runs;
+- match_alpha: the same for sum_x p(x) q(x), exact match's expected acceptance;
 - c: median over repetitions of specviz.metrics.cost_ratio (draft step / target step);
 - tokens_per_call: new tokens / target calls, pooled over its speculative runs;
 - measured_speedup: median AR ms/token / median speculative ms/token;
 - expected_speedup: Leviathan's (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)) at the
-  measured alpha and c;
-- predicted_speedup: the refined prediction (specviz.costs) at the cell's alpha, from the
-  step, verify and overhead costs measured once before the first cell (None when the plan
-  skips that measurement).
+  measured alpha (match_alpha when the settings verify by exact match) and c;
+- predicted_speedup: the refined prediction (specviz.costs) at the cell's alpha (or
+  match_alpha), from the step, verify and overhead costs measured once before the first
+  cell (None when the plan skips that measurement).
 
 ``sweep`` yields a :class:`SweepEvent` after every run (progress for the app; stop by
 no longer iterating); ``run_sweep`` collects the rows and takes a progress callback and a
@@ -43,6 +44,7 @@ ROW_KEYS = (
     "gamma",
     "temperature",
     "alpha",
+    "match_alpha",
     "c",
     "tokens_per_call",
     "measured_speedup",
@@ -148,7 +150,9 @@ class SweepResult:
             "eos_ignored": True,
             "stopped": self.stopped,
             "costs": self.costs.to_dict() if self.costs is not None else None,
-            "definitions": {k: metrics.DEFINITIONS[k] for k in ("alpha", "c", "speedup")},
+            "definitions": {
+                k: metrics.DEFINITIONS[k] for k in ("alpha", "sum p q", "c", "speedup")
+            },
         }
 
 
@@ -207,10 +211,11 @@ def run_sweep(
 # --- one cell's row ------------------------------------------------------------------------
 
 
-def pooled_alpha(spec: list[Trace]) -> float:
-    """Mean overlap over the verified drafts of all the traces."""
-    overlaps = [d.overlap for t in spec for d in verified(t)]
-    return sum(overlaps) / len(overlaps) if overlaps else 0.0
+def pooled_alpha(spec: list[Trace], key: str = "overlap") -> float:
+    """Mean overlap (key "overlap") or sum_x p q (key "match_prob") over the verified drafts
+    of all the traces."""
+    values = [getattr(d, key) for t in spec for d in verified(t)]
+    return sum(values) / len(values) if values else 0.0
 
 
 def pooled_tokens_per_call(spec: list[Trace]) -> float:
@@ -224,7 +229,8 @@ def cell_row(
 ) -> dict[str, Any]:
     """The row of the cell with settings s from its speculative and AR traces, paired by
     repetition, and the refined prediction from costs (None without)."""
-    alpha = pooled_alpha(spec)
+    alpha, match = pooled_alpha(spec), pooled_alpha(spec, "match_prob")
+    expected = match if s.verification == "exact-match" else alpha
     c = statistics.median(metrics.cost_ratio(sp, a) for sp, a in zip(spec, ar, strict=True))
     spec_ms = statistics.median(t.stats.ms_per_token for t in spec)
     ar_ms = statistics.median(t.stats.ms_per_token for t in ar)
@@ -232,11 +238,12 @@ def cell_row(
         "gamma": s.gamma,
         "temperature": 0.0 if s.is_greedy else float(s.temperature),
         "alpha": alpha,
+        "match_alpha": match,
         "c": c,
         "tokens_per_call": pooled_tokens_per_call(spec),
         "measured_speedup": ar_ms / spec_ms if spec_ms else 0.0,
-        "expected_speedup": metrics.expected_speedup(alpha, s.gamma, c),
-        "predicted_speedup": costs.predicted(alpha, s.gamma) if costs is not None else None,
+        "expected_speedup": metrics.expected_speedup(expected, s.gamma, c),
+        "predicted_speedup": costs.predicted(expected, s.gamma) if costs is not None else None,
     }
 
 
@@ -245,13 +252,14 @@ def cell_row(
 
 def format_table(rows: list[dict[str, float]]) -> str:
     """The rows as a plain-text table, one line per cell."""
-    head = ("gamma", "temp", "alpha", "c", "tok/call", "measured", "expected", "refined")
+    head = ("gamma", "temp", "alpha", "sum pq", "c", "tok/call", "measured", "expected", "refined")
     lines = ["  ".join(f"{h:>8}" for h in head)]
     for r in rows:
         cells = (
             f"{r['gamma']:>8d}",
             f"{r['temperature']:>8.2f}",
             f"{r['alpha']:>8.3f}",
+            f"{r['match_alpha']:>8.3f}",
             f"{r['c']:>8.3f}",
             f"{r['tokens_per_call']:>8.2f}",
             f"{r['measured_speedup']:>7.2f}x",

@@ -7,7 +7,9 @@ The lookups every reader shares live here too: the verified drafts (``Round.veri
 :func:`verified`) and the decision at one output position (:func:`decision_at`).
 
 p is the target's distribution and q the draft's, both after temperature, top-k and top-p:
-exactly the distributions the acceptance rule used.
+exactly the distributions the verification used. Which verification that was (the rejection
+rule or exact match) is in the settings (``config.verification_of``); fields added after the
+first traces were written (the exact-match ones, match_prob) are optional when loading.
 """
 
 from __future__ import annotations
@@ -26,17 +28,26 @@ STOP_REASONS = ("eos", "max_new_tokens", "stopped", "running")
 
 @dataclass
 class Drafted:
-    """One drafted token and the decision the rule made about it."""
+    """One drafted token and the decision the verification made about it."""
 
     id: int
     text: str
     p: float  # target probability of this token
     q: float  # draft probability it was drawn with
-    accept_prob: float  # min(1, p/q)
-    u: float | None  # the uniform draw; None when not drawn (greedy, or discarded)
+    # the probability that this draft is accepted: min(1, p/q) under the rejection rule,
+    # p under exact match
+    accept_prob: float
+    # the rejection rule's uniform draw; None when not drawn (greedy, exact match, discarded)
+    u: float | None
     status: str  # accepted | rejected | discarded
     overlap: float | None  # sum_x min(p(x), q(x)) over the vocabulary; None: not measured
     top: list[dict[str, Any]]  # [{"id", "text", "p", "q"}], most likely under p or q first
+    # sum_x p(x) q(x): exact match's acceptance probability here; None: not measured
+    match_prob: float | None = None
+    # exact match: the target's own sample y ~ p at this position (accepted iff it equals
+    # id; at a rejection it is the added token); None under the rejection rule or discarded
+    target_sample: int | None = None
+    target_text: str | None = None
 
 
 @dataclass
@@ -45,11 +56,14 @@ class Added:
 
     id: int
     text: str
-    status: str  # resampled (from the residual after a rejection) | bonus (from p)
+    # resampled: it replaces the rejected draft (rejection rule: drawn from the residual;
+    # exact match: the target's own sample there, from p) | bonus: from p after a full accept
+    status: str
     p: float  # target probability of this token
     prob: float  # its probability under the distribution it was drawn from
     # [{"id", "text", "p", "residual"}]; "residual" is the distribution the token was drawn
-    # from: norm(max(0, p - q)) for a resampled token, p itself for a bonus token.
+    # from: norm(max(0, p - q)) for a token resampled by the rejection rule, p itself for a
+    # bonus token and for exact match's sample at a mismatch.
     top: list[dict[str, Any]]
 
 
@@ -77,6 +91,12 @@ class Round:
         return sum(d.status == "accepted" for d in self.drafted)
 
     @property
+    def exact_match(self) -> bool:
+        """Whether exact match verified this round: its tested drafts record the target's
+        samples (a round that drafted nothing cannot tell, and needs not)."""
+        return any(d.target_sample is not None for d in self.drafted)
+
+    @property
     def emitted(self) -> int:
         """Tokens this round appended to the output."""
         return self.n_accepted + (self.added is not None)
@@ -96,6 +116,9 @@ class Stats:
     # mean overlap sum_x min(p, q) over verified positions; None when not measured (trace
     # level "minimal" records no overlaps) or when no draft was verified
     alpha: float | None = None
+    # mean sum_x p(x) q(x) over verified positions (exact match's expected acceptance);
+    # None as for alpha, and in traces written before it was recorded
+    match_alpha: float | None = None
     tokens_per_call: float = 0.0  # new_tokens / target_calls
     first_token_ms: float = 0.0  # until the first call (which reads the prompt) emitted
     draft_ms: float = 0.0
@@ -252,11 +275,18 @@ def _num(d: dict[str, Any], key: str, where: str) -> float:
     return float(_get(d, key, float, where))
 
 
-def _opt_num(d: dict[str, Any], key: str, where: str) -> float | None:
-    """A number that may be null (not measured); the key itself must be present."""
-    if key in d and d[key] is None:
+def _opt_num(d: dict[str, Any], key: str, where: str, optional: bool = False) -> float | None:
+    """A number that may be null (not measured); the key itself must be present unless
+    optional (a field that older traces lack)."""
+    if (key in d and d[key] is None) or (optional and key not in d):
         return None
     return _num(d, key, where)
+
+
+def _optional(d: dict[str, Any], key: str, kind: type, where: str) -> Any:
+    """A value that may be missing or null (a field that older traces lack)."""
+    value = d.get(key)
+    return None if value is None else _expect(value, kind, f"{where}.{key}")
 
 
 def _point(x: Any) -> list[float]:
@@ -304,6 +334,9 @@ def _round(r: Any, i: int) -> Round:
                 status=status,
                 overlap=_opt_num(x, "overlap", w),
                 top=_top(x.get("top", []), "q", f"{w}.top"),
+                match_prob=_opt_num(x, "match_prob", w, optional=True),
+                target_sample=_optional(x, "target_sample", int, w),
+                target_text=_optional(x, "target_text", str, w),
             )
         )
     added = r.get("added")
@@ -333,13 +366,16 @@ def _round(r: Any, i: int) -> Round:
     )
 
 
+_LATER_STATS = {"match_alpha"}  # stats that older traces lack
+
+
 def _stats(d: dict[str, Any]) -> Stats:
     values: dict[str, Any] = {}
     for name, f in Stats.__dataclass_fields__.items():
         if f.type == "int":
             values[name] = _get(d, name, int, "trace.stats")
         elif "None" in str(f.type):
-            values[name] = _opt_num(d, name, "trace.stats")
+            values[name] = _opt_num(d, name, "trace.stats", optional=name in _LATER_STATS)
         else:
             values[name] = _num(d, name, "trace.stats")
     return Stats(**values)

@@ -132,3 +132,14 @@ def test_cli_refuses_traces_without_sampled_decisions(tmp_path, capsys, one_thre
     path.write_text(generate(bag_pair(), "1", Settings(greedy=True, max_new_tokens=6)).to_json())
     assert main(["calibration", str(path)]) == 2
     assert "no sampled draft decisions" in capsys.readouterr().err
+
+
+def test_exact_match_traces_add_no_decisions(one_thread):
+    """No u is drawn, and the sample kept at a mismatch is not distributed as p given the
+    mismatch: neither diagram counts exact-match rounds."""
+    pair = bag_pair()
+    s = Settings(temperature=1.0, top_p=1.0, gamma=4, max_new_tokens=24)
+    ts = [generate(pair, "1 2", s.with_(seed=i, verification="exact-match")) for i in range(5)]
+    assert any(r.added.status == "resampled" for t in ts for r in t.rounds)
+    c = Calibration().add_all(ts)
+    assert c.traces == 5 and c.drafts.total == 0 and c.residual.total == 0

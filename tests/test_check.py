@@ -14,8 +14,9 @@ import math
 import pytest
 import torch
 
-from specviz import check, check_figure, stats
+from specviz import check, check_figure, check_views, stats
 from specviz.config import Settings
+from tests.broken import break_exact_match
 from tests.tiny import tiny_pair
 
 N = 200
@@ -92,15 +93,15 @@ def test_total_variation_and_frequencies():
 
 def test_bins_and_counts():
     exact = {(1,): 0.6, (2,): 0.3, (3,): 0.09, (4,): 0.01}
-    bins = check.choose_bins(exact, n=100, min_expected=5)
+    bins = check_views.choose_bins(exact, n=100, min_expected=5)
     assert bins == [(1,), (2,), (3,)]
-    assert check.bin_counts([(1,), (1,), (4,), (2,)], bins) == [2, 1, 0, 1]
+    assert check_views.bin_counts([(1,), (1,), (4,), (2,)], bins) == [2, 1, 0, 1]
 
 
 def test_small_other_bin_is_merged_but_zero_stays():
-    counts, probs = check.merge_small_other([50, 40, 8, 2], [0.5, 0.4, 0.08, 0.02], n=100)
+    counts, probs = check_views.merge_small_other([50, 40, 8, 2], [0.5, 0.4, 0.08, 0.02], n=100)
     assert counts == [50, 40, 10] and probs == pytest.approx([0.5, 0.4, 0.1])
-    same = check.merge_small_other([50, 50, 1], [0.5, 0.5, 0.0], n=100)
+    same = check_views.merge_small_other([50, 50, 1], [0.5, 0.5, 0.0], n=100)
     assert same == ([50, 50, 1], [0.5, 0.5, 0.0])
 
 
@@ -126,7 +127,7 @@ def test_a_tiny_other_bin_keeps_its_exact_mass(pair):
     spec = ar[:-1] + [(0, 2)]
     views = check.compare(pair, probs, spec, ar, length=2)
     other = views[1]
-    assert other.labels[-1] == check.OTHER and len(other.labels) == 5
+    assert other.labels[-1] == check_views.OTHER and len(other.labels) == 5
     assert other.exact[-1] == pytest.approx(rare, rel=1e-3) and 0 < other.exact[-1] < 1e-6
     assert other.spec_test.p_value > 0.0 and math.isfinite(other.spec_test.statistic)
     assert views[0].exact[-1] == pytest.approx(e, rel=1e-6)  # first token: complete anyway
@@ -143,6 +144,7 @@ def test_rule_first_token_exact_is_p_and_wrong_rules_are_not():
         assert 0.5 * (d - p).abs().sum() > 0.05
     with pytest.raises(ValueError):
         check.rule_first_token(p, q, "nope")
+    assert torch.allclose(check.rule_first_token(p, q, "exact", "exact-match"), p, atol=1e-6)
 
 
 def test_frequent_continuations_enumerate_the_whole_tree(pair):
@@ -172,7 +174,7 @@ def test_exact_rule_passes(exact_result):
     for v in r.views:
         assert sum(v.spec) == N and sum(v.ar) == N
         assert sum(v.exact) == pytest.approx(1.0, abs=1e-5)
-        assert v.labels[-1] == check.OTHER
+        assert v.labels[-1] == check_views.OTHER
         assert v.spec_test.p_value > 0.05 and v.ar_test.p_value > 0.05
     assert 0.1 < r.spec_acceptance < 0.9  # the rule really was exercised
     assert r.predicted_tv == pytest.approx(0.0, abs=1e-6)
@@ -191,6 +193,49 @@ def test_each_broken_rule_fails(pair, rule, length):
     assert first.spec_test.p_value < 1e-6
     assert first.ar_test.p_value > 0.05  # the autoregressive control is unaffected
     assert first.tv_spec > 0.1 and r.predicted_tv > 0.2
+
+
+# Exact match differs from its broken twin (tests/broken.py) only where q is spread out and
+# unlike p: a flatter pair at temperature 1 (the break moves the first token by TV = 0.11;
+# at the module's pair top-p leaves q one-hot there, and the break changes nothing).
+N_MATCH = 1000
+MATCH = Settings(gamma=2, temperature=1.0, top_p=1.0, verification="exact-match")
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["exact-match", "broken exact match"])
+def test_exact_match_passes_and_a_broken_one_fails(monkeypatch, broken):
+    """The same check for exact match as for the rule; an exact match that draws from the
+    residual at a mismatch fails it by many orders of magnitude."""
+    pair = tiny_pair(vocab=8, target_seed=0, draft_seed=1, sharpness=1.0)
+    if broken:
+        break_exact_match(monkeypatch)
+    r = check.run_check(pair, PROMPT, MATCH, n=N_MATCH, length=2)
+    assert r.settings["verification"] == "exact-match" and r.verifier == "exact match"
+    assert r.summary().startswith(("FAIL" if broken else "PASS") + ": exact match, N = 1000")
+    assert r.predicted_tv == pytest.approx(0.0, abs=1e-6)  # what exact match itself gives
+    assert all(v.ar_test.p_value > 0.05 for v in r.views)  # the control
+    if broken:
+        assert not r.passed and max(v.spec_test.p_value for v in r.views) < 1e-10
+    else:
+        assert r.passed and all(v.spec_test.p_value > 0.05 for v in r.views), r.summary()
+        assert 0.05 < r.spec_acceptance < 0.5  # drafts accepted, and many mismatches
+
+
+def test_a_broken_rule_with_exact_match_is_refused(pair, capsys, monkeypatch):
+    with pytest.raises(ValueError, match="cannot be combined with exact-match"):
+        check.run_check(
+            pair, PROMPT, Settings(verification="exact-match"), n=N, rule="resample-from-p"
+        )
+    from specviz import cli
+
+    def no_load(args):
+        raise AssertionError("no model loads for a refused combination")
+
+    monkeypatch.setattr(cli, "load_pair_from_args", no_load)
+    argv = ["check", "--verification", "exact-match", "--break-rule", "accept-without-draw"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "cannot be combined with exact-match" in err and err.count("\n") == 1
 
 
 def test_ngram_drafter_passes(pair):

@@ -46,6 +46,7 @@ STATS_KEYS = {
         (["--prompt", "hi", "--draft", "https://x.y/m", "--target", "a/b"], "refused model id"),
         (["--prompt", "hi", "--draft", "a/b"], "needs both a draft id and a target id"),
         (["--prompt", "hi", "--gamma", "two"], "invalid int value"),
+        (["--prompt", "hi", "--verification", "exact"], "argument --verification: invalid"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_code_2(capsys, argv, message):
@@ -120,6 +121,27 @@ def test_alpha_not_measured_is_said_so(capsys):
     alpha_line = next(line for line in out.splitlines() if line.startswith("alpha"))
     assert "not measured" in alpha_line and "0.000" not in alpha_line
     assert "expected (Leviathan)   needs alpha" in out
+
+
+def test_generate_with_exact_match_verification(capsys, monkeypatch):
+    from tests.tiny import close_pair
+
+    pair = close_pair()
+    monkeypatch.setattr("specviz.cli.load_pair_from_args", lambda args, compiled=True: pair)
+    argv = ["generate", "--prompt", "1 2 3", "--raw", "--max-new-tokens", "24"]
+    argv += ["--temperature", "1.0", "--verification", "exact-match"]
+    assert main([*argv, "--json"]) == 0
+    t = json.loads(capsys.readouterr().out)
+    assert t["settings"]["verification"] == "exact-match"
+    tested = [d for r in t["rounds"] for d in r["drafted"] if d["status"] != "discarded"]
+    assert tested and all(d["u"] is None and d["target_sample"] is not None for d in tested)
+    assert all((d["target_sample"] == d["id"]) == (d["status"] == "accepted") for d in tested)
+    assert main([*argv, "--compare"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    names = [line.split("  ")[0] for line in lines]
+    i = names.index("acceptance rate")
+    assert lines[i - 1].split()[1] == "exact-match" and names[i + 1 : i + 3] == ["sum p q", "alpha"]
+    assert any(line.startswith("expected (Leviathan)") and "at sum p q" in line for line in lines)
 
 
 def test_the_module_runs_offline_without_a_traceback():

@@ -59,9 +59,11 @@ def test_greedy_equality_holds_for_a_draft_of_another_network(one_thread):
     assert spec.stats.acceptance_rate < 1.0
 
 
-def test_the_compiled_trace_has_the_eager_trace_s_content(pairs):
+@pytest.mark.parametrize("verification", ["rejection", "exact-match"])
+def test_the_compiled_trace_has_the_eager_trace_s_content(pairs, verification):
     eager, compiled = pairs
     s = Settings(gamma=GAMMA, temperature=1.0, top_p=1.0, max_new_tokens=30, seed=7)
+    s = s.with_(verification=verification)
     a, b = generate(eager, PROMPT, s).to_dict(), generate(compiled, PROMPT, s).to_dict()
     assert a.keys() == b.keys()
     assert b["models"]["target"].endswith(f"compiled with {BACKEND}")
@@ -76,6 +78,7 @@ def test_the_compiled_trace_has_the_eager_trace_s_content(pairs):
             assert da.keys() == db.keys()
             assert da["p"] == pytest.approx(db["p"], abs=1e-5)
             assert da["q"] == pytest.approx(db["q"], abs=1e-5)
+            assert da["target_sample"] == db["target_sample"]
 
 
 def test_steady_state_runs_compile_nothing(pairs):

@@ -24,6 +24,12 @@ BAD = [
     ({"temperature": 1e-40}, "temperature must be 0 (greedy) or at least 0.01, got 1e-40"),
     ({"temperature": 0.009}, "temperature must be 0 (greedy) or at least 0.01"),
     ({"draft_temperature": 1e-40}, "draft_temperature must be 0 (greedy) or at least 0.01"),
+    ({"verification": "exact"}, "verification must be one of rejection, exact-match"),
+    # a deliberately wrong rule is a variant of the rejection rule only
+    (
+        {"verification": "exact-match", "rule": "resample-from-p"},
+        "rule 'resample-from-p' is a broken rejection rule: it cannot be combined with",
+    ),
 ]
 
 
@@ -72,3 +78,15 @@ def test_settings_round_trip_through_plain_values():
     assert Settings.from_dict(s.to_dict()) == s
     with pytest.raises(ValueError, match="unknown setting"):
         Settings.from_dict({**s.to_dict(), "beam_width": 4})
+
+
+def test_verification_defaults_to_the_rejection_rule():
+    from specviz.config import verification_of
+
+    assert Settings().verification == "rejection"
+    s = Settings(verification="exact-match")
+    assert Settings.from_dict(s.to_dict()) == s
+    old = Settings().to_dict()
+    del old["verification"]  # settings stored before the field existed
+    assert Settings.from_dict(old).verification == "rejection"
+    assert verification_of(old) == "rejection" and verification_of(s.to_dict()) == "exact-match"

@@ -10,7 +10,12 @@ and its first two tokens (outcomes expected fewer than 5 times are pooled).
 Every case drafts k >= 3 tokens in some rounds and needs several rounds per sample, and
 each asserts that its feature was exercised: EOS drafted, accepted and resampled; n-gram
 drafts accepted and rejected; gamma changing under the adaptive schedule. Each must pass
-with the exact rule and fail with both deliberately wrong rules.
+with the exact rule and fail with both deliberately wrong rules. Exact-match verification
+runs the cases of MATCH_CASES (rounds drafting k >= 3, EOS inside a draft, the n-gram
+drafter, top-p) at the same N and threshold; the same views catch a broken exact match
+(tests/broken.py: a residual draw at a mismatch) at p < 1e-19 with N_WRONG samples. With
+the n-gram drafter that break is invisible (q is one-hot, and the residual is then the law
+of y given y != x), so only the model-drafter cases are asked to catch it.
 
 Sample counts are set by power, to keep the suite quick (one sample costs about 2 ms):
 - exact rule, N_EXACT = 8,000 per case; each view must keep p > 1e-4 (16 views: a seed set
@@ -21,7 +26,7 @@ Sample counts are set by power, to keep the suite quick (one sample costs about 
   at this N (noncentral chi-square); moved half of the way, with probability 1.00.
 - wrong rules, N_WRONG = 800 per case: the test asks for p < 1e-6; the least visible
   wrong rule (resample-from-p with a draft temperature) ends at p = 1e-18.
-The whole module takes about three minutes on one core.
+The whole module takes about four minutes on one core.
 A smaller run on a transformers Llama checks one case on the model class the app uses.
 """
 
@@ -37,6 +42,7 @@ import torch
 from specviz.config import Settings
 from specviz.engine import generate
 from specviz.trace import Trace
+from tests.broken import break_exact_match
 from tests.tiny import bag_pair, tiny_pair
 
 VOCAB = 6
@@ -109,6 +115,10 @@ CASES = {
     "draft-temperature": Case(_s(gamma=3, draft_temperature=1.8, max_new_tokens=5)),
     "adaptive": Case(_s(gamma=3, adaptive_gamma=True, max_new_tokens=6)),
 }
+
+
+MATCH_CASES = ("rounds", "eos", "ngram", "top-p")
+SPEC_CASES = [(c, "rejection") for c in CASES] + [(c, "exact-match") for c in MATCH_CASES]
 
 
 def exercised(case: str, t: Tally) -> list[str]:
@@ -239,22 +249,26 @@ def pair_for(case: Case):
     return bag_pair(vocab=VOCAB, target_seed=3, draft_seed=4, eos=case.eos)
 
 
-def run_case(name: str, rule: str, n: int) -> tuple[dict[Outcome, float], Counter, Tally]:
-    """The case's exact distribution, and n samples under the rule with what they exercised."""
+def run_case(
+    name: str, rule: str, n: int, verification: str = "rejection"
+) -> tuple[dict[Outcome, float], Counter, Tally]:
+    """The case's exact distribution, and n samples under the rule (or exact match) with
+    what they exercised."""
     case = CASES[name]
     pair = pair_for(case)
     exact = exact_distribution(pair, case.prompt, case.settings)
-    counts, tally = sample(pair, case, case.settings.with_(rule=rule), n)
+    settings = case.settings.with_(rule=rule, verification=verification)
+    counts, tally = sample(pair, case, settings, n)
     return exact, counts, tally
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", list(CASES))
-def test_speculative_samples_follow_the_target(name, one_thread):
-    exact, counts, tally = run_case(name, "exact", N_EXACT)
+@pytest.mark.parametrize("name,verification", SPEC_CASES)
+def test_speculative_samples_follow_the_target(name, verification, one_thread):
+    exact, counts, tally = run_case(name, "exact", N_EXACT, verification)
     assert not exercised(name, tally)
     for view, (stat, p) in views(counts, exact, N_EXACT).items():
-        assert p > EXACT_P, f"{name}, {view}: chi2={stat:.1f}, p={p:.2g}"
+        assert p > EXACT_P, f"{name}, {verification}, {view}: chi2={stat:.1f}, p={p:.2g}"
 
 
 @pytest.mark.slow
@@ -265,6 +279,16 @@ def test_each_case_rejects_a_wrong_rule(name, rule, one_thread):
     found = views(counts, exact, N_WRONG)
     p = min(p for _, p in found.values())
     assert p < WRONG_P, f"{name}: {rule} passed the check: {found}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [c for c in MATCH_CASES if CASES[c].settings.drafter == "model"])
+def test_each_case_rejects_a_broken_exact_match(name, monkeypatch, one_thread):
+    break_exact_match(monkeypatch)
+    exact, counts, _ = run_case(name, "exact", N_WRONG, "exact-match")
+    found = views(counts, exact, N_WRONG)
+    p = min(p for _, p in found.values())
+    assert p < WRONG_P, f"{name}: the broken exact match passed the check: {found}"
 
 
 def assert_follows_target(pair, case: Case, n: int, reference=None) -> None:

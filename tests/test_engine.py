@@ -31,15 +31,28 @@ def greedy_ar(offline_pair):
     return {p: generate(offline_pair, p, s).token_ids for p in PROMPTS}
 
 
+VERIFICATIONS = ["rejection", "exact-match"]
+# Exact match at two gammas only (the rounds drafting k >= 3 included): in greedy mode it
+# takes the same decisions as the rule, and each case costs seconds on the real pair.
+GREEDY_CASES = [("rejection", g) for g in (1, 3, 5, 8)] + [("exact-match", g) for g in (3, 8)]
+
+
 @pytest.mark.parametrize("drafter", ["model", "ngram"])
-@pytest.mark.parametrize("gamma", [1, 3, 5, 8])
+@pytest.mark.parametrize("verification,gamma", GREEDY_CASES)
 def test_greedy_speculative_equals_greedy_autoregressive_in_fp32(
-    offline_pair, greedy_ar, drafter, gamma
+    offline_pair, greedy_ar, drafter, gamma, verification
 ):
-    s = Settings(greedy=True, gamma=gamma, drafter=drafter, max_new_tokens=GREEDY_TOKENS)
+    s = Settings(
+        greedy=True,
+        gamma=gamma,
+        drafter=drafter,
+        max_new_tokens=GREEDY_TOKENS,
+        verification=verification,
+    )
     for prompt in PROMPTS:
         spec = generate(offline_pair, prompt, s.with_(trace_level="minimal"))
-        assert spec.token_ids == greedy_ar[prompt], f"{drafter} gamma={gamma}: {prompt!r}"
+        where = f"{verification} {drafter} gamma={gamma}: {prompt!r}"
+        assert spec.token_ids == greedy_ar[prompt], where
 
 
 def _check_caches(run: Run, seq: list[int]) -> None:
@@ -52,12 +65,14 @@ def _check_caches(run: Run, seq: list[int]) -> None:
     assert draft.tokens == seq[: len(draft.tokens)]
 
 
+@pytest.mark.parametrize("verification", VERIFICATIONS)
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-def test_caches_hold_the_accepted_prefix_and_match_a_recompute(temperature):
+def test_caches_hold_the_accepted_prefix_and_match_a_recompute(temperature, verification):
     pair = close_pair()  # drafts are often accepted, and often rejected, greedy included
     kinds: Counter[str] = Counter()
+    s = Settings(gamma=3, temperature=temperature, max_new_tokens=30, verification=verification)
     for prompt in ("3 1 4 1 5", "2 7 1 8"):
-        run = Run(pair, prompt, Settings(gamma=4, temperature=temperature, max_new_tokens=30))
+        run = Run(pair, prompt, s)
         for update in run:
             r = update.round
             if r.drafted:
@@ -94,11 +109,19 @@ def test_never_more_than_max_new_tokens(max_new):
         assert sum(r.emitted for r in t.rounds) == max_new
 
 
-def test_nothing_after_eos():
+@pytest.mark.parametrize("verification", VERIFICATIONS)
+def test_nothing_after_eos(verification):
     pair = tiny_pair(vocab=6, eos=0, sharpness=0.5)
     eos_drafted = eos_added = 0
     for seed in range(150):
-        s = Settings(gamma=4, max_new_tokens=40, seed=seed, temperature=1.0, top_p=1.0)
+        s = Settings(
+            gamma=4,
+            max_new_tokens=40,
+            seed=seed,
+            temperature=1.0,
+            top_p=1.0,
+            verification=verification,
+        )
         t = generate(pair, "1 2", s)
         if 0 in t.token_ids:
             assert t.token_ids.index(0) == len(t.token_ids) - 1 and t.stop_reason == "eos"
@@ -113,12 +136,13 @@ def test_nothing_after_eos():
     assert eos_drafted and eos_added
 
 
-def test_same_seed_same_trace_and_concurrent_runs_share_no_rng():
+@pytest.mark.parametrize("verification", VERIFICATIONS)
+def test_same_seed_same_trace_and_concurrent_runs_share_no_rng(verification):
     pair = tiny_pair(vocab=16, sharpness=1.0)
-    s = Settings(gamma=3, max_new_tokens=20)
+    s = Settings(gamma=3, max_new_tokens=20, verification=verification)
 
     def decisions(t: Trace) -> list:
-        return [(d.id, d.u, d.status) for r in t.rounds for d in r.drafted]
+        return [(d.id, d.u, d.target_sample, d.status) for r in t.rounds for d in r.drafted]
 
     alone = {seed: generate(pair, "5 6", s.with_(seed=seed)) for seed in (1, 2)}
     assert decisions(alone[1]) != decisions(alone[2])
@@ -182,6 +206,70 @@ def test_statuses_and_decisions_are_consistent():
     assert kinds["resampled"] >= 3 and kinds["bonus after drafts"] >= 3, kinds
 
 
+def test_exact_match_statuses_and_decisions_are_consistent():
+    """Each decision against an independent recompute of p and q: a draft is accepted iff
+    the target's recorded sample equals it, the token added at a mismatch is that sample
+    (drawn from p, not from the residual), and the bonus comes from p."""
+    pair = close_pair(noise=0.3)
+    s = Settings(gamma=4, max_new_tokens=60, seed=3, temperature=1.0, top_p=1.0)
+    t = generate(pair, "1 2 3", s.with_(verification="exact-match"))
+    assert t.settings["verification"] == "exact-match"
+    kinds: Counter[str] = Counter()
+    out: list[int] = []
+    for r in t.rounds:
+        ctx, ids, n, k = t.prompt_ids + out, [d.id for d in r.drafted], r.n_accepted, len(r.drafted)
+        p = _rows(pair.target.model, ctx + ids, len(ctx))  # [k+1, V]
+        q = _rows(pair.draft.model, ctx + ids[:-1], len(ctx)) if k else None  # [k, V]
+        tail = ["rejected"] + ["discarded"] * (k - n - 1) if n < k else []
+        assert [d.status for d in r.drafted] == ["accepted"] * n + tail
+        for i, d in enumerate(r.drafted):
+            assert d.u is None and d.accept_prob == pytest.approx(float(p[i, d.id]), rel=1e-4)
+            match = float((p[i] * q[i]).sum())
+            assert d.match_prob == pytest.approx(match, rel=1e-4) and d.match_prob <= d.overlap
+            if d.status == "discarded":
+                assert d.target_sample is None and d.target_text is None
+            else:
+                assert (d.target_sample == d.id) == (d.status == "accepted")
+                assert d.target_text == pair.token_text(d.target_sample)
+        a = r.added
+        assert a.prob == pytest.approx(float(p[n, a.id]), rel=1e-4) and a.p == a.prob
+        if n < k:
+            assert a.status == "resampled" and a.id == r.drafted[n].target_sample
+            kinds["mismatch"] += 1
+        else:
+            assert a.status == "bonus"
+            kinds["bonus after drafts" if k else "bonus, nothing drafted"] += 1
+        out += ids[:n] + [a.id]
+    assert out == t.token_ids
+    assert kinds["mismatch"] >= 3 and kinds["bonus after drafts"] >= 3, kinds
+
+
+def test_exact_match_accepts_less_often_than_the_rule():
+    """At temperature 1 on a close pair the rule accepts about 0.79 of the drafts and exact
+    match about 0.53, each near its expectation (alpha, sum p q); over about 700 decisions
+    each, the gap is some ten standard errors."""
+    pair = close_pair()
+    rates = {}
+    for verification in VERIFICATIONS:
+        accepted = tested = 0
+        expected = {"alpha": [], "sum p q": []}
+        for seed in range(20):
+            s = Settings(gamma=4, max_new_tokens=40, seed=seed, temperature=1.0, top_p=1.0)
+            t = generate(pair, "1 2 3", s.with_(verification=verification))
+            accepted, tested = accepted + t.stats.accepted, tested + t.stats.verified
+            expected["alpha"] += [d.overlap for r in t.rounds for d in r.verified]
+            expected["sum p q"] += [d.match_prob for r in t.rounds for d in r.verified]
+        rate = accepted / tested
+        mean = {key: sum(v) / len(v) for key, v in expected.items()}
+        assert mean["sum p q"] < mean["alpha"] - 0.2  # the expectations differ clearly
+        own = mean["alpha" if verification == "rejection" else "sum p q"]
+        assert abs(rate - own) < 4 * (own * (1 - own) / tested) ** 0.5, (verification, rate, own)
+        rates[verification] = (rate, tested)
+    (rule, n_rule), (match, n_match) = rates["rejection"], rates["exact-match"]
+    se = (rule * (1 - rule) / n_rule + match * (1 - match) / n_match) ** 0.5
+    assert match < rule - 6 * se, rates
+
+
 def _heavy_padding(model: torch.nn.Module, real: int) -> None:
     """Give the output columns beyond the real tokens nearly all of the softmax mass."""
     head = model.lm_head
@@ -217,13 +305,29 @@ def test_padded_output_columns_are_dropped(target_width, draft_width):
         assert first.p == pytest.approx(float(rows["p"][first.id]), rel=1e-4)
 
 
-def test_trace_json_round_trip():
+@pytest.mark.parametrize("verification", VERIFICATIONS)
+def test_trace_json_round_trip(verification):
     pair = tiny_pair(vocab=8, sharpness=1.0)
     for method in ("spec", "ar"):
-        t = generate(pair, "1 2", Settings(method=method, gamma=3, max_new_tokens=12))
+        s = Settings(method=method, gamma=3, max_new_tokens=12, verification=verification)
+        t = generate(pair, "1 2", s)
         back = Trace.from_json(t.to_json())
         assert back.to_dict() == t.to_dict()
         assert (method == "ar") == (back.rounds == [])
+
+
+def test_a_trace_written_before_exact_match_still_loads():
+    from specviz.config import verification_of
+
+    pair = tiny_pair(vocab=8, sharpness=1.0)
+    d = generate(pair, "1 2", Settings(gamma=3, max_new_tokens=12)).to_dict()
+    del d["settings"]["verification"], d["stats"]["match_alpha"]
+    for r in d["rounds"]:
+        for x in r["drafted"]:
+            del x["match_prob"], x["target_sample"], x["target_text"]
+    old = Trace.from_dict(d)
+    assert verification_of(old.settings) == "rejection" and old.stats.match_alpha is None
+    assert all(x.match_prob is None and x.target_sample is None for x in old.rounds[0].drafted)
 
 
 def test_a_minimal_trace_marks_alpha_as_not_measured():

@@ -207,6 +207,22 @@ def test_narration_of_bonus_greedy_and_eos_rounds():
     assert narration.narrate_round(empty)[1].startswith("One target call scored 1 position ")
 
 
+def test_narration_of_an_exact_match_round():
+    from tests.test_render import match_trace
+
+    rnd = match_trace().rounds[0]
+    lines = narration.narrate_round(rnd)
+    assert lines[2] == (
+        "Draft 1 'Hi': p = 0.50, q = 0.40; exact match: the target sampled 'Hi'; "
+        "the draft proposed 'Hi': accepted."
+    )
+    assert lines[3].endswith(f"the target sampled {NASTY!r}; the draft proposed 'blue': rejected.")
+    assert lines[5].startswith("Draft 2 did not match, so the round kept the target's own sample")
+    assert "residual" not in " ".join(lines)
+    html = narration.narration_html(rnd)
+    assert "<script" not in html and "&lt;script&gt;" in html and "${" not in html
+
+
 def test_narration_html_is_numbered_and_escaped():
     html = narration.narration_html(sample_trace().rounds[0])
     assert html.count("<li>") == 7 and "<ol>" in html

@@ -144,3 +144,30 @@ def test_one_best_gamma_for_the_command_line_and_the_app(capsys):
     assert (int(cli[1]), int(app[1])) == (24, 24)
     assert metrics.best_gamma(alpha, c) == 24
     assert list(metrics.GAMMAS) == list(range(1, Limits().max_gamma + 1))
+
+
+def test_exact_match_metrics_on_a_trace_worked_out_by_hand():
+    _, t = synthetic_pair()
+    # sum p q per verified position: the overlaps halved (4.7 / 2 in all)
+    for r in t.rounds:
+        for d in r.drafted:
+            d.match_prob = d.overlap / 2
+    assert metrics.match_alpha(t) == pytest.approx(4.7 / 16)
+    assert summarize(t, 1.0).match_alpha == pytest.approx(4.7 / 16)
+    t.rounds[0].drafted[0].match_prob = None  # not measured (or an older trace)
+    assert metrics.match_alpha(t) is None
+
+
+def test_acceptance_rows_put_each_verification_beside_its_expectation():
+    _, t = synthetic_pair()
+    t.stats.match_alpha = 0.25
+    rows = metrics.acceptance_rows(t)  # the settings have no verification: the rule
+    assert [k for k, _ in rows] == ["verification", "acceptance rate", "alpha", "sum p q"]
+    assert rows[0][1].startswith("rejection") and rows[1][1].startswith("0.750")
+    assert rows[2][1].startswith("0.588  (expected acceptance under the rejection rule")
+    assert metrics.expected_acceptance(t) == ("alpha", pytest.approx(0.5875))
+    t.settings["verification"] = "exact-match"
+    rows = metrics.acceptance_rows(t)
+    assert [k for k, _ in rows] == ["verification", "acceptance rate", "sum p q", "alpha"]
+    assert rows[2][1].startswith("0.250  (expected acceptance under exact match")
+    assert metrics.expected_acceptance(t) == ("sum p q", 0.25)

@@ -21,6 +21,18 @@ def test_decision_figure_panels() -> None:
     assert "q (draft)" not in [tr.name for tr in only_added.data]
 
 
+def test_decision_figure_under_exact_match() -> None:
+    from tests.test_render import match_trace
+
+    fig = plots.decision_figure(decision_at(match_trace(), 0, 1))  # mismatch + kept sample
+    names = [tr.name for tr in fig.data]
+    assert "p(x)" in names and "u (draw)" not in names
+    assert not any("residual" in (n or "") for n in names)
+    titles = [a.text for a in fig.layout.annotations]
+    assert any(t.startswith("exact match: the chance p(x)") for t in titles)
+    assert "exact match: the target's own sample from p, kept at the mismatch" in titles
+
+
 def test_drafted_token_is_highlighted() -> None:
     fig = plots.decision_figure(decision_at(sample_trace(), 0, 0))
     p_bar = fig.data[0]

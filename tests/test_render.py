@@ -110,6 +110,51 @@ def test_verdicts_are_plain_sentences() -> None:
     )
 
 
+def match_trace() -> Trace:
+    """A round verified by exact match: 'Hi' matched the target's sample, 'blue' did not
+    (the target sampled NASTY, which the round kept), 'x' was discarded."""
+
+    def d(i: int, text: str, status: str, p: float, sample: int | None, sample_text: str | None):
+        top = [{"id": i, "text": text, "p": p, "q": 0.4}]
+        return Drafted(i, text, p, 0.4, p, None, status, 0.5, top, 0.3, sample, sample_text)
+
+    rnd = Round(
+        0,
+        0,
+        3,
+        [
+            d(1, "Hi", "accepted", 0.5, 1, "Hi"),
+            d(2, "blue", "rejected", 0.1, 9, NASTY),
+            d(3, "x", "discarded", 0.2, None, None),
+        ],
+        Added(
+            9, NASTY, "resampled", 0.3, 0.3, [{"id": 9, "text": NASTY, "p": 0.3, "residual": 0.3}]
+        ),
+        3.0,
+        5.0,
+        0.01,
+    )
+    settings = {"gamma": 3, "verification": "exact-match"}
+    return Trace("spec", "p", [1], settings, {}, rounds=[rnd], token_ids=[1, 9])
+
+
+def test_exact_match_verdicts_are_one_escaped_sentence() -> None:
+    t = match_trace()
+    assert t.rounds[0].exact_match and not sample_trace().rounds[0].exact_match
+    assert render.draft_verdict(t.rounds[0].drafted[0]) == (
+        "exact match: the target sampled 'Hi'; the draft proposed 'Hi': accepted "
+        "(the target samples this draft with probability p = 0.50)"
+    )
+    rejected = render.match_verdict(t.rounds[0].drafted[1])
+    assert rejected.startswith(f"exact match: the target sampled {NASTY!r}; the draft proposed")
+    assert rejected.endswith("'blue': rejected")
+    html = render.verdict_html(decision_at(t, 0, 1))
+    assert "exact match: the target sampled" in html
+    assert "the draft proposed &#x27;blue&#x27;" in html
+    assert "keeps the target&#x27;s own sample" in html and "residual" not in html
+    assert "<script" not in html and "<img" not in html and "${" not in html and "{{" not in html
+
+
 def test_decision_lookup() -> None:
     t = sample_trace()
     d = decision_at(t, 0, 1)

@@ -1,4 +1,4 @@
-"""The pure pieces: warping logits into p and q, draws, the residual, the rule."""
+"""The pure pieces: warping logits into p and q, draws, the residual, the rule, exact match."""
 
 from __future__ import annotations
 
@@ -6,7 +6,16 @@ import pytest
 import torch
 
 from specviz.config import Warp
-from specviz.sampling import draw, outside_nucleus, overlap, residual, verify, warp
+from specviz.sampling import (
+    draw,
+    match_prob,
+    outside_nucleus,
+    overlap,
+    residual,
+    verify,
+    verify_exact_match,
+    warp,
+)
 
 
 def test_greedy_warp_is_one_hot_on_the_argmax():
@@ -109,3 +118,65 @@ def test_the_top_p_cut_equals_a_full_sort_s(scale, top_p):
     got = outside_nucleus(probs, top_p)
     assert torch.equal(got, _outside_nucleus_by_full_sort(probs, top_p))
     assert (~got).sum(-1).min() >= 1
+
+
+# --- exact match ------------------------------------------------------------------------
+
+
+def test_exact_match_accepts_while_the_target_samples_agree():
+    p = torch.tensor([[0.3, 0.7], [0.5, 0.5], [0.9, 0.1], [0.2, 0.8]])
+    q = torch.tensor([[0.6, 0.4], [0.5, 0.5], [0.1, 0.9]])
+    drafts = torch.tensor([0, 1, 1])
+    v = verify_exact_match(p, q, drafts, torch.tensor([0, 0, 1, 1]))
+    assert v.n_accepted == 1 and v.resampled and torch.equal(v.dist, p[1])
+    assert v.added_token(torch.Generator(), greedy=False) == 0  # the target's own sample
+    assert v.accept_prob.tolist() == pytest.approx([0.3, 0.5, 0.1])  # p(x_i), not min(1, p/q)
+    full = verify_exact_match(p, q, drafts, torch.tensor([0, 1, 1, 0]))
+    assert full.n_accepted == 3 and not full.resampled and torch.equal(full.dist, p[3])
+    assert full.added_token(torch.Generator(), greedy=False) == 0  # y_{k+1}: the bonus
+    none = verify_exact_match(p[:1], q[:0], drafts[:0], torch.tensor([1]))
+    assert none.n_accepted == 0 and not none.resampled
+    assert none.added_token(torch.Generator(), greedy=False) == 1
+
+
+def test_exact_match_equals_the_rule_in_greedy_mode():
+    """One-hot p and q: the target's sample is argmax p, and both verifications accept the
+    same prefix and add the same token."""
+    g = torch.Generator().manual_seed(5)
+    for _ in range(200):
+        k = int(torch.randint(1, 5, (1,), generator=g))
+        logits_p = torch.randn(k + 1, 4, generator=g)
+        p = warp(logits_p, Warp(0.0, 0, 1.0))
+        # drafts agree with the target's argmax often, not always
+        agree = torch.rand(k, generator=g) < 0.6
+        drafts = torch.where(agree, p[:k].argmax(-1), torch.randint(0, 4, (k,), generator=g))
+        q = torch.nn.functional.one_hot(drafts, 4).float()
+        rule = verify(p, q, drafts, None)
+        match = verify_exact_match(p, q, drafts, draw(p, g, greedy=True))
+        assert match.n_accepted == rule.n_accepted
+        assert match.added_token(g, True) == rule.added_token(g, True)
+
+
+def test_exact_match_accepts_less_than_the_rule_in_expectation():
+    """sum_x p q <= sum_x min(p, q) on random distributions, sharp and flat, with equality
+    only where p and q are the same one-hot."""
+    g = torch.Generator().manual_seed(11)
+    for scale in (0.1, 1.0, 5.0, 50.0):
+        p = torch.softmax(torch.randn(500, 20, generator=g) * scale, -1)
+        q = torch.softmax(torch.randn(500, 20, generator=g) * scale, -1)
+        for a, b in ((p, q), (p, p), (q, p)):
+            assert (match_prob(a, b) <= overlap(a, b) + 1e-6).all()
+    same = torch.softmax(torch.randn(500, 20, generator=g), -1)
+    assert (match_prob(same, same) < overlap(same, same) - 1e-3).all()  # p == q, not one-hot
+    hot = torch.eye(4)
+    assert torch.equal(match_prob(hot, hot), overlap(hot, hot))
+
+
+def test_exact_match_draws_only_from_the_given_generator():
+    p = torch.full((3, 50), 0.02)
+    drafts = torch.tensor([1, 2])
+    q = torch.full((2, 50), 0.02)
+    a = verify_exact_match(p, q, drafts, draw(p, torch.Generator().manual_seed(3), False))
+    torch.manual_seed(1)  # the global RNG must not matter
+    b = verify_exact_match(p, q, drafts, draw(p, torch.Generator().manual_seed(3), False))
+    assert torch.equal(a.samples, b.samples) and a.n_accepted == b.n_accepted

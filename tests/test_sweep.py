@@ -65,6 +65,8 @@ def test_figures_come_from_the_cells_traces(events):
         verified = [d for t in spec for r in t.rounds for d in r.drafted if d.status != "discarded"]
         row = last.row
         assert row["alpha"] == pytest.approx(sum(d.overlap for d in verified) / len(verified))
+        match = sum(d.match_prob for d in verified) / len(verified)
+        assert row["match_alpha"] == pytest.approx(match) and match <= row["alpha"] + 1e-9
         calls = sum(t.stats.target_calls for t in spec)
         assert row["tokens_per_call"] == pytest.approx(20 / calls)
         assert 0 < row["alpha"] < 1 and 1 <= row["tokens_per_call"] <= last.gamma + 1
@@ -150,6 +152,7 @@ def test_bad_plans_are_one_line_value_errors(changes, message):
         (["--gammas", "1", "--pair", "gpt-5"], "unknown pair 'gpt-5'"),
         (["--gammas", "1", "--max-new-tokens", "0"], "max_new_tokens must be in 1..2048"),
         (["--reps", "2"], "the following arguments are required: --gammas"),
+        (["--gammas", "1", "--verification", "exact"], "argument --verification: invalid"),
     ],
 )
 def test_cli_bad_input_is_one_line_and_exit_code_2(capsys, argv, message):
@@ -169,3 +172,15 @@ def test_cli_json_and_csv(capsys, monkeypatch, tmp_path, pair):
     assert [tuple(r) for r in d["rows"]] == [ROW_KEYS, ROW_KEYS]
     assert [r["gamma"] for r in d["rows"]] == [1, 2] and d["temperatures"] == [0.5]
     assert len(path.read_text().splitlines()) == 3
+
+
+def test_cli_exact_match_sweep_expects_from_sum_p_q(capsys, monkeypatch, pair):
+    monkeypatch.setattr("specviz.cli.load_pair_from_args", lambda args, compiled=True: pair)
+    argv = ["sweep", "--gammas", "2", "--temperatures", "1.0", "--reps", "1", "--json"]
+    argv += ["--max-new-tokens", "8", "--prompt", PROMPT, "--raw"]
+    assert main([*argv, "--verification", "exact-match"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["settings"]["verification"] == "exact-match"
+    (row,) = d["rows"]
+    expected = metrics.expected_speedup(row["match_alpha"], 2, row["c"])
+    assert row["expected_speedup"] == pytest.approx(expected)

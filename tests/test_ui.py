@@ -171,6 +171,25 @@ def test_inspector_reads_the_stored_trace(loader) -> None:
         ui.inspect_view(None, 0, 0)
 
 
+def test_the_verification_control_reaches_the_trace_summary_and_inspector(loader) -> None:
+    session, frames = run_all(loader, form(verification="exact-match", temperature=1.0))
+    assert session.spec.settings["verification"] == "exact-match"
+    summary = html.unescape(frames[-1]["summary"])
+    assert "exact-match" in summary and "sum p q" in summary
+    assert summary.index("acceptance rate") < summary.index("sum p q") < summary.index("alpha")
+    rejected = next(
+        (r.index, r.start + i)
+        for r in session.spec.rounds
+        for i, d in enumerate(r.drafted)
+        if d.status == "rejected"
+    )
+    verdict = html.unescape(ui.inspect_view(session.spec, *rejected)["verdict"])
+    assert "exact match: the target sampled '<" in verdict and "': rejected" in verdict
+    assert "keeps the target's own sample" in verdict
+    with pytest.raises(ValueError, match="verification must be one of rejection, exact-match"):
+        form(verification="nope").settings(LIMITS)
+
+
 def test_export_import_and_replay_without_a_model(loader, tmp_path) -> None:
     session, _ = run_all(loader, form())
     paths = ui.export_files(session)

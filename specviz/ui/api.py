@@ -53,6 +53,7 @@ def generate_endpoint(ctx: AppContext) -> Callable[..., dict[str, Any]]:
         max_new_tokens: int = DEFAULTS.max_new_tokens,
         seed: int = DEFAULTS.seed,
         compare: bool = False,
+        verification: str = DEFAULTS.verification,
     ) -> dict[str, Any]:
         """Generate speculatively (and, with compare, autoregressively) and return the trace."""
         if not isinstance(prompt, str) or not prompt.strip():
@@ -74,6 +75,7 @@ def generate_endpoint(ctx: AppContext) -> Callable[..., dict[str, Any]]:
             max_new_tokens=max_new_tokens,
             seed=seed,
             compare=compare,
+            verification=verification,
         )
         return api_result(*complete_traces(ctx, form, ctx.settings(form)))
 

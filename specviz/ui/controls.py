@@ -15,7 +15,7 @@ from typing import Any
 import gradio as gr
 
 from specviz import render
-from specviz.config import DRAFTERS, Deployment
+from specviz.config import DRAFTERS, VERIFICATIONS, Deployment
 from specviz.ui.content import HOW_TO_READ, PRESET_FIELDS, PRESETS, apply_preset
 from specviz.ui.page import INTERNAL, Page
 from specviz.ui.pairs import CUSTOM, AppContext, compiled_by_default, pair_label, zero_gpu
@@ -113,6 +113,13 @@ def settings(c: dict[str, Any], pairs: list[str], dep: Deployment) -> None:
         c["top_p"] = gr.Slider(0.05, 1, f.top_p, step=0.05, label="top-p", elem_id="sv-top-p")
         c["top_k"] = gr.Number(f.top_k, precision=0, minimum=0, label="top-k (0 = off)")
         c["greedy"] = gr.Checkbox(f.greedy, label="greedy (argmax p and q)")
+        c["verification"] = gr.Radio(
+            list(VERIFICATIONS),
+            value=f.verification,
+            label="verification (both lossless): rejection u < p/q, or exact match "
+            "(the target's own sample must equal the draft)",
+            elem_id="sv-verification",
+        )
         c["max_new_tokens"] = gr.Slider(
             1,
             min(512, limits.max_new_tokens),

@@ -53,6 +53,7 @@ class Form:
     top_p: float = DEFAULTS.top_p
     top_k: float = DEFAULTS.top_k
     greedy: bool = DEFAULTS.greedy
+    verification: str = DEFAULTS.verification
     max_new_tokens: float = DEFAULTS.max_new_tokens
     seed: float = DEFAULTS.seed
     compare: bool = True
@@ -75,6 +76,7 @@ class Form:
             top_p=as_float("top_p", self.top_p),
             top_k=as_int("top_k", self.top_k),
             greedy=bool(self.greedy),
+            verification=self.verification,
             max_new_tokens=as_int("max_new_tokens", self.max_new_tokens),
             seed=as_int("seed", self.seed),
             limits=limits,

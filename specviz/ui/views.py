@@ -117,7 +117,8 @@ def speed_guard(spec: Trace | None, ar: Trace | None) -> str | None:
     if spec is None or ar is None or not spec.rounds or len(ar.token_ids) < 2:
         return None
     c = metrics.cost_ratio(spec, ar)
-    return guard_sentence(metrics.alpha(spec), c, metrics.verify_steps(spec, ar))
+    _, accept = metrics.expected_acceptance(spec)  # alpha, or sum p q under exact match
+    return guard_sentence(accept, c, metrics.verify_steps(spec, ar))
 
 
 def done_status(main: Trace | None, guard: str | None) -> str:
@@ -217,8 +218,7 @@ def summary_html(session: Session) -> str:
         rows += [
             ("new tokens / rounds", f"{s.new_tokens} / {s.rounds}"),
             ("tokens per target call", f"{s.tokens_per_call:.2f}  ({d['tokens per call']})"),
-            ("acceptance rate", f"{s.acceptance_rate:.3f}  ({d['acceptance rate']})"),
-            ("alpha", f"{metrics.alpha_text(s.alpha)}  ({d['alpha']})"),
+            *metrics.acceptance_rows(spec),
             (
                 "mean accepted per round",
                 f"{metrics.mean_accepted(spec):.2f} drafts, "

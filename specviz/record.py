@@ -1,0 +1,128 @@
+"""A round's record: the tensors of one speculative round turned into the trace's plain
+values (specviz.trace), with one transfer per tensor. The engine calls :func:`round_record`
+after each target call; nothing here draws a random number or calls a model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from specviz.config import Settings
+from specviz.sampling import Verdict, match_prob, overlap
+from specviz.trace import Added, Drafted, Round
+
+
+def round_record(
+    settings: Settings,
+    text: Callable[[int], str],
+    index: int,
+    gamma: int,
+    start: int,
+    draft_ids: list[int],
+    p: torch.Tensor,  # [k+1, V]
+    q: torch.Tensor,  # [k, V]
+    verdict: Verdict,
+    u: torch.Tensor | None,  # [k] the rejection rule's uniforms; None when none were drawn
+    added: int | None,
+) -> Round:
+    """The round's record (its timings are left at 0 for the engine to fill in).
+
+    A "full" trace also records, per drafted position, the overlap sum_x min(p, q), exact
+    match's sum_x p q and the top tokens; a "minimal" one only the decisions."""
+    k, n, full = len(draft_ids), verdict.n_accepted, settings.trace_level == "full"
+    p_x, q_x = verdict.p_x.tolist(), verdict.q_x.tolist()
+    accept = verdict.accept_prob.tolist()
+    u_list = u.tolist() if u is not None else [None] * k
+    y = verdict.samples[:k].tolist() if verdict.samples is not None else [None] * k
+    overlaps, matches = [None] * k, [None] * k
+    tops: list[list[dict[str, Any]]] = [[] for _ in range(k)]
+    if full and k:
+        overlaps, matches = torch.stack([overlap(p[:k], q), match_prob(p[:k], q)]).tolist()
+        tops = tops_of(torch.maximum(p[:k], q), p[:k], q, draft_ids, settings.top_n, "q", text)
+    drafted = []
+    for i, x in enumerate(draft_ids):
+        status = "accepted" if i < n else "rejected" if i == n else "discarded"
+        sample = y[i] if i <= n else None
+        drafted.append(
+            Drafted(
+                id=x,
+                text=text(x),
+                p=p_x[i],
+                q=q_x[i],
+                accept_prob=accept[i],
+                u=u_list[i] if i <= n else None,
+                status=status,
+                overlap=overlaps[i],
+                top=tops[i],
+                match_prob=matches[i],
+                target_sample=sample,
+                target_text=None if sample is None else text(sample),
+            )
+        )
+    return Round(
+        index=index,
+        start=start,
+        gamma=gamma,
+        drafted=drafted,
+        added=None if added is None else _added(settings, text, p[n], verdict, added),
+        draft_ms=0.0,
+        verify_ms=0.0,
+        t_s=0.0,
+    )
+
+
+def _added(
+    settings: Settings, text: Callable[[int], str], p_row: torch.Tensor, verdict: Verdict, x: int
+) -> Added:
+    dist = verdict.dist
+    top = []
+    if settings.trace_level == "full":
+        top = tops_of(
+            torch.maximum(p_row, dist)[None],
+            p_row[None],
+            dist[None],
+            [x],
+            settings.top_n,
+            "residual",
+            text,
+        )[0]
+    return Added(
+        id=x,
+        text=text(x),
+        status="resampled" if verdict.resampled else "bonus",
+        p=float(p_row[x]),
+        prob=float(dist[x]),
+        top=top,
+    )
+
+
+def tops_of(
+    score: torch.Tensor,  # [m, V] what orders the list
+    first: torch.Tensor,  # [m, V] p
+    second: torch.Tensor,  # [m, V] q or the residual
+    chosen: list[int],  # [m] the token of each row, always listed
+    top_n: int,
+    second_key: str,
+    text: Callable[[int], str],
+) -> list[list[dict[str, Any]]]:
+    """Per row, the top_n tokens by score with their two probabilities, and the chosen
+    token after them when it is not among them."""
+    ids = torch.topk(score, min(top_n, score.shape[-1]), dim=-1).indices  # [m, n]
+    ids = torch.cat([ids, torch.tensor(chosen, device=ids.device)[:, None]], dim=1)
+    a, b, ids_l = first.gather(1, ids).tolist(), second.gather(1, ids).tolist(), ids.tolist()
+    rows = []
+    for r, row in enumerate(ids_l):
+        chosen_listed = row[-1] in row[:-1]
+        rows.append(
+            [
+                {"id": t, "text": text(t), "p": a[r][j], second_key: b[r][j]}
+                for j, t in enumerate(row)
+                # tokens with no mass under either distribution are noise in a top list
+                if (a[r][j] > 0 or b[r][j] > 0 or t == row[-1])
+                and not (chosen_listed and j == len(row) - 1)
+            ]
+        )
+    return rows
