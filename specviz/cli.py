@@ -271,6 +271,10 @@ def cmd_costs(args: argparse.Namespace) -> int:
     print(f"device {sc.device}, {sc.threads} threads, draft variant {sc.draft_variant}")
     print(f"target step      {sc.target_step_ms:.2f} ms")
     print(f"draft step       {sc.draft_step_ms:.2f} ms   c = {sc.c:.3f}")
+    if sc.draft_step2_ms is not None and sc.c2 is not None:
+        print(
+            f"draft, 2 tokens  {sc.draft_step2_ms:.2f} ms   c2 = {sc.c2:.3f} (after a full accept)"
+        )
     print(f"baseline outside its model call  {sc.ar_overhead_ms_per_token:.2f} ms per token")
     print(f"alpha (from the timing runs)     {metrics.alpha_text(sc.alpha)}")
     print()
@@ -414,7 +418,7 @@ def _progress_bar() -> Callable[[Any], None]:
 
 def cmd_prepare(args: argparse.Namespace) -> int:
     """Print the converted model's directory, then the offline draft's choice."""
-    from specviz import metrics
+    from specviz import draft_choice, metrics
     from specviz.models import prepare_offline_pair
     from specviz.offline import prepare_offline
 
@@ -424,9 +428,10 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     print(f"offline draft: {choice.summary()}")
     for c in choice.candidates:
         print(
-            f"  {c.variant:8s} step {c.step_ms:6.1f} ms  c {c.c:.2f}  "
-            f"alpha {metrics.alpha_text(c.alpha):>12s}  "
-            f"predicted {c.predicted:.2f}x at gamma {c.gamma}"
+            f"  {c.variant:8s} step {c.step_ms:6.1f} ms (2 tokens {c.step2_ms:6.1f})  "
+            f"c {c.c:.2f}  alpha {metrics.alpha_text(c.alpha):>12s}  predicted "
+            f"{c.predicted:.2f}x at gamma {draft_choice.JUDGE_GAMMA}, "
+            f"{c.predicted_best:.2f}x at gamma {c.gamma}"
         )
     return 0
 

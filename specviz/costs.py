@@ -6,13 +6,14 @@ engine spends time outside the models (warping rows, the rule, draws, cache crop
 module measures each part on the current machine:
 
 - the target's one-token step, and its verify call at each width gamma + 1;
-- the draft's one-token step (c = draft step / target step);
+- the draft's one-token step (c = draft step / target step), and its two-token call, which
+  opens a round after a full accept (the last draft and the bonus; c2);
 - the engine's time per round outside model calls, at each gamma, and the baseline's time
   per token outside its model call;
 
 and predicts the speedup from them (specviz.metrics.refined_speedup):
 
-    E(alpha, gamma) * (1 + o_ar) / (gamma * c + v(gamma + 1) + o(gamma))
+    E(alpha, gamma) * (1 + o_ar) / (gamma * c + alpha^gamma (c2 - c) + v(gamma + 1) + o(gamma))
 
 in units of one target step. Model calls are timed by the caches themselves (``busy_s`` of
 specviz.lm.CachedLM and specviz.compiled.StaticLM); a call of width w is repeated on the same
@@ -86,6 +87,7 @@ class StepCosts:
     target_step_ms: float
     draft_step_ms: float
     verify: list[VerifyCost]
+    draft_step2_ms: float | None  # the draft's two-token call (None: not measured)
     overhead_ms_per_round: float  # at the reference gamma
     overhead_ms_by_gamma: dict[int, float] = field(default_factory=dict)
     ar_overhead_ms_per_token: float = 0.0
@@ -94,6 +96,10 @@ class StepCosts:
     @property
     def c(self) -> float:
         return self.draft_step_ms / self.target_step_ms
+
+    @property
+    def c2(self) -> float | None:
+        return None if self.draft_step2_ms is None else self.draft_step2_ms / self.target_step_ms
 
     def verify_steps(self, width: int) -> float:
         """v at a width, in target steps: measured, or linear between (and beyond) the
@@ -109,9 +115,8 @@ class StepCosts:
     def predicted(self, alpha: float, gamma: int) -> float:
         """The refined prediction (specviz.metrics.refined_speedup) at alpha and gamma."""
         o_ar = self.ar_overhead_ms_per_token / self.target_step_ms
-        return metrics.refined_speedup(
-            alpha, gamma, self.c, self.verify_steps(gamma + 1), self.overhead_steps(gamma), o_ar
-        )
+        v, o = self.verify_steps(gamma + 1), self.overhead_steps(gamma)
+        return metrics.refined_speedup(alpha, gamma, self.c, v, o, o_ar, self.c2)
 
     def best(self, alpha: float, gammas: Iterable[int] = metrics.GAMMAS) -> tuple[int, float]:
         """(gamma, predicted speedup) at the gamma with the largest prediction."""
@@ -121,12 +126,14 @@ class StepCosts:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["c"] = self.c
+        d["c2"] = self.c2
         d["overhead_ms_by_gamma"] = {str(g): ms for g, ms in self.overhead_ms_by_gamma.items()}
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StepCosts:
         known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        known.setdefault("draft_step2_ms", None)
         known["verify"] = [VerifyCost(**v) for v in d.get("verify", [])]
         known["overhead_ms_by_gamma"] = {
             int(g): float(ms) for g, ms in d.get("overhead_ms_by_gamma", {}).items()
@@ -214,7 +221,7 @@ def measure_costs(
     draft = Timer(base.open_lm(pair.draft, (1, 2)), base.prompt_ids)
     say("timing the target's calls and the draft's step")
     t_ms = target.medians(widths, reps)
-    d_ms = draft.medians([1], reps)[1]
+    d_ms = draft.medians([1, 2], reps)
     target.lm.close()
     draft.lm.close()
     step = t_ms[1]
@@ -237,7 +244,8 @@ def measure_costs(
         threads=torch.get_num_threads(),
         draft_variant=getattr(pair.draft, "variant", None),
         target_step_ms=step,
-        draft_step_ms=d_ms,
+        draft_step_ms=d_ms[1],
+        draft_step2_ms=d_ms[2],
         verify=[VerifyCost(w, t_ms[w], t_ms[w] / step) for w in widths[1:]],
         overhead_ms_per_round=by_gamma[ref],
         overhead_ms_by_gamma=by_gamma,

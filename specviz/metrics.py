@@ -195,17 +195,26 @@ def expected_speedup(alpha: float, gamma: int, c: float) -> float:
 
 
 def refined_speedup(
-    alpha: float, gamma: int, c: float, v: float, o: float = 0.0, o_ar: float = 0.0
+    alpha: float,
+    gamma: int,
+    c: float,
+    v: float,
+    o: float = 0.0,
+    o_ar: float = 0.0,
+    c2: float | None = None,
 ) -> float:
     """The speedup predicted from measured costs, in units of one target step:
 
-        E(alpha, gamma) * (1 + o_ar) / (gamma * c + v + o)
+        E(alpha, gamma) * (1 + o_ar) / (D + v + o),   D = gamma * c + alpha^gamma * (c2 - c)
 
     E is Leviathan's expected tokens per round, c a draft step, v the verify call at width
     gamma + 1 (not one step: it reads gamma + 1 positions), o the engine's time per round
-    outside model calls, o_ar the baseline's time per token outside its model call.
-    Leviathan's formula is the case v = 1, o = o_ar = 0."""
-    return expected_tokens_per_round(alpha, gamma) * (1.0 + o_ar) / (gamma * c + v + o)
+    outside model calls, o_ar the baseline's time per token outside its model call. D is
+    the round's drafting: after a full accept (probability about alpha^gamma) the draft's
+    first call feeds two tokens, the last draft and the bonus, at cost c2 (c when not
+    measured). Leviathan's formula is the case v = 1, o = o_ar = 0, c2 = c."""
+    drafting = gamma * c + (alpha**gamma) * ((c if c2 is None else c2) - c)
+    return expected_tokens_per_round(alpha, gamma) * (1.0 + o_ar) / (drafting + v + o)
 
 
 def expected_curve(alpha: float, c: float) -> tuple[list[int], list[float]]:

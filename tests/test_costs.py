@@ -31,6 +31,11 @@ def test_refined_speedup_against_hand_computed_values():
     )
     # alpha 1: every draft accepted, gamma + 1 tokens per round: 5 / (4 * 0.5 + 2) = 1.25
     assert metrics.refined_speedup(1.0, 4, 0.5, 2.0) == pytest.approx(1.25)
+    # ... and every round opens with the draft's two-token call: 5 / (3 * 0.5 + 0.9 + 2)
+    assert metrics.refined_speedup(1.0, 4, 0.5, 2.0, c2=0.9) == pytest.approx(5 / 4.4)
+    # at alpha 0.8 that call comes after a full accept only: 0.8^4 = 0.4096 of the rounds
+    d = 4 * 0.25 + 0.4096 * (0.4 - 0.25)
+    assert metrics.refined_speedup(0.8, 4, 0.25, 1.5, c2=0.4) == pytest.approx(3.3616 / (d + 1.5))
 
 
 def step_costs(**changes) -> costs.StepCosts:
@@ -40,6 +45,7 @@ def step_costs(**changes) -> costs.StepCosts:
         "draft_variant": "bf16",
         "target_step_ms": 40.0,
         "draft_step_ms": 10.0,
+        "draft_step2_ms": 16.0,
         "verify": [costs.VerifyCost(3, 60.0, 1.5), costs.VerifyCost(5, 80.0, 2.0)],
         "overhead_ms_per_round": 4.0,
         "overhead_ms_by_gamma": {2: 4.0, 4: 6.0},
@@ -58,7 +64,7 @@ def test_step_costs_interpolate_verify_and_fit_the_overhead():
     assert sc.overhead_steps(4) == pytest.approx(6.0 / 40)
     assert sc.overhead_steps(3) == pytest.approx(5.0 / 40)  # the fitted line
     # the prediction is the refined formula at those values
-    want = metrics.refined_speedup(0.8, 4, 0.25, 2.0, 6.0 / 40, 2.0 / 40)
+    want = metrics.refined_speedup(0.8, 4, 0.25, 2.0, 6.0 / 40, 2.0 / 40, 0.4)
     assert sc.predicted(0.8, 4) == pytest.approx(want)
     g, best = sc.best(0.8, range(1, 9))
     assert best == max(sc.predicted(0.8, k) for k in range(1, 9)) and sc.predicted(0.8, g) == best
@@ -136,9 +142,9 @@ def test_costs_refuses_a_pair_without_a_draft():
 # --- the offline draft chosen by measurement ----------------------------------------------
 
 
-def cand(variant: str, step_ms: float, alpha: float | None) -> draft_choice.Candidate:
+def cand(variant: str, step_ms: float, alpha: float | None, step2_ms: float | None = None):
     v = {w: 1.0 + 0.1 * (w - 1) for w in range(1, 10)}
-    return draft_choice.candidate(variant, step_ms, alpha, 40.0, v)
+    return draft_choice.candidate(variant, step_ms, step2_ms or step_ms, alpha, 40.0, v)
 
 
 def test_a_faster_step_loses_to_a_better_alpha():
@@ -147,13 +153,23 @@ def test_a_faster_step_loses_to_a_better_alpha():
     assert fast.step_ms < close.step_ms
     assert draft_choice.choose([fast, close]) is close
     assert close.predicted > fast.predicted
-    # each is judged at its own best gamma
-    assert close.gamma > fast.gamma
+    # each is also judged at its own best gamma
+    assert close.gamma > fast.gamma and close.predicted_best >= close.predicted
+
+
+def test_a_dear_two_token_call_counts_against_a_draft():
+    # alike on one token and in alpha, but one pays 2x for the call after a full accept
+    cheap = cand("w8-bf16", 12.0, 0.98, step2_ms=12.5)
+    dear = cand("fp16", 11.0, 0.98, step2_ms=24.0)
+    assert dear.step_ms < cheap.step_ms
+    assert draft_choice.choose([dear, cheap]) is cheap
+    want = metrics.refined_speedup(0.98, 4, 12.0 / 40, 1.4, c2=12.5 / 40)
+    assert cheap.predicted == pytest.approx(want)
 
 
 def test_a_draft_as_slow_as_the_target_is_never_measured_for_alpha():
     slow = cand("w8-fp32", 60.0, None)  # c 1.5
-    assert slow.predicted < 1.0  # the upper bound at alpha 1 already loses
+    assert slow.predicted < 1.0 and slow.predicted_best < 1.0  # the bound at alpha 1 loses
     assert draft_choice.choose([slow, cand("bf16", 20.0, 0.9)]).variant == "bf16"
 
 
