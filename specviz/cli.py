@@ -239,7 +239,11 @@ def _add_costs_parser(sub: Any) -> None:
     c.add_argument("--prompt", default=DEFAULT_PROMPT)
     c.add_argument("--reps", type=int, default=9, help="timed calls per width (median)")
     c.add_argument(
-        "--tokens", type=int, default=48, help="tokens of the runs that time the overhead"
+        "--tokens",
+        type=int,
+        default=None,
+        help="tokens of the runs that time the overhead (default: --max-new-tokens); steps "
+        "are timed at the prompt plus half as many positions",
     )
     c.add_argument("--json", action="store_true", help="print the costs as JSON on stdout")
     _add_model_args(c)
@@ -256,7 +260,7 @@ def cmd_costs(args: argparse.Namespace) -> int:
         settings.with_(gamma=g)  # one-line error for a gamma out of range
     if not 3 <= args.reps <= 100:
         raise ValueError(f"reps must be in 3..100, got {args.reps}")
-    if not 8 <= args.tokens <= 1024:
+    if args.tokens is not None and not 8 <= args.tokens <= 1024:
         raise ValueError(f"tokens must be in 8..1024, got {args.tokens}")
     if not args.prompt.strip():
         raise ValueError("prompt is empty")

@@ -199,10 +199,14 @@ def measure_costs(
     gammas: Sequence[int] = DEFAULT_GAMMAS,
     prompt: str = DEFAULT_PROMPT,
     reps: int = 9,
-    tokens: int = 48,
+    tokens: int | None = None,
     say: Callable[[str], None] | None = None,
 ) -> StepCosts:
-    """Measure every part of a round on this machine (see the module docstring)."""
+    """Measure every part of a round on this machine (see the module docstring).
+
+    tokens: the length of the runs that time the overhead (default: the settings'
+    max_new_tokens). Steps and verify calls are timed on the prompt plus half that many
+    positions: the mean context of such a run, since attention grows with it."""
     import torch
 
     from specviz.engine import Run, warm_up
@@ -210,15 +214,19 @@ def measure_costs(
     if pair.draft is None:
         raise ValueError(f"pair {pair.name!r} has no draft model: costs needs one")
     say = say or (lambda _m: None)
-    s = (settings or Settings()).with_(drafter="model", adaptive_gamma=False, max_new_tokens=tokens)
+    s = settings or Settings()
+    tokens = tokens or s.max_new_tokens
+    s = s.with_(drafter="model", adaptive_gamma=False, max_new_tokens=tokens)
     gs = sorted(set(gammas))
     for g in gs:
         s.with_(gamma=g)  # Settings checks the range
     warm_up(pair, prompt, s.with_(gamma=gs[-1]))
     widths = [1] + [g + 1 for g in gs]
     base = Run(pair, prompt, s.with_(gamma=gs[-1]))
-    target = Timer(base.open_lm(pair.target, tuple(widths)), base.prompt_ids)
-    draft = Timer(base.open_lm(pair.draft, (1, 2)), base.prompt_ids)
+    ids = base.prompt_ids
+    context = ids + (ids * (tokens // (2 * len(ids)) + 1))[: tokens // 2]
+    target = Timer(base.open_lm(pair.target, tuple(widths)), context)
+    draft = Timer(base.open_lm(pair.draft, (1, 2)), context)
     say("timing the target's calls and the draft's step")
     t_ms = target.medians(widths, reps)
     d_ms = draft.medians([1, 2], reps)
