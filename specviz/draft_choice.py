@@ -372,7 +372,8 @@ def offline_draft(
     key = machine_key(device)
     rec = None if remeasure else load_record(key)
     if rec is not None and want != "auto":
-        if want not in {c.variant for c in rec.candidates}:
+        known = {c.variant: c for c in rec.candidates}
+        if want not in known or known[want].alpha is None:  # measure it whole
             rec = None
         else:
             rec.variant, rec.forced = want, True

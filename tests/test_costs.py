@@ -3,6 +3,7 @@ and the offline draft chosen by measurement (specviz.draft_choice)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -273,11 +274,33 @@ def test_forcing_a_variant(cache, base, monkeypatch, one_thread):
 def test_forcing_reads_a_full_record(cache, base, monkeypatch, one_thread):
     calls = measured(monkeypatch)
     cpu = torch.device("cpu")
-    draft_choice.offline_draft(base, TinyTok(), cpu)
+    _, first = draft_choice.offline_draft(base, TinyTok(), cpu)
+    rec = draft_choice.load_record(first.machine)  # bf16 measured whole (alpha known)
+    rec.candidates = [
+        dataclasses.replace(c, alpha=0.9) if c.variant == "bf16" else c for c in rec.candidates
+    ]
+    draft_choice.save_record(rec)
     monkeypatch.setenv(draft_choice.ENV, "bf16")
     model, choice = draft_choice.offline_draft(base, TinyTok(), cpu)
     assert len(calls) == 1 and choice.variant == "bf16" and choice.forced
+    assert choice.chosen.alpha == 0.9  # read from the record
     assert next(model.parameters()).dtype == torch.bfloat16
+
+
+def test_forcing_a_variant_the_record_only_glanced_at_measures_it(
+    cache, base, monkeypatch, one_thread
+):
+    calls = measured(monkeypatch)
+    cpu = torch.device("cpu")
+    _, choice = draft_choice.offline_draft(base, TinyTok(), cpu)
+    rec = draft_choice.load_record(choice.machine)
+    rec.candidates = [
+        dataclasses.replace(c, alpha=None) if c.variant == "bf16" else c for c in rec.candidates
+    ]
+    draft_choice.save_record(rec)
+    monkeypatch.setenv(draft_choice.ENV, "bf16")
+    _, forced = draft_choice.offline_draft(base, TinyTok(), cpu)
+    assert calls[-1] == ("bf16",) and forced.chosen.alpha is not None
 
 
 def test_an_unknown_variant_is_refused(monkeypatch):
