@@ -40,7 +40,8 @@ def test_run_streams_rounds_then_shows_everything(tiny, loader) -> None:
     session, frames = run_all(loader, form(seed=3))
     live = [f for f in frames[:-1] if "tokens" in f and "data-status" in f["tokens"]]
     assert live, "the token view updates before the end"
-    assert all("time_split" in f for f in live)  # where the time goes, live as well
+    # live frames are throttled alike for both runs; where the time goes comes at the end
+    assert not any("time_split" in f for f in live)
     final = frames[-1]
     for key in (
         "tokens",
