@@ -42,7 +42,9 @@ def sweep_figure(rows: list[dict[str, Any]]) -> go.Figure:
     fig.add_hline(y=1.0, line={"color": COLORS["ar"], "dash": "dot", "width": 1})
     fig.update_xaxes(title="gamma (tokens drafted per round)", dtick=1)
     fig.update_yaxes(title="speedup (AR ms/token / spec ms/token)", rangemode="tozero")
-    title = "Measured speedup and Leviathan's (1 − α^(γ+1)) / ((1 − α)(γc + 1))"
+    title = (
+        "Measured speedup, Leviathan's (1 − α^(γ+1)) / ((1 − α)(γc + 1)) and the refined prediction"
+    )
     return fig.update_layout(title=title, height=420)
 
 
