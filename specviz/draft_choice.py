@@ -17,7 +17,8 @@ is largest at the gamma an untouched run uses: not the fastest step.
 The record is kept in the specviz cache, keyed by CPU model and flags, thread count, torch
 version and device: a record from another machine is never used, a stale or corrupt one is
 measured again. SPECVIZ_OFFLINE_DRAFT=auto|w8-bf16|w8-fp16|w8-fp32|bf16|fp16 forces a
-variant (its c and alpha are still measured, once).
+variant (its c and alpha are still measured, once). The compiled path compiles the variant
+chosen here; it measures no choice of its own.
 """
 
 from __future__ import annotations
