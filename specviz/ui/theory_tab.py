@@ -35,7 +35,7 @@ def projection_update(session: Session, c: float) -> Any:
     c = as_float("c", c)
     if not 0 < c <= 10:
         raise ValueError(f"c must be in (0, 10], got {c}")
-    alpha = metrics.alpha(spec)
+    _, alpha = metrics.expected_acceptance(spec)  # sum p q under exact match
     if alpha is None:
         return no_alpha_figure()
     return plots.projection_figure(alpha, c, int(spec.settings.get("gamma", 4)))

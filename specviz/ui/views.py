@@ -149,7 +149,7 @@ def charts(spec: Trace | None, ar: Trace | None, gamma: int, c_user: float = 0.1
     if spec is None or not spec.rounds:
         blank = plots.empty_figure("no speculative rounds")
         return {k: blank for k in ("acc_round", "acc_hist", "acc_pos", "theory", "projection")}
-    alpha = metrics.alpha(spec)
+    _, alpha = metrics.expected_acceptance(spec)  # sum p q under exact match
     c = metrics.cost_ratio(spec, ar) if ar is not None and ar.token_ids else 0.0
     measured = metrics.speedup(ar, spec) if ar is not None and ar.token_ids else None
     out = {
