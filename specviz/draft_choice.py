@@ -49,6 +49,8 @@ GAMMAS = range(1, 9)  # the gammas a choice is judged at (verify widths 2..9 are
 RECORD_FORMAT = 2
 # The gamma a choice is judged at: the one an untouched page and the command line run.
 JUDGE_GAMMA = 4
+# A choice predicting less than this is not kept (see offline_draft).
+MIN_KEPT_PREDICTION = 1.0
 # Steps are timed on this many cached positions: a prompt and a reply of a few sentences.
 TIMING_CONTEXT = 128
 # CPU flags that decide which kernels run fast; they and the CPU model key a record.
@@ -384,7 +386,10 @@ def offline_draft(
     choice, built = measure(
         base, tokenizer, device, (want,) if forced else VARIANTS, forced=forced, say=say
     )
-    if not forced:  # a forced run measured one variant: no record of the choice
+    # A forced run measured one variant: no record of the choice. Nor is a choice kept that
+    # predicts no speedup at all: a machine busy with other work may have made it, and the
+    # next load measures again.
+    if not forced and choice.chosen.predicted >= MIN_KEPT_PREDICTION:
         save_record(choice)
     log.info("offline draft: %s (measured in %.1f s)", choice.summary(), choice.measured_s)
     model = built.get(choice.variant)

@@ -188,7 +188,18 @@ class TinyTok:
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
     monkeypatch.delenv(draft_choice.ENV, raising=False)
+    # a tiny network's copies are no cheaper than itself: keep its choice all the same
+    monkeypatch.setattr(draft_choice, "MIN_KEPT_PREDICTION", 0.0)
     return tmp_path
+
+
+def test_a_choice_that_predicts_no_speedup_is_not_kept(cache, base, monkeypatch, one_thread):
+    calls = measured(monkeypatch)
+    monkeypatch.setattr(draft_choice, "MIN_KEPT_PREDICTION", 1e9)  # nothing reaches it
+    draft_choice.offline_draft(base, TinyTok(), torch.device("cpu"))
+    assert not draft_choice.record_path().exists()
+    draft_choice.offline_draft(base, TinyTok(), torch.device("cpu"))
+    assert len(calls) == 2  # measured again on the next load
 
 
 @pytest.fixture(scope="module")
