@@ -75,14 +75,21 @@ def prompt_ids_for(
     return ids
 
 
+def check_request(pair: ModelPair, prompt: Any, settings: Settings, raw: bool = False) -> list[int]:
+    """Refuse (ValueError) a request this pair cannot run: a model drafter without a draft
+    model, or a prompt prompt_ids_for refuses. Returns the prompt's ids. Run makes this check
+    first; a caller that runs several generations can make it once, before any output."""
+    if settings.method == "spec" and settings.drafter == "model" and pair.draft is None:
+        raise ValueError(f"pair {pair.name!r} has no draft model; use the ngram drafter")
+    return prompt_ids_for(pair, prompt, settings, raw)
+
+
 class Run:
     """One generation. Iterate for live updates; read ``trace`` at any point."""
 
     def __init__(self, pair: ModelPair, prompt: str, settings: Settings, raw: bool = False) -> None:
-        if settings.method == "spec" and settings.drafter == "model" and pair.draft is None:
-            raise ValueError(f"pair {pair.name!r} has no draft model; use the ngram drafter")
         self.pair, self.settings = pair, settings
-        self.prompt_ids = prompt_ids_for(pair, prompt, settings, raw)
+        self.prompt_ids = check_request(pair, prompt, settings, raw)
         self.device = pair.device
         models = pair.describe()
         models["drafter"] = settings.drafter if settings.method == "spec" else "none"

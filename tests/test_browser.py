@@ -143,7 +143,7 @@ def exported_trace(page, name: str = "specviz-trace.json") -> dict:
 
 def cli_trace(seed: int, capsys) -> dict:
     """`python -m specviz generate --prompt DEFAULT_PROMPT --json --seed S`, in process."""
-    from specviz import cli
+    from specviz.cli import main as cli
 
     capsys.readouterr()
     assert cli.main(["generate", "--prompt", ui.DEFAULT_PROMPT, "--json", "--seed", str(seed)]) == 0

@@ -226,12 +226,13 @@ def test_a_broken_rule_with_exact_match_is_refused(pair, capsys, monkeypatch):
         check.run_check(
             pair, PROMPT, Settings(verification="exact-match"), n=N, rule="resample-from-p"
         )
-    from specviz import cli
+    from specviz.cli import check as check_cli
+    from specviz.cli import main as cli
 
     def no_load(args):
         raise AssertionError("no model loads for a refused combination")
 
-    monkeypatch.setattr(cli, "load_pair_from_args", no_load)
+    monkeypatch.setattr(check_cli, "load_pair_from_args", no_load)
     argv = ["check", "--verification", "exact-match", "--break-rule", "accept-without-draw"]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
@@ -284,9 +285,10 @@ def test_figure_and_json(exact_result):
 
 
 def test_cli_check_on_the_tiny_pair(pair, monkeypatch, capsys):
-    from specviz import cli
+    from specviz.cli import check as check_cli
+    from specviz.cli import main as cli
 
-    monkeypatch.setattr(cli, "load_pair_from_args", lambda args: pair)
+    monkeypatch.setattr(check_cli, "load_pair_from_args", lambda args: pair)
     argv = ["check", "--prompt", PROMPT, "--raw", "--n", "200", "--gamma", "2", "--json"]
     assert cli.main([*argv, "--break-rule", "accept-without-draw"]) == 1
     out = json.loads(capsys.readouterr().out)

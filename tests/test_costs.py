@@ -273,7 +273,7 @@ def test_an_unknown_variant_is_refused(monkeypatch):
 
 
 def test_an_unknown_variant_is_one_line_and_exit_2_in_the_cli(monkeypatch, capsys):
-    from specviz.cli import main
+    from specviz.cli.main import main
 
     monkeypatch.setenv(draft_choice.ENV, "int4")
     assert main(["generate", "--prompt", "hi"]) == 2
@@ -332,10 +332,11 @@ def test_verify_steps_are_measured_from_a_compared_run(one_thread):
 
 
 def test_generate_compare_prints_the_guard_when_the_draft_is_too_slow(monkeypatch, capsys):
-    from specviz import cli
+    from specviz.cli import generate
+    from specviz.cli import main as cli
 
     pair = slow_draft_pair()
-    monkeypatch.setattr(cli, "load_pair_from_args", lambda args, compiled=True: pair)
+    monkeypatch.setattr(generate, "load_pair_from_args", lambda args, compiled=True: pair)
     code = cli.main(
         ["generate", "--prompt", "1 2 3", "--compare", "--max-new-tokens", "24", "--raw"]
     )

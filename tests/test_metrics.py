@@ -132,7 +132,7 @@ def test_one_best_gamma_for_the_command_line_and_the_app(capsys):
     import re
 
     from specviz import plots
-    from specviz.cli import print_comparison
+    from specviz.cli.generate import print_comparison
     from specviz.config import Limits
 
     # alpha 0.9, c 0.01: the expected speedup peaks at gamma 24, inside the settings' range
