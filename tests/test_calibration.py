@@ -7,7 +7,13 @@ import json
 
 import pytest
 
-from specviz.calibration import Bins, Calibration, bonferroni_z, residual_candidates, wilson
+from specviz.analysis.calibration import (
+    Bins,
+    Calibration,
+    bonferroni_z,
+    residual_candidates,
+    wilson,
+)
 from specviz.cli.main import main
 from specviz.config import Settings
 from specviz.engine import generate

@@ -294,17 +294,17 @@ def test_every_variant_builds_and_leaves_the_target_alone(base):
 
 
 def test_the_theory_figure_draws_the_refined_curve_below_leviathans():
-    from specviz import plots
+    from specviz.views import figures
 
     steps = {w: 1.0 + 0.12 * (w - 1) for w in range(1, 10)}
-    fig = plots.theory_figure(0.8, 0.2, 4, 1.5, steps)
+    fig = figures.theory_figure(0.8, 0.2, 4, 1.5, steps)
     lev = next(t for t in fig.data if t.name == "expected (Leviathan)")
     ref = next(t for t in fig.data if t.name.startswith("refined"))
     assert list(ref.x) == list(range(1, 9))
     for g, y in zip(ref.x, ref.y, strict=True):
         assert y == pytest.approx(metrics.refined_speedup(0.8, g, 0.2, steps[g + 1]))
         assert y < lev.y[g - 1]
-    assert len(plots.theory_figure(0.8, 0.2, 4, 1.5).data) == len(fig.data) - 1
+    assert len(figures.theory_figure(0.8, 0.2, 4, 1.5).data) == len(fig.data) - 1
 
 
 def slow_draft_pair():

@@ -9,9 +9,17 @@ import statistics
 import pytest
 
 from specviz import metrics
+from specviz.analysis.sweep import (
+    ROW_KEYS,
+    SweepPlan,
+    cell_row,
+    csv_text,
+    format_table,
+    run_sweep,
+    sweep,
+)
 from specviz.cli.main import main
 from specviz.config import Settings
-from specviz.sweep import ROW_KEYS, SweepPlan, cell_row, csv_text, format_table, run_sweep, sweep
 from tests.tiny import tiny_pair
 
 PROMPT = "1 2 3"

@@ -53,7 +53,7 @@ def _add_sweep_parser(sub: Any) -> None:
 
 def sweep_plan_from_args(args: argparse.Namespace) -> Any:
     """A validated SweepPlan from parsed arguments (raises ValueError)."""
-    from specviz.sweep import SweepPlan
+    from specviz.analysis.sweep import SweepPlan
 
     if args.gamma is not None:
         raise ValueError("the sweep takes --gammas (a list), not --gamma")
@@ -77,7 +77,7 @@ def sweep_plan_from_args(args: argparse.Namespace) -> Any:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from specviz import sweep
+    from specviz.analysis import sweep
 
     plan = sweep_plan_from_args(args)
     pair = load_pair_from_args(args)
@@ -130,7 +130,7 @@ def _add_calibration_parser(sub: Any) -> None:
 
 
 def cmd_calibration(args: argparse.Namespace) -> int:
-    from specviz import calibration as cal
+    from specviz.analysis import calibration as cal
 
     if args.min_n < 1:
         raise ValueError(f"min-n must be at least 1, got {args.min_n}")

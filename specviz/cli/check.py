@@ -43,14 +43,15 @@ def add_parser(sub: Any) -> None:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Exit 0 when the check passes, 1 when it finds a different distribution."""
-    from specviz import check, check_figure
+    from specviz.analysis import distribution_check
+    from specviz.views import check_figure
 
     settings = settings_from_args(args)
-    check.validate(args.n, args.length, args.break_rule)
+    distribution_check.validate(args.n, args.length, args.break_rule)
     settings.with_(rule=args.break_rule)  # a broken rule does not combine with exact match
     require_prompt(args.prompt)
     pair = load_pair_from_args(args)
-    result = check.run_check(
+    result = distribution_check.run_check(
         pair,
         args.prompt,
         settings,

@@ -14,11 +14,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from specviz import render, time_plots
 from specviz.config import Settings
 from specviz.engine import Run, Update, generate, summarize
 from specviz.modelthread import MODEL_THREAD
-from specviz.narration import narration_html
 from specviz.trace import Round, Trace, round_number
 from specviz.ui import zerogpu
 from specviz.ui.page import Page
@@ -35,6 +33,8 @@ from specviz.ui.views import (
     time_html,
 )
 from specviz.ui.worker import Worker
+from specviz.views import markup, timing
+from specviz.views.narration import narration_html
 
 
 def run_updates(session: Session, form: Form, ctx: AppContext) -> Iterator[View]:
@@ -43,7 +43,7 @@ def run_updates(session: Session, form: Form, ctx: AppContext) -> Iterator[View]
     settings = ctx.settings(form)
     session.start(None, None, "run")
     yield {
-        "status": render.status_html(f"loading pair {pair_label(form)!r} ...", "busy"),
+        "status": markup.status_html(f"loading pair {pair_label(form)!r} ...", "busy"),
         "narration": narration_hint(),
     }
     if zero_gpu():
@@ -57,8 +57,8 @@ def run_updates(session: Session, form: Form, ctx: AppContext) -> Iterator[View]
     worker = Worker([spec_run] + ([ar_run] if ar_run else []), session.stop)
     worker.start()
     yield {
-        "models": render.models_html(pair.describe()),
-        "tokens": render.tokens_html([]),
+        "models": markup.models_html(pair.describe()),
+        "tokens": markup.tokens_html([]),
         "exact_note": exact_note(spec_run.trace),
     }
     last_speed = 0.0
@@ -167,7 +167,7 @@ def step_update(session: Session, form: Form, ctx: AppContext) -> View:
         session.start(run.trace, None, "step")
         session.stepper, session.step_key = iter(run), key
         session.decode = pair.decode
-        out["models"] = render.models_html(pair.describe())
+        out["models"] = markup.models_html(pair.describe())
     assert session.stepper is not None and session.spec is not None
     try:
         upd = MODEL_THREAD.call(lambda: _step(session, settings))
@@ -208,9 +208,9 @@ def _step_views(session: Session, settings: Settings, rnd: Round | None, out: Vi
     session.sync_rounds()
     if done:
         out.update(final_frame(session, settings.gamma))
-    out["tokens"] = render.tokens_html(session.parts, session.spec.prompt)
-    out["rounds"] = render.rounds_html(session.rows)
-    out["time_split"] = live_plot(time_plots.breakdown_spec(session.spec))
+    out["tokens"] = markup.tokens_html(session.parts, session.spec.prompt)
+    out["rounds"] = markup.rounds_html(session.rows)
+    out["time_split"] = live_plot(timing.breakdown_spec(session.spec))
     out["time_totals"] = time_html(session.spec, session.mode)
     if rnd is not None:
         out.update(
@@ -220,7 +220,7 @@ def _step_views(session: Session, settings: Settings, rnd: Round | None, out: Vi
     n = round_number(rnd.index) if rnd is not None else len(session.spec.rounds)
     msg = f"step mode: round {n} done, {len(session.spec.token_ids)} tokens"
     msg += " (finished: Step again starts over)" if done else " (timings include the pauses)"
-    out["status"] = render.status_html(msg, "info")
+    out["status"] = markup.status_html(msg, "info")
     return out
 
 
@@ -247,7 +247,7 @@ def stop_session(session: Session) -> str:
     session.stop.set()
     if session.mode == "step":
         session.close_stepper()
-    return render.status_html("stopping ...", "busy")
+    return markup.status_html("stopping ...", "busy")
 
 
 def wire(page: Page) -> None:

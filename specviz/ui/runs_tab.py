@@ -2,11 +2,11 @@
 stored traces only.
 
 - the experiment log: a row per Run (the settings that differ from the defaults,
-  acceptance, alpha, c, tokens per call, speedup; specviz.experiments), its chart, its CSV;
+  acceptance, alpha, c, tokens per call, speedup; specviz.analysis.runlog), its chart, its CSV;
 - a run picked from the log loads back into the token view and every other view;
 - the calibration of the rule over the logged runs: verified drafts binned by their
   predicted acceptance min(1, p/q) against the observed frequency, with error bars, and
-  the same for resampled tokens (specviz.calibration).
+  the same for resampled tokens (specviz.analysis.calibration).
 
 Live runs call :func:`runs_views` after Session.record; nothing here calls a model.
 """
@@ -20,11 +20,12 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from specviz import calibration, inspect_plots, render
-from specviz.experiments import LOG_COLUMNS
+from specviz.analysis import calibration
+from specviz.analysis.runlog import LOG_COLUMNS
 from specviz.ui.page import Page
 from specviz.ui.state import Session, View, user_errors
 from specviz.ui.views import final_frame
+from specviz.views import across_runs, markup
 
 CALIBRATION_NOTE = (
     "Every verified draft had a predicted acceptance probability min(1, p/q) and was "
@@ -72,7 +73,7 @@ def calibration_html(result: dict[str, Any]) -> str:
         tail = calibration.summary_line(result) + "."
     if result["summary"]["residual"]["judged"]:
         tail += " Resampled tokens: " + calibration.summary_line(result, "residual") + "."
-    return render.status_html(head + tail)
+    return markup.status_html(head + tail)
 
 
 def runs_views(session: Session) -> View:
@@ -82,10 +83,10 @@ def runs_views(session: Session) -> View:
     runs = [r["run"] for r in rows]
     return {
         "log_table": log_display(rows),
-        "log_chart": inspect_plots.runs_figure(rows),
+        "log_chart": across_runs.runs_figure(rows),
         "log_pick": gr.Dropdown(choices=runs, value=runs[-1] if runs else None),
         "calib_summary": calibration_html(result),
-        "calib_plot": inspect_plots.reliability_figure(result),
+        "calib_plot": across_runs.reliability_figure(result),
     }
 
 
@@ -102,7 +103,7 @@ def load_run(session: Session, run: Any) -> View:
     session.decode = None  # the pair may have changed since; the greedy check decodes ids
     out = final_frame(session, int(main.settings.get("gamma", 4)))
     message = f"run {n} loaded from the log: click any token to inspect its decision"
-    return {**out, "status": render.status_html(message)}
+    return {**out, "status": markup.status_html(message)}
 
 
 def log_file(session: Session) -> str:

@@ -17,12 +17,12 @@ from typing import Any
 
 import gradio as gr
 
-from specviz import render
-from specviz.calibration import Calibration
+from specviz.analysis.calibration import Calibration
+from specviz.analysis.runlog import ExperimentLog
 from specviz.config import DEFAULT_PROMPT, Limits, Settings
 from specviz.engine import Update
-from specviz.experiments import ExperimentLog
 from specviz.trace import Trace
+from specviz.views import markup
 
 PROMPT_CHARS_PER_TOKEN = 16  # prompts longer than this many characters per allowed token
 View = dict[str, Any]  # a handler's output: view name -> value
@@ -168,7 +168,7 @@ class Session:
     @property
     def shading(self) -> bool:
         """Whether the token view shades: switched on, and the trace recorded overlaps."""
-        return self.shade and self.spec is not None and render.has_overlaps(self.spec)
+        return self.shade and self.spec is not None and markup.has_overlaps(self.spec)
 
     def sync_rounds(self, upto: int | None = None) -> int:
         """Render the rounds not yet cached (up to `upto`); return how many were new."""
@@ -178,8 +178,8 @@ class Session:
             rounds = self.spec.rounds[: upto if upto is not None else len(self.spec.rounds)]
             new = rounds[len(self.parts) :]
             for r in new:
-                self.parts.append(render.round_spans(r, self.shading))
-                self.rows.append(render.round_row(r))
+                self.parts.append(markup.round_spans(r, self.shading))
+                self.rows.append(markup.round_row(r))
         return len(new)
 
     def set_shade(self, on: bool) -> None:
@@ -188,7 +188,7 @@ class Session:
             self.shade = bool(on)
             if self.spec is not None:
                 done = self.spec.rounds[: len(self.parts)]
-                self.parts = [render.round_spans(r, self.shading) for r in done]
+                self.parts = [markup.round_spans(r, self.shading) for r in done]
 
     def record(self, spec: Trace | None, ar: Trace | None) -> None:
         """Log a finished run and count its decisions (stored traces only: no model call).
@@ -217,7 +217,7 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Turn ValueError into gr.Error (escaped, one line) for plain and generator handlers."""
 
     def error(exc: ValueError) -> gr.Error:
-        return gr.Error(render.esc(str(exc).splitlines()[0] if str(exc) else "invalid input"))
+        return gr.Error(markup.esc(str(exc).splitlines()[0] if str(exc) else "invalid input"))
 
     if inspect.isgeneratorfunction(fn):
 

@@ -4,7 +4,7 @@ views, and the narration box where Step tells the round just taken in plain sent
 
 Shading is a per-visitor switch kept in the Session, so the live, final, replayed and
 reloaded views all honour it (Session.sync_rounds renders with it). Narration reads the
-stored round only (specviz.narration): no model call.
+stored round only (specviz.views.narration): no model call.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Any
 
 import gradio as gr
 
-from specviz import render
 from specviz.ui.content import TOKEN_JS
 from specviz.ui.page import Page
 from specviz.ui.state import Session, View, user_errors
+from specviz.views import markup
 
 NARRATION_HINT = (
     "Press Step to take one round at a time: each round is told here in numbered "
@@ -28,7 +28,7 @@ NO_OVERLAPS = "this trace recorded no overlaps (an autoregressive run or a minim
 def layout(v: dict[str, Any]) -> None:
     """The legends, the shading switch, the token and per-round views, the narration box."""
     with gr.Row(elem_id="sv-legend-row"):
-        gr.HTML(render.legend_html(), js_on_load=None, scale=4, elem_id="sv-legend")
+        gr.HTML(markup.legend_html(), js_on_load=None, scale=4, elem_id="sv-legend")
         v["shade"] = gr.Checkbox(
             False,
             label="shade drafts by overlap sum_x min(p, q)",
@@ -40,7 +40,7 @@ def layout(v: dict[str, Any]) -> None:
     with gr.Row(elem_id="sv-token-row"):
         for name, scale in (("tokens", 3), ("rounds", 2)):
             v[name] = gr.HTML(
-                render.tokens_html([]) if name == "tokens" else render.rounds_html([]),
+                markup.tokens_html([]) if name == "tokens" else markup.rounds_html([]),
                 js_on_load=TOKEN_JS,
                 elem_id=f"sv-{name}",
                 max_height=420,
@@ -51,7 +51,7 @@ def layout(v: dict[str, Any]) -> None:
 
 
 def narration_hint() -> str:
-    return render.status_html(NARRATION_HINT)
+    return markup.status_html(NARRATION_HINT)
 
 
 def shade_legend(session: Session) -> str:
@@ -59,8 +59,8 @@ def shade_legend(session: Session) -> str:
     if not session.shade:
         return ""
     if session.spec is not None and not session.shading:
-        return render.status_html(f"Shading: {NO_OVERLAPS}.")
-    return render.overlap_legend_html()
+        return markup.status_html(f"Shading: {NO_OVERLAPS}.")
+    return markup.overlap_legend_html()
 
 
 def shade_update(session: Session, on: bool) -> View:
@@ -68,7 +68,7 @@ def shade_update(session: Session, on: bool) -> View:
     session.set_shade(bool(on))
     out: View = {"overlap_legend": shade_legend(session)}
     if session.spec is not None:
-        out["tokens"] = render.tokens_html(session.parts, session.spec.prompt)
+        out["tokens"] = markup.tokens_html(session.parts, session.spec.prompt)
     return out
 
 

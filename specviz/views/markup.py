@@ -1,6 +1,6 @@
 """HTML for the app: token spans, the per-round view, the legend, verdicts and small tables.
 
-Colours (``COLORS``) come from specviz.palette; :func:`css_variables` hands them to the
+Colours (``COLORS``) come from specviz.views.palette; :func:`css_variables` hands them to the
 page. Every piece of text that comes from a model, a user or a file goes through
 :func:`esc` (html.escape plus the characters that client-side templates treat specially)
 before it becomes part of a page. No gradio import.
@@ -20,8 +20,8 @@ from collections.abc import Callable
 from typing import Any
 
 from specviz.config import is_greedy
-from specviz.palette import COLORS, show_whitespace
 from specviz.trace import TOKEN_STATUSES, Added, Decision, Drafted, Round, Trace, round_number
+from specviz.views.palette import COLORS, show_whitespace
 
 LEGEND: dict[str, str] = {
     "accepted": "draft token accepted: u < min(1, p/q) (exact match: the target sampled it)",

@@ -2,7 +2,7 @@
 
 The decision inspector (p and q over the top tokens, min(1, p/q) against u, the residual),
 the live speedup chart, the acceptance charts, and Leviathan's expected speedup against
-gamma, measured and projected. Colours come from specviz.palette.
+gamma, measured and projected. Colours come from specviz.views.palette.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from specviz import metrics
-from specviz.palette import COLORS, GRID, OUTLINE, SERIES, ZERO_LINE, show_whitespace
 from specviz.trace import Decision, Trace, round_number
+from specviz.views.palette import COLORS, GRID, OUTLINE, SERIES, ZERO_LINE, show_whitespace
 
 _LAYOUT: dict[str, Any] = {
     "template": "plotly_white",
