@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from specviz import metrics
-from specviz.engine import summarize
+from specviz.metrics import summarize
 from specviz.trace import Added, Drafted, Round, Stats, Trace
 
 

@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from specviz.config import Settings
-from specviz.engine import Run, Update, generate, summarize
+from specviz.engine import Run, Update, generate
+from specviz.metrics import summarize
 from specviz.modelthread import MODEL_THREAD
 from specviz.trace import Round, Trace, round_number
 from specviz.ui import zerogpu
