@@ -210,6 +210,11 @@ def round_number(index: int) -> int:
     return index + 1
 
 
+def has_overlaps(trace: Trace) -> bool:
+    """Whether a trace recorded overlaps (a speculative run with the full trace)."""
+    return trace.method == "spec" and trace.settings.get("trace_level", "full") == "full"
+
+
 def verified(trace: Trace) -> list[Drafted]:
     """The verified drafts of every round of a trace, in order."""
     return [d for r in trace.rounds for d in r.verified]

@@ -12,9 +12,11 @@ import gradio as gr
 
 from specviz.config import RULES
 from specviz.modelthread import MODEL_THREAD
+from specviz.ui.errors import model_failures, user_errors
 from specviz.ui.page import HIDDEN, Page
-from specviz.ui.pairs import AppContext, failure, pair_label
-from specviz.ui.state import Form, View, as_int, user_errors
+from specviz.ui.pairs import AppContext, pair_label
+from specviz.ui.state import Form, View, as_int
+from specviz.ui.warm import warmed_pair
 from specviz.views import markup
 
 CHECK_MAX_SAMPLES = 2000  # the distribution check: most samples per method
@@ -56,22 +58,18 @@ def check_updates(
         raise ValueError(f"samples must be in 200..{CHECK_MAX_SAMPLES}, got {n!r}")
     settings = ctx.settings(form)
     distribution_check.validate(n, length, rule)
-    pair = ctx.warm_pair(form)
+    pair = warmed_pair(ctx, form)
 
     def report(p: distribution_check.Progress) -> None:
         if progress is not None:
             progress(p.done / max(1, p.total), p.stage)
 
-    try:
+    with model_failures(f"checking pair {pair_label(form)!r}"):
         result = MODEL_THREAD.call(
             lambda: distribution_check.run_check(
                 pair, form.prompt, settings, n, length, rule, progress_cb=report
             )
         )
-    except ValueError:
-        raise
-    except Exception as exc:
-        raise failure(exc, f"checking pair {pair_label(form)!r}") from None
     return {
         "check_plot": check_figure.check_figure(result),
         "check_summary": f"<pre class='sv-check'>{markup.esc(result.summary())}</pre>",

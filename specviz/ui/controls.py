@@ -16,9 +16,11 @@ import gradio as gr
 
 from specviz.config import DRAFTERS, VERIFICATIONS, Deployment
 from specviz.ui.content import HOW_TO_READ, PRESET_FIELDS, PRESETS, apply_preset
+from specviz.ui.errors import user_errors
 from specviz.ui.page import INTERNAL, Page
 from specviz.ui.pairs import CUSTOM, AppContext, compiled_by_default, pair_label, zero_gpu
-from specviz.ui.state import PROMPT_CHARS_PER_TOKEN, Form, View, user_errors
+from specviz.ui.state import PROMPT_CHARS_PER_TOKEN, Form, View
+from specviz.ui.warm import warmed_pair
 from specviz.views import markup
 
 
@@ -145,7 +147,7 @@ def pair_updates(ctx: AppContext, form: Form) -> Iterator[View]:
     }
     loaded = ctx.pair(form)
     try:
-        ctx.warm_pair(form)
+        warmed_pair(ctx, form)
     except ValueError:
         pass  # the form is not valid yet; the first Run warms the pair instead
     yield {

@@ -15,10 +15,10 @@ import gradio as gr
 
 from specviz import metrics
 from specviz.trace import Trace
+from specviz.ui.errors import failure, user_errors
 from specviz.ui.page import HIDDEN, Page
-from specviz.ui.pairs import failure
-from specviz.ui.state import Session, View, user_errors
-from specviz.ui.views import final_frame
+from specviz.ui.state import Session, View
+from specviz.ui.views import final_frame, sync_rounds
 from specviz.views import markup
 
 MAX_IMPORT_BYTES = 5_000_000  # a trace file for import: 5 MB
@@ -66,7 +66,7 @@ def replay_updates(session: Session, trace: Trace | None = None) -> Iterator[Vie
         session.parts, session.rows = [], []
         delay = min(0.25, REPLAY_SECONDS / len(spec.rounds))
         for i in range(1, len(spec.rounds) + 1):
-            session.sync_rounds(upto=i)
+            sync_rounds(session, upto=i)
             yield {
                 "tokens": markup.tokens_html(session.parts, spec.prompt),
                 "rounds": markup.rounds_html(session.rows),

@@ -8,7 +8,7 @@ stored traces only.
   predicted acceptance min(1, p/q) against the observed frequency, with error bars, and
   the same for resampled tokens (specviz.analysis.calibration).
 
-Live runs call :func:`runs_views` after Session.record; nothing here calls a model.
+Live runs show specviz.ui.views.runs_views after Session.record; nothing here calls a model.
 """
 
 from __future__ import annotations
@@ -18,14 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import gradio as gr
-import pandas as pd
 
-from specviz.analysis import calibration
-from specviz.analysis.runlog import LOG_COLUMNS
+from specviz.ui.errors import user_errors
 from specviz.ui.page import Page
-from specviz.ui.state import Session, View, user_errors
-from specviz.ui.views import final_frame
-from specviz.views import across_runs, markup
+from specviz.ui.state import Session, View
+from specviz.ui.views import final_frame, log_display
+from specviz.views import markup
 
 CALIBRATION_NOTE = (
     "Every verified draft had a predicted acceptance probability min(1, p/q) and was "
@@ -55,39 +53,6 @@ def layout(v: dict[str, Any]) -> None:
         v["log_export"] = gr.Button("Export the log (CSV)", elem_id="sv-log-export")
     v["log_file"] = gr.File(label="log CSV", interactive=False, elem_id="sv-log-file")
     v["log_chart"] = gr.Plot(label="speedup and acceptance per run", elem_id="sv-log-chart")
-
-
-def log_display(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """The log's rows for the table: figures to 3 decimals, missing ones blank."""
-    frame = pd.DataFrame(rows, columns=list(LOG_COLUMNS)).round(3)
-    return frame.astype(object).where(frame.notna(), "")
-
-
-def calibration_html(result: dict[str, Any]) -> str:
-    """How many drafts and runs, and how many judged bins lie within their error bars."""
-    drafts = result["drafts"]
-    head = f"{drafts} verified drafts with a drawn u over {result['traces']} run(s). "
-    if not result["summary"]["drafts"]["judged"]:
-        tail = f"No bin has {result['min_n']} drafts yet: run more (or longer) sampled runs."
-    else:
-        tail = calibration.summary_line(result) + "."
-    if result["summary"]["residual"]["judged"]:
-        tail += " Resampled tokens: " + calibration.summary_line(result, "residual") + "."
-    return markup.status_html(head + tail)
-
-
-def runs_views(session: Session) -> View:
-    """The log's table, chart and run picker, and the calibration, from the session."""
-    rows = session.log.rows
-    result = session.calibration.to_dict()
-    runs = [r["run"] for r in rows]
-    return {
-        "log_table": log_display(rows),
-        "log_chart": across_runs.runs_figure(rows),
-        "log_pick": gr.Dropdown(choices=runs, value=runs[-1] if runs else None),
-        "calib_summary": calibration_html(result),
-        "calib_plot": across_runs.reliability_figure(result),
-    }
 
 
 def load_run(session: Session, run: Any) -> View:

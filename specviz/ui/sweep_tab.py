@@ -17,8 +17,9 @@ from typing import Any
 import gradio as gr
 
 from specviz.analysis.sweep import SweepEvent, SweepPlan, format_table, sweep
+from specviz.ui.errors import model_failures
 from specviz.ui.page import HIDDEN, Page
-from specviz.ui.pairs import AppContext, failure, pair_label, zero_gpu
+from specviz.ui.pairs import AppContext, pair_label, zero_gpu
 from specviz.ui.state import Form, Session, View, as_int
 from specviz.ui.worker import Worker
 from specviz.views import across_runs, markup
@@ -123,22 +124,16 @@ def sweep_updates(
     events: list[SweepEvent] = []
     stop = session.new_stop()
     worker = Worker([sweep(pair, plan)], stop, sink=events)
-    worker.start()
     yield {"sweep_status": progress_html(None, plan.total_runs), **results([], "")}
     shown = 0
-    try:
-        while worker.is_alive():
-            worker.tick.wait(0.5)
-            worker.tick.clear()
-            if len(events) > shown:
-                shown = len(events)
-                rows = [e.row for e in events[:shown] if e.row is not None]
-                yield results(rows, progress_html(events[shown - 1], plan.total_runs))
-    finally:
-        stop.set()  # the page went away or the handler was cancelled
-    worker.join()
+    for _ in worker.polls():
+        if len(events) > shown:
+            shown = len(events)
+            rows = [e.row for e in events[:shown] if e.row is not None]
+            yield results(rows, progress_html(events[shown - 1], plan.total_runs))
     if worker.error is not None:
-        raise failure(worker.error, f"sweeping pair {label!r}")
+        with model_failures(f"sweeping pair {label!r}"):
+            raise worker.error
     yield results([e.row for e in events if e.row is not None], done_html(events, plan))
 
 

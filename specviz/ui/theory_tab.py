@@ -9,8 +9,9 @@ from typing import Any
 import gradio as gr
 
 from specviz import metrics
+from specviz.ui.errors import user_errors
 from specviz.ui.page import Page
-from specviz.ui.state import Session, as_float, user_errors
+from specviz.ui.state import Session, as_float
 from specviz.ui.views import no_alpha_figure
 from specviz.views import figures
 

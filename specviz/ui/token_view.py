@@ -3,7 +3,7 @@ drafted token by its overlap sum_x min(p, q) (with its legend), the token and pe
 views, and the narration box where Step tells the round just taken in plain sentences.
 
 Shading is a per-visitor switch kept in the Session, so the live, final, replayed and
-reloaded views all honour it (Session.sync_rounds renders with it). Narration reads the
+reloaded views all honour it (specviz.ui.views.sync_rounds renders with it). Narration reads the
 stored round only (specviz.views.narration): no model call.
 """
 
@@ -14,14 +14,12 @@ from typing import Any
 import gradio as gr
 
 from specviz.ui.content import TOKEN_JS
+from specviz.ui.errors import user_errors
 from specviz.ui.page import Page
-from specviz.ui.state import Session, View, user_errors
+from specviz.ui.state import Session, View
+from specviz.ui.views import narration_hint, set_shade
 from specviz.views import markup
 
-NARRATION_HINT = (
-    "Press Step to take one round at a time: each round is told here in numbered "
-    "sentences (the draft's proposal, the one target call, each decision, the added token)."
-)
 NO_OVERLAPS = "this trace recorded no overlaps (an autoregressive run or a minimal trace)"
 
 
@@ -50,10 +48,6 @@ def layout(v: dict[str, Any]) -> None:
     v["narration"] = gr.HTML(narration_hint(), js_on_load=None, elem_id="sv-narration")
 
 
-def narration_hint() -> str:
-    return markup.status_html(NARRATION_HINT)
-
-
 def shade_legend(session: Session) -> str:
     """The shading's legend while it is on ("" while off)."""
     if not session.shade:
@@ -65,7 +59,7 @@ def shade_legend(session: Session) -> str:
 
 def shade_update(session: Session, on: bool) -> View:
     """Switch the overlap shading: the token view re-rendered from the cached rounds."""
-    session.set_shade(bool(on))
+    set_shade(session, bool(on))
     out: View = {"overlap_legend": shade_legend(session)}
     if session.spec is not None:
         out["tokens"] = markup.tokens_html(session.parts, session.spec.prompt)

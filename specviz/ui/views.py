@@ -1,6 +1,7 @@
-"""What the page shows for a session's traces: the cheap live frame sent after each round,
-the final frame with every view, the summaries, and the decision inspector. Everything here
-reads stored traces only: no model call.
+"""What the page shows for a session's traces: the rounds' HTML cached in the session, the
+cheap live frame sent after each round, the final frame with every view, the summaries, the
+decision inspector, and the views across a session's runs (log and calibration). Everything
+here reads stored traces only: no model call.
 """
 
 from __future__ import annotations
@@ -10,24 +11,59 @@ import statistics
 import time
 from typing import Any
 
+import gradio as gr
+import pandas as pd
 from gradio.components.plot import PlotData
 
 from specviz import metrics
+from specviz.analysis import calibration
+from specviz.analysis.runlog import LOG_COLUMNS
 from specviz.config import is_greedy
 from specviz.costs import guard_sentence
 from specviz.trace import Trace, decision_at, round_number
 from specviz.ui.state import Session, View
-from specviz.views import figures, markup, timing
+from specviz.views import across_runs, figures, markup, timing
 
 NO_ALPHA = "alpha was not measured (a minimal trace, or no verified drafts): no theory curve"
+NARRATION_HINT = (
+    "Press Step to take one round at a time: each round is told here in numbered "
+    "sentences (the draft's proposal, the one target call, each decision, the added token)."
+)
 NEEDS_COMPARE = "the race replay needs a compared run: tick Compare and press Run"
+
+
+def narration_hint() -> str:
+    return markup.status_html(NARRATION_HINT)
+
+
+def sync_rounds(session: Session, upto: int | None = None) -> int:
+    """Render the rounds the session has not cached yet (up to `upto`) into its token spans
+    and round rows; return how many were new."""
+    if session.spec is None:
+        return 0
+    with session.lock:
+        rounds = session.spec.rounds[: upto if upto is not None else len(session.spec.rounds)]
+        new = rounds[len(session.parts) :]
+        for r in new:
+            session.parts.append(markup.round_spans(r, session.shading))
+            session.rows.append(markup.round_row(r))
+    return len(new)
+
+
+def set_shade(session: Session, on: bool) -> None:
+    """Switch the overlap shading and re-render the token spans already cached."""
+    with session.lock:
+        session.shade = bool(on)
+        if session.spec is not None:
+            done = session.spec.rounds[: len(session.parts)]
+            session.parts = [markup.round_spans(r, session.shading) for r in done]
 
 
 def live_frame(session: Session, last_speed: float) -> tuple[View, float]:
     """The cheap per-round update: new spans, new rows, the speedup chart, where the rounds'
     time went, a status line."""
     t0 = time.perf_counter()
-    new = session.sync_rounds()
+    new = sync_rounds(session)
     spec, ar = session.spec, session.ar
     out: View = {}
     if new:
@@ -61,7 +97,7 @@ def _progress(spec: Trace | None, ar: Trace | None) -> str:
 
 def final_frame(session: Session, gamma: int) -> View:
     """Every view, from the session's traces alone."""
-    session.sync_rounds()
+    sync_rounds(session)
     spec, ar = session.spec, session.ar
     main = spec or ar
     guard = speed_guard(spec, ar)
@@ -284,3 +320,36 @@ def greedy_html(session: Session) -> str:
     verdict = markup.greedy_check(spec, ar, session.decode)
     kind = "info" if verdict.startswith("identical") else "error"
     return markup.status_html(f"Greedy check: {verdict}", kind)
+
+
+def log_display(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """The log's rows for the table: figures to 3 decimals, missing ones blank."""
+    frame = pd.DataFrame(rows, columns=list(LOG_COLUMNS)).round(3)
+    return frame.astype(object).where(frame.notna(), "")
+
+
+def calibration_html(result: dict[str, Any]) -> str:
+    """How many drafts and runs, and how many judged bins lie within their error bars."""
+    drafts = result["drafts"]
+    head = f"{drafts} verified drafts with a drawn u over {result['traces']} run(s). "
+    if not result["summary"]["drafts"]["judged"]:
+        tail = f"No bin has {result['min_n']} drafts yet: run more (or longer) sampled runs."
+    else:
+        tail = calibration.summary_line(result) + "."
+    if result["summary"]["residual"]["judged"]:
+        tail += " Resampled tokens: " + calibration.summary_line(result, "residual") + "."
+    return markup.status_html(head + tail)
+
+
+def runs_views(session: Session) -> View:
+    """The log's table, chart and run picker, and the calibration, from the session."""
+    rows = session.log.rows
+    result = session.calibration.to_dict()
+    runs = [r["run"] for r in rows]
+    return {
+        "log_table": log_display(rows),
+        "log_chart": across_runs.runs_figure(rows),
+        "log_pick": gr.Dropdown(choices=runs, value=runs[-1] if runs else None),
+        "calib_summary": calibration_html(result),
+        "calib_plot": across_runs.reliability_figure(result),
+    }

@@ -20,7 +20,16 @@ from collections.abc import Callable
 from typing import Any
 
 from specviz.config import is_greedy
-from specviz.trace import TOKEN_STATUSES, Added, Decision, Drafted, Round, Trace, round_number
+from specviz.trace import (
+    TOKEN_STATUSES,
+    Added,
+    Decision,
+    Drafted,
+    Round,
+    Trace,
+    has_overlaps,
+    round_number,
+)
 from specviz.views.palette import COLORS, show_whitespace
 
 LEGEND: dict[str, str] = {
@@ -110,11 +119,6 @@ def round_spans(rnd: Round, shade_overlap: bool = False) -> str:
             token_span(rnd.added.text, rnd.added.status, rnd.index, rnd.start + rnd.n_accepted)
         )
     return "".join(parts)
-
-
-def has_overlaps(trace: Trace) -> bool:
-    """Whether a trace recorded overlaps (a speculative run with the full trace)."""
-    return trace.method == "spec" and trace.settings.get("trace_level", "full") == "full"
 
 
 def tokens_html(parts: list[str], prompt: str = "") -> str:
