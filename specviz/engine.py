@@ -32,7 +32,7 @@ from specviz.compiled import StaticLM, compiler_for
 from specviz.config import Settings
 from specviz.drafters import Draft, Drafter, ModelDrafter, NgramDrafter
 from specviz.lm import CachedLM, ModelCache
-from specviz.models import LoadedModel, ModelPair
+from specviz.pair import LoadedModel, ModelPair
 from specviz.record import round_decisions
 from specviz.sampling import draw, next_token, verify, verify_exact_match, warp
 from specviz.trace import Round, Trace

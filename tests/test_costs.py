@@ -294,23 +294,23 @@ def test_every_variant_builds_and_leaves_the_target_alone(base):
 
 
 def test_the_theory_figure_draws_the_refined_curve_below_leviathans():
-    from specviz.views import figures
+    from specviz.views import theory_figures
 
     steps = {w: 1.0 + 0.12 * (w - 1) for w in range(1, 10)}
-    fig = figures.theory_figure(0.8, 0.2, 4, 1.5, steps)
+    fig = theory_figures.theory_figure(0.8, 0.2, 4, 1.5, steps)
     lev = next(t for t in fig.data if t.name == "expected (Leviathan)")
     ref = next(t for t in fig.data if t.name.startswith("refined"))
     assert list(ref.x) == list(range(1, 9))
     for g, y in zip(ref.x, ref.y, strict=True):
         assert y == pytest.approx(metrics.refined_speedup(0.8, g, 0.2, steps[g + 1]))
         assert y < lev.y[g - 1]
-    assert len(figures.theory_figure(0.8, 0.2, 4, 1.5).data) == len(fig.data) - 1
+    assert len(theory_figures.theory_figure(0.8, 0.2, 4, 1.5).data) == len(fig.data) - 1
 
 
 def slow_draft_pair():
     """A tiny target drafted by a much larger network: every draft step costs more than a
     target step, so no gamma can win."""
-    from specviz.models import LoadedModel
+    from specviz.pair import LoadedModel
 
     pair = tiny_pair(vocab=32)
     big = tiny_model(32, seed=3, layers=6, hidden_size=256, intermediate_size=1024)

@@ -133,7 +133,7 @@ def test_one_best_gamma_for_the_command_line_and_the_app(capsys):
 
     from specviz.cli.generate import print_comparison
     from specviz.config import Limits
-    from specviz.views import figures
+    from specviz.views import theory_figures
 
     # alpha 0.9, c 0.01: the expected speedup peaks at gamma 24, inside the settings' range
     alpha, c = 0.9, 0.01
@@ -141,7 +141,7 @@ def test_one_best_gamma_for_the_command_line_and_the_app(capsys):
     print_comparison(ar, spec)
     cli = re.search(r"best gamma (\d+)", capsys.readouterr().out)
     app = re.search(
-        r"best gamma = (\d+)", figures.theory_figure(alpha, c, 4, None).layout.title.text
+        r"best gamma = (\d+)", theory_figures.theory_figure(alpha, c, 4, None).layout.title.text
     )
     assert (int(cli[1]), int(app[1])) == (24, 24)
     assert metrics.best_gamma(alpha, c) == 24

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from specviz.trace import decision_at
-from specviz.views import figures
+from specviz.views import figures, theory_figures
 from tests.test_render import NASTY, sample_trace
 
 
@@ -64,8 +64,8 @@ def test_acceptance_and_theory_figures() -> None:
     assert list(figures.acceptance_per_round_figure(t).data[0].y) == [0.5, 1.0]
     assert list(figures.accepted_histogram_figure(t).data[0].x) == [1]
     assert list(figures.acceptance_by_position_figure(t).data[0].y) == [1.0, 0.0]
-    th = figures.theory_figure(0.8, 0.2, 4, 1.5)
+    th = theory_figures.theory_figure(0.8, 0.2, 4, 1.5)
     assert "best gamma" in th.layout.title.text and len(th.data) == 2
-    pr = figures.projection_figure(0.8, 0.05, 4)
+    pr = theory_figures.projection_figure(0.8, 0.05, 4)
     assert "PROJECTION" in pr.layout.title.text
     assert figures.empty_figure("x").layout.annotations[0].text == "x"

@@ -40,7 +40,7 @@ from specviz.analysis.binning import MIN_EXPECTED, CheckView, make_view
 from specviz.config import RULES, Settings, Warp, verification_of
 from specviz.engine import generate, prompt_ids_for
 from specviz.lm import CachedLM
-from specviz.models import ModelPair
+from specviz.pair import ModelPair
 from specviz.sampling import residual, warp
 
 MIN_N = 200

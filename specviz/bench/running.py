@@ -35,7 +35,7 @@ from specviz.bench.options import BenchOptions, reference_gamma
 from specviz.bench.prompts import BenchPrompt, prompt_set
 from specviz.bench.ratios import case_ratios, summarize_ratios
 from specviz.draft_choice import machine_key
-from specviz.models import ModelPair
+from specviz.pair import ModelPair
 from specviz.trace import Trace
 
 

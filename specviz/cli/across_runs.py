@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from specviz.cli.args import (
-    add_model_args,
-    add_sampling_args,
+    add_run_args,
     csv_list,
     load_pair_from_args,
     settings_from_args,
@@ -46,8 +45,7 @@ def _add_sweep_parser(sub: Any) -> None:
     s.add_argument("--raw", action="store_true", help="do not apply the chat template")
     s.add_argument("--json", action="store_true", help="print {rows: [...]} as JSON on stdout")
     s.add_argument("--csv", default=None, metavar="PATH", help="also write the rows as CSV")
-    add_model_args(s)
-    add_sampling_args(s)
+    add_run_args(s)
     s.set_defaults(func=cmd_sweep, gamma=None, temperature=None)
 
 

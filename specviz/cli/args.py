@@ -27,6 +27,23 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+# The Settings fields add_sampling_args sets, each from the argument of the same name.
+SAMPLING_FIELDS = (
+    "drafter",
+    "gamma",
+    "adaptive_gamma",
+    "temperature",
+    "draft_temperature",
+    "top_p",
+    "top_k",
+    "greedy",
+    "max_new_tokens",
+    "seed",
+    "top_n",
+    "verification",
+)
+
+
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
     d = Settings()
     p.add_argument("--drafter", default=d.drafter, choices=DRAFTERS)
@@ -48,26 +65,18 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_run_args(p: argparse.ArgumentParser) -> None:
+    """Both groups: the model pair and the sampling settings of a command that runs it."""
+    add_model_args(p)
+    add_sampling_args(p)
+
+
 def settings_from_args(args: argparse.Namespace, method: str = "spec") -> Settings:
     """Validated Settings from parsed arguments (raises ValueError)."""
     from specviz.config import Limits
 
-    return Settings(
-        method=method,
-        drafter=args.drafter,
-        gamma=args.gamma,
-        adaptive_gamma=args.adaptive_gamma,
-        temperature=args.temperature,
-        draft_temperature=args.draft_temperature,
-        top_p=args.top_p,
-        top_k=args.top_k,
-        greedy=args.greedy,
-        max_new_tokens=args.max_new_tokens,
-        seed=args.seed,
-        top_n=args.top_n,
-        verification=args.verification,
-        limits=Limits.from_env(),
-    )
+    sampling = {name: getattr(args, name) for name in SAMPLING_FIELDS}
+    return Settings(method=method, limits=Limits.from_env(), **sampling)
 
 
 def load_pair_from_args(args: argparse.Namespace, compiled: bool = True) -> Any:

@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from specviz.cli.args import (
-    add_model_args,
-    add_sampling_args,
+    add_run_args,
     load_pair_from_args,
     require_prompt,
     settings_from_args,
@@ -36,8 +35,7 @@ def add_parser(sub: Any) -> None:
     c.add_argument("--raw", action="store_true", help="do not apply the chat template")
     c.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     c.add_argument("--out", default=None, help="directory for check.json and check.html")
-    add_model_args(c)
-    add_sampling_args(c)
+    add_run_args(c)
     c.set_defaults(func=cmd_check)
 
 

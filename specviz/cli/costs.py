@@ -9,8 +9,7 @@ import sys
 from typing import Any
 
 from specviz.cli.args import (
-    add_model_args,
-    add_sampling_args,
+    add_run_args,
     csv_list,
     load_pair_from_args,
     require_prompt,
@@ -31,8 +30,7 @@ def add_parser(sub: Any) -> None:
         "--tokens", type=int, default=48, help="tokens of the runs that time the overhead"
     )
     c.add_argument("--json", action="store_true", help="print the costs as JSON on stdout")
-    add_model_args(c)
-    add_sampling_args(c)
+    add_run_args(c)
     c.set_defaults(func=cmd_costs)
 
 

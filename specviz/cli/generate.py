@@ -9,8 +9,7 @@ import sys
 from typing import Any
 
 from specviz.cli.args import (
-    add_model_args,
-    add_sampling_args,
+    add_run_args,
     load_pair_from_args,
     require_prompt,
     settings_from_args,
@@ -40,8 +39,7 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="also run the autoregressive baseline in this process and print the speedup",
     )
-    add_model_args(g)
-    add_sampling_args(g)
+    add_run_args(g)
     g.set_defaults(func=cmd_generate)
 
 

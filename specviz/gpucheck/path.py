@@ -32,7 +32,7 @@ from specviz.config import Settings
 from specviz.engine import clock, generate
 from specviz.gpucheck.measure import forward_ms, lm_ms
 from specviz.gpucheck.plan import GAMMA, Plan, build, close_draft, pair_of, prompt_ids
-from specviz.models import ModelPair
+from specviz.pair import ModelPair
 
 
 def lengths(plan: Plan) -> list[int]:

@@ -17,9 +17,10 @@ import torch
 
 from specviz.compiled import auto_backend
 from specviz.config import Deployment, Limits, Settings, on_zero_gpu
-from specviz.models import PAIRS, ModelPair, check_model_id, load_pair, resolve_device
+from specviz.models import PAIRS, check_model_id, load_pair, resolve_device
 from specviz.modelthread import MODEL_THREAD
 from specviz.offline import OFFLINE_IDS
+from specviz.pair import ModelPair
 from specviz.ui.errors import model_failures
 from specviz.ui.state import Form
 

@@ -13,7 +13,7 @@ from specviz.ui.errors import user_errors
 from specviz.ui.page import Page
 from specviz.ui.state import Session, as_float
 from specviz.ui.views import no_alpha_figure
-from specviz.views import figures
+from specviz.views import figures, theory_figures
 
 
 def layout(v: dict[str, Any]) -> None:
@@ -40,7 +40,7 @@ def projection_update(session: Session, c: float) -> Any:
     alpha = metrics.alpha(spec)
     if alpha is None:
         return no_alpha_figure()
-    return figures.projection_figure(alpha, c, int(spec.settings.get("gamma", 4)))
+    return theory_figures.projection_figure(alpha, c, int(spec.settings.get("gamma", 4)))
 
 
 def wire(page: Page) -> None:

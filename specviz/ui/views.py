@@ -22,7 +22,7 @@ from specviz.config import is_greedy
 from specviz.costs import guard_sentence
 from specviz.trace import Trace, decision_at, round_number
 from specviz.ui.state import Session, View
-from specviz.views import across_runs, figures, markup, timing
+from specviz.views import across_runs, figures, markup, theory_figures, timing
 
 NO_ALPHA = "alpha was not measured (a minimal trace, or no verified drafts): no theory curve"
 NARRATION_HINT = (
@@ -192,14 +192,14 @@ def charts(spec: Trace | None, ar: Trace | None, gamma: int, c_user: float = 0.1
         return {**out, "theory": no_alpha_figure(), "projection": no_alpha_figure()}
     return {
         **out,
-        "theory": figures.theory_figure(
+        "theory": theory_figures.theory_figure(
             alpha, c, gamma, measured, metrics.verify_steps(spec, ar) if ar else None
         )
         if c
         else figures.empty_figure(
             "theory needs c, measured against the autoregressive baseline (tick Compare)"
         ),
-        "projection": figures.projection_figure(alpha, c_user, gamma),
+        "projection": theory_figures.projection_figure(alpha, c_user, gamma),
     }
 
 

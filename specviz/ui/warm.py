@@ -8,8 +8,8 @@ from __future__ import annotations
 import threading
 
 from specviz.engine import warm_up
-from specviz.models import ModelPair
 from specviz.modelthread import MODEL_THREAD
+from specviz.pair import ModelPair
 from specviz.ui.errors import model_failures
 from specviz.ui.pairs import AppContext, pair_label
 from specviz.ui.state import Form

@@ -22,7 +22,7 @@ from typing import Any
 
 from specviz.config import Deployment, Settings
 from specviz.engine import Run, warm_up
-from specviz.models import ModelPair
+from specviz.pair import ModelPair
 from specviz.trace import Round, Stats, Trace
 from specviz.ui import pairs
 from specviz.ui.state import Form
