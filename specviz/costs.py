@@ -31,7 +31,7 @@ from specviz import metrics
 from specviz.config import DEFAULT_PROMPT, Settings
 
 if TYPE_CHECKING:
-    from specviz.models import ModelPair
+    from specviz.pair import ModelPair
 
 # The gammas `costs` measures by default, and the range the refined prediction is judged on.
 DEFAULT_GAMMAS = (1, 2, 4, 8)

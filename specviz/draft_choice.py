@@ -302,7 +302,7 @@ def measure(
     from specviz.config import Settings
     from specviz.costs import Timer
     from specviz.lm import CachedLM
-    from specviz.models import token_width
+    from specviz.pair import token_width
     from specviz.sampling import warp
 
     say = say or log.info

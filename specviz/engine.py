@@ -15,7 +15,7 @@ the first rejection, or from p after a full accept (the bonus token). Both KV ca
 then cropped to the accepted prefix. With ``verification="exact-match"`` the round instead
 samples the target's own y_i ~ p_i at all k + 1 positions from the run's generator, accepts
 x_i while y_i == x_i, and adds y at the first mismatch (or y_{k+1} as the bonus). The
-round's record is built by specviz.record.
+round's decisions are recorded by specviz.record.
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ from specviz.compiled import StaticLM, compiler_for
 from specviz.config import Settings
 from specviz.drafters import Draft, Drafter, ModelDrafter, NgramDrafter
 from specviz.lm import CachedLM, ModelCache
-from specviz.models import LoadedModel, ModelPair
-from specviz.record import round_record
+from specviz.pair import LoadedModel, ModelPair
+from specviz.record import round_decisions
 from specviz.sampling import draw, next_token, verify, verify_exact_match, warp
-from specviz.trace import Round, Stats, Trace, verified
+from specviz.trace import Round, Trace
 
 
 @dataclass
@@ -75,14 +75,21 @@ def prompt_ids_for(
     return ids
 
 
+def check_request(pair: ModelPair, prompt: Any, settings: Settings, raw: bool = False) -> list[int]:
+    """Refuse (ValueError) a request this pair cannot run: a model drafter without a draft
+    model, or a prompt prompt_ids_for refuses. Returns the prompt's ids. Run makes this check
+    first; a caller that runs several generations can make it once, before any output."""
+    if settings.method == "spec" and settings.drafter == "model" and pair.draft is None:
+        raise ValueError(f"pair {pair.name!r} has no draft model; use the ngram drafter")
+    return prompt_ids_for(pair, prompt, settings, raw)
+
+
 class Run:
     """One generation. Iterate for live updates; read ``trace`` at any point."""
 
     def __init__(self, pair: ModelPair, prompt: str, settings: Settings, raw: bool = False) -> None:
-        if settings.method == "spec" and settings.drafter == "model" and pair.draft is None:
-            raise ValueError(f"pair {pair.name!r} has no draft model; use the ngram drafter")
         self.pair, self.settings = pair, settings
-        self.prompt_ids = prompt_ids_for(pair, prompt, settings, raw)
+        self.prompt_ids = check_request(pair, prompt, settings, raw)
         self.device = pair.device
         models = pair.describe()
         models["drafter"] = settings.drafter if settings.method == "spec" else "none"
@@ -143,11 +150,9 @@ class Run:
         top = s.limits.max_gamma + 1
         return tuple(sorted({1, *(w for w in (3, 5, 9, 17, 33) if w < top), top}))
 
-    def _emit(self, new_ids: list[int], t_s: float) -> None:
-        tr = self.trace
-        tr.token_ids.extend(new_ids)
-        tr.token_texts.extend(self.pair.token_text(t) for t in new_ids)
-        tr.timeline.append([t_s, float(len(tr.token_ids))])
+    def _emit(self, new_ids: list[int], t_s: float, rnd: Round | None = None) -> None:
+        texts = [self.pair.token_text(t) for t in new_ids]
+        self.trace.append_call(new_ids, texts, t_s, rnd)
 
     def _finish(self, reason: str, t0: float) -> None:
         for lm in (self.target_lm, getattr(self.drafter, "lm", None)):
@@ -156,7 +161,7 @@ class Run:
         tr = self.trace
         tr.stop_reason = reason
         tr.text = self.pair.decode(tr.token_ids)
-        tr.stats = summarize(tr, wall_s=clock(self.device) - t0)
+        tr.stats = metrics.summarize(tr, wall_s=clock(self.device) - t0)
 
     # --- autoregressive baseline -------------------------------------------------------
 
@@ -236,23 +241,20 @@ class Run:
                 target.rollback(seq)
                 drafter.rollback(seq)
                 tc = clock(dev)
-                rnd = round_record(
-                    s,
-                    self.pair.token_text,
-                    len(self.trace.rounds),
-                    gamma,
-                    len(out),
-                    draft.ids,
-                    p,
-                    q,
-                    verdict,
-                    u,
-                    added,
+                drafted, added_record = round_decisions(
+                    s, self.pair.token_text, draft.ids, p, q, verdict, u, added
                 )
-                rnd.draft_ms, rnd.verify_ms = (tb - ta) * 1e3, (tc - tb) * 1e3
-                rnd.t_s = clock(dev) - t0
-                self.trace.rounds.append(rnd)
-                self._emit(new, rnd.t_s)
+                rnd = Round(
+                    index=len(self.trace.rounds),
+                    start=len(out),
+                    gamma=gamma,
+                    drafted=drafted,
+                    added=added_record,
+                    draft_ms=(tb - ta) * 1e3,
+                    verify_ms=(tc - tb) * 1e3,
+                    t_s=clock(dev) - t0,
+                )
+                self._emit(new, rnd.t_s, rnd)
                 yield Update(rnd, new, len(out), rnd.t_s)
                 if added is None or added in eos:
                     reason = "eos"
@@ -276,28 +278,6 @@ def next_gamma(gamma: int, k: int, n_accepted: int, max_gamma: int) -> int:
     if n_accepted == k:
         return min(gamma + 2, max_gamma)
     return max(1, gamma - 1)
-
-
-def summarize(trace: Trace, wall_s: float) -> Stats:
-    """Stats of a (possibly partial) trace, by the definitions in specviz.metrics."""
-    n, rounds, tested = len(trace.token_ids), trace.rounds, verified(trace)
-    return Stats(
-        new_tokens=n,
-        rounds=len(rounds),
-        target_calls=metrics.target_calls(trace),
-        drafted=sum(len(r.drafted) for r in rounds),
-        verified=len(tested),
-        accepted=sum(d.status == "accepted" for d in tested),
-        acceptance_rate=metrics.acceptance_rate(trace),
-        alpha=metrics.alpha(trace),
-        match_alpha=metrics.match_alpha(trace),
-        tokens_per_call=metrics.tokens_per_call(trace),
-        first_token_ms=trace.timeline[0][0] * 1e3 if trace.timeline else 0.0,
-        draft_ms=sum(r.draft_ms for r in rounds),
-        verify_ms=sum(r.verify_ms for r in rounds),
-        wall_s=wall_s,
-        ms_per_token=wall_s * 1e3 / n if n else 0.0,
-    )
 
 
 def generate(pair: ModelPair, prompt: str, settings: Settings, raw: bool = False) -> Trace:

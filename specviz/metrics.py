@@ -12,7 +12,7 @@ Definitions (printed next to the numbers wherever they are shown):
 - c = time of one draft step / time of one target step.
 - speedup = AR ms/token / spec ms/token (same prompt, settings, seed, process).
 
-The engine builds each trace's Stats from these functions, so pandas is imported by
+The engine builds each trace's Stats with :func:`summarize`, so pandas is imported by
 :func:`rounds_frame` alone: the engine runs without it.
 """
 
@@ -22,7 +22,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from specviz.config import Limits, verification_of
-from specviz.trace import Trace, round_number, verified
+from specviz.trace import Stats, Trace, round_number, verified
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -290,3 +290,25 @@ def rounds_frame(trace: Trace) -> pd.DataFrame:
                 }
             )
     return pd.DataFrame(rows)
+
+
+def summarize(trace: Trace, wall_s: float) -> Stats:
+    """Stats of a (possibly partial) trace, by the definitions above; wall_s is its wall time."""
+    n, rounds, tested = len(trace.token_ids), trace.rounds, verified(trace)
+    return Stats(
+        new_tokens=n,
+        rounds=len(rounds),
+        target_calls=target_calls(trace),
+        drafted=sum(len(r.drafted) for r in rounds),
+        verified=len(tested),
+        accepted=sum(d.status == "accepted" for d in tested),
+        acceptance_rate=acceptance_rate(trace),
+        alpha=alpha(trace),
+        match_alpha=match_alpha(trace),
+        tokens_per_call=tokens_per_call(trace),
+        first_token_ms=trace.timeline[0][0] * 1e3 if trace.timeline else 0.0,
+        draft_ms=sum(r.draft_ms for r in rounds),
+        verify_ms=sum(r.verify_ms for r in rounds),
+        wall_s=wall_s,
+        ms_per_token=wall_s * 1e3 / n if n else 0.0,
+    )

@@ -5,19 +5,19 @@ converted GGUF target) and specviz.draft_choice (the cheaper copy of it that mea
 on this machine, as the draft). Hub ids load through transformers, with trust_remote_code
 off, straight onto their device (or spread by a device map).
 
-Models load once per process and are shared read-only by every request; each request keeps
-its own KV caches and generator (see specviz.engine).
+The loaded model and the pair themselves are specviz.pair. Models load once per process and
+are shared read-only by every request; each request keeps its own KV caches and generator
+(see specviz.engine).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import re
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -29,6 +29,7 @@ from specviz.offline import (
     prepare_offline,
     take_conversion_seconds,
 )
+from specviz.pair import LoadedModel, ModelPair, token_width
 
 log = logging.getLogger(__name__)
 
@@ -147,153 +148,6 @@ def resolve_dtype(dtype: str, device: torch.device, offline: bool) -> torch.dtyp
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be auto, {', '.join(DTYPES)}; got {dtype!r}")
     return DTYPES[dtype]
-
-
-# --- the offline model: GGUF -> cached safetensors -------------------------------------
-
-
-# --- loaded models and pairs -----------------------------------------------------------
-
-
-@dataclass
-class LoadedModel:
-    """A model ready to run, with what the page shows about it."""
-
-    name: str
-    model: torch.nn.Module
-    device: torch.device
-    dtype: str  # e.g. "float32", "int8 weights / bfloat16", "float16 copy"
-    vocab_size: int  # token ids it can embed and score (see token_width)
-    load_s: float
-    source: str  # "cache", "converted from GGUF", "hub", "derived"
-    # The offline draft's record (specviz.draft_choice.DraftChoice): which variant, its c
-    # and alpha, measured on this machine. None for every other model.
-    choice: Any = None
-
-    @property
-    def variant(self) -> str | None:
-        return self.choice.variant if self.choice is not None else None
-
-    def describe(self) -> str:
-        spread = (getattr(self.model, "hf_device_map", None) or {}).values()
-        placed = sorted({f"cuda:{d}" if isinstance(d, int) else str(d) for d in spread})
-        where = "+".join(placed) if len(placed) > 1 else self.device.type
-        detail = f"; {self.choice.summary()}" if self.choice is not None else ""
-        return f"{self.name} on {where} ({self.dtype}{detail})"
-
-
-def token_width(model: torch.nn.Module) -> int:
-    """How many token ids a model can both embed and score: the smaller of its input
-    embedding's rows and its output layer's columns (the config is not trusted)."""
-    widths = [int(model.config.vocab_size)] if hasattr(model, "config") else []
-    inp = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    if inp is not None:
-        widths = [int(inp.weight.shape[0])]
-    if out is not None:
-        widths.append(int(getattr(out, "out_features", 0) or out.weight.shape[0]))
-    if not widths:
-        raise ValueError(f"cannot tell how many token ids {type(model).__name__} embeds")
-    return min(widths)
-
-
-@dataclass
-class ModelPair:
-    """A target, its draft and their shared tokenizer.
-
-    Both models must embed and score every id of the tokenizer: a model narrower than the
-    tokenizer would be handed ids it cannot embed (an IndexError on the CPU, a device-side
-    assert on CUDA). Wider models (padded embeddings) are fine: their extra columns are
-    dropped (see specviz.lm).
-    """
-
-    name: str
-    target: LoadedModel
-    draft: LoadedModel | None
-    tokenizer: Any
-    eos_ids: frozenset[int]
-    context_len: int
-    _texts: dict[int, str] = field(default_factory=dict, repr=False)
-    # None: eager forwards on a DynamicCache; else the torch.compile backend of the
-    # compiled path (specviz.compiled). Set through with_compile.
-    compile_backend: str | None = None
-
-    def __post_init__(self) -> None:
-        n = len(self.tokenizer)
-        for role, m in (("target", self.target), ("draft", self.draft)):
-            if m is not None and m.vocab_size < n:
-                raise ValueError(
-                    f"refused pair: the tokenizer has {n} tokens but the {role} {m.name!r} "
-                    f"embeds and scores only {m.vocab_size} token ids "
-                    f"(ids {m.vocab_size}..{n - 1} would crash it)"
-                )
-
-    @property
-    def device(self) -> torch.device:
-        return self.target.device
-
-    @property
-    def vocab_size(self) -> int:
-        """The tokenizer's vocabulary: what p and q range over (padded columns dropped)."""
-        return len(self.tokenizer)
-
-    def token_text(self, token_id: int) -> str:
-        """The text of one token (cached; shared read-only apart from this memo)."""
-        text = self._texts.get(token_id)
-        if text is None:
-            text = self.tokenizer.decode([token_id], skip_special_tokens=False)
-            self._texts[token_id] = text
-        return text
-
-    def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
-
-    def encode_prompt(self, prompt: str, raw: bool = False) -> list[int]:
-        """Token ids of a user prompt, inside the chat template unless raw (or none exists)."""
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise ValueError("prompt is empty")
-        tok = self.tokenizer
-        if not raw and getattr(tok, "chat_template", None):
-            text = tok.apply_chat_template(
-                [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
-            )
-            return list(tok(text, add_special_tokens=False)["input_ids"])
-        return list(tok(prompt)["input_ids"])
-
-    def describe(self) -> dict[str, str]:
-        how = f", compiled with {self.compile_backend}" if self.compile_backend else ""
-        d = {"pair": self.name, "target": self.target.describe() + how}
-        if self.draft is not None:
-            d["draft"] = self.draft.describe() + how
-        return d
-
-    def without_eos(self) -> ModelPair:
-        """The same models with no EOS ids: a run always generates max_new_tokens (the
-        bench, the sweep and the cost measurement compare runs of one length)."""
-        return dataclasses.replace(self, eos_ids=frozenset())
-
-    def with_compile(self, backend: str | None = "inductor") -> ModelPair:
-        """The same models on the compiled path with this torch.compile backend; None or
-        "off": the eager path; "auto": specviz.compiled.auto_backend for the pair's device,
-        or the eager path where a model cannot run compiled. Raises ValueError for a named
-        backend that a model cannot run."""
-        from specviz.compiled import auto_backend, check_compilable
-
-        auto = backend == "auto"
-        if auto:
-            backend = auto_backend(self.device)
-        if backend == "off":
-            backend = None
-        if backend is not None:
-            try:
-                for m in (self.target, self.draft):
-                    if m is not None:
-                        check_compilable(m.model, backend)
-            except ValueError:
-                if not auto:
-                    raise
-                backend = None
-        return dataclasses.replace(self, compile_backend=backend)
 
 
 _lock = threading.Lock()

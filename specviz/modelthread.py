@@ -3,9 +3,9 @@
 torch runs its CPU kernels on OpenMP, and every thread that starts a parallel region gets
 a team of worker threads of its own, which lives as long as that thread. A web server
 answers requests on a pool of long-lived threads, so a model touched from several of them
-leaves several teams competing for the cores. Measured on a 2-core CPU: the offline
-draft's step took 11.5 ms on a thread alone, and 26.4 ms on the same thread once another
-live thread had run one parallel matrix product. The app therefore sends every model call
+leaves several teams competing for the cores, and a model step slows once another live
+thread has run a parallel matrix product (docs/app.md has the measurement). The app
+therefore sends every model call
 (loading, warm-up, runs, steps, the distribution check) to this one thread. No gradio.
 """
 

@@ -1,5 +1,5 @@
-"""A round's record: the tensors of one speculative round turned into the trace's plain
-values (specviz.trace), with one transfer per tensor. The engine calls :func:`round_record`
+"""A round's decisions: the tensors of one speculative round turned into the trace's plain
+values (specviz.trace), with one transfer per tensor. The engine calls :func:`round_decisions`
 after each target call; nothing here draws a random number or calls a model.
 """
 
@@ -12,23 +12,22 @@ import torch
 
 from specviz.config import Settings
 from specviz.sampling import Verdict, match_prob, overlap
-from specviz.trace import Added, Drafted, Round
+from specviz.trace import Added, Drafted
 
 
-def round_record(
+def round_decisions(
     settings: Settings,
     text: Callable[[int], str],
-    index: int,
-    gamma: int,
-    start: int,
     draft_ids: list[int],
     p: torch.Tensor,  # [k+1, V]
     q: torch.Tensor,  # [k, V]
     verdict: Verdict,
     u: torch.Tensor | None,  # [k] the rejection rule's uniforms; None when none were drawn
     added: int | None,
-) -> Round:
-    """The round's record (its timings are left at 0 for the engine to fill in).
+) -> tuple[list[Drafted], Added | None]:
+    """The round's decisions: a Drafted per drafted token, and the token the target added
+    (None when the round ended on an accepted EOS). The engine builds the Round around them
+    with its index, position and timings.
 
     A "full" trace also records, per drafted position, the overlap sum_x min(p, q), exact
     match's sum_x p q and the top tokens; a "minimal" one only the decisions."""
@@ -62,16 +61,7 @@ def round_record(
                 target_text=None if sample is None else text(sample),
             )
         )
-    return Round(
-        index=index,
-        start=start,
-        gamma=gamma,
-        drafted=drafted,
-        added=None if added is None else _added(settings, text, p[n], verdict, added),
-        draft_ms=0.0,
-        verify_ms=0.0,
-        t_s=0.0,
-    )
+    return drafted, None if added is None else _added(settings, text, p[n], verdict, added)
 
 
 def _added(

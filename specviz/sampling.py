@@ -44,8 +44,8 @@ def outside_nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     """The tokens top-p drops [..., V] (bool): in order of decreasing probability, those
     whose preceding mass already reaches top_p.
 
-    Sorting a row of 49,152 probabilities takes about 2 ms on a CPU core; the nucleus is
-    usually a few hundred tokens. So the cut first takes each row's NUCLEUS_CANDIDATES most
+    A full sort of a vocabulary-wide row is costly on a CPU, and the nucleus is usually a
+    few hundred tokens. So the cut first takes each row's NUCLEUS_CANDIDATES most
     likely tokens (``topk``: the same values in the same order as a full sort's head, and
     the same running sums). In a row whose nucleus ends among them (the last candidate is
     dropped), every later token would be dropped too, since the running mass only grows:

@@ -146,6 +146,18 @@ class Trace:
     stop_reason: str = "running"
     schema: str = SCHEMA
 
+    def append_call(
+        self, new_ids: list[int], texts: list[str], t_s: float, rnd: Round | None = None
+    ) -> None:
+        """Append one target call's output: its round (spec; None for an ar step), its tokens
+        and their texts, and the timeline's point [t_s, tokens so far]. The one place a
+        trace grows, for the engine and for a trace rebuilt from streamed pieces alike."""
+        if rnd is not None:
+            self.rounds.append(rnd)
+        self.token_ids.extend(new_ids)
+        self.token_texts.extend(texts)
+        self.timeline.append([t_s, float(len(self.token_ids))])
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -196,6 +208,11 @@ def round_number(index: int) -> int:
     """A round as people read it: the page, the narration and the CSV export number rounds
     from 1. ``Round.index`` (the JSON's "index", the token spans' data-round) counts from 0."""
     return index + 1
+
+
+def has_overlaps(trace: Trace) -> bool:
+    """Whether a trace recorded overlaps (a speculative run with the full trace)."""
+    return trace.method == "spec" and trace.settings.get("trace_level", "full") == "full"
 
 
 def verified(trace: Trace) -> list[Drafted]:

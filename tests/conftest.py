@@ -1,5 +1,6 @@
-"""Shared fixtures: tiny real models built from configs, and the real offline pair (loaded
-once per test session from the converted cache; no network)."""
+"""Shared fixtures: tiny real models built from configs, the real offline pair (loaded
+once per test session from the converted cache; no network), and for the browser tests one
+app served on it for the whole session and one chromium per module."""
 
 from __future__ import annotations
 
@@ -33,3 +34,40 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
+
+
+@pytest.fixture(scope="session")
+def app_url(offline_pair):
+    """The app on the offline pair, launched once for every browser test module."""
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.skip("Debian's chromium is not installed (scripts/setup.sh --dev installs it)")
+    from specviz import ui
+
+    demo = ui.build_app(loader=lambda pair, dtype: offline_pair, pairs=["default"])
+    demo.queue().launch(
+        prevent_thread_lock=True, server_name="127.0.0.1", quiet=True, **ui.launch_options()
+    )
+    yield demo.local_url
+    demo.close()
+
+
+@pytest.fixture(scope="module")
+def browser(app_url):
+    """One chromium per module; each test opens its own context (a fresh profile)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()

@@ -13,7 +13,7 @@ import dataclasses
 import pytest
 import torch
 
-from specviz import check
+from specviz.analysis import distribution_check
 from specviz.config import Settings
 from specviz.engine import generate, next_gamma
 from tests.tiny import tiny_pair
@@ -61,7 +61,7 @@ def adaptive_samples():
     )
     spec, ar, gammas = [], [], set()
     for i in range(N):
-        s, a, _ = check.draw_samples(pair, "1 2", base, i, LENGTH)
+        s, a, _ = distribution_check.draw_samples(pair, "1 2", base, i, LENGTH)
         spec.append(s)
         ar.append(a)
         if i < 50:
@@ -77,8 +77,8 @@ def test_adaptive_gamma_moves_within_a_continuation(adaptive_samples):
 
 def test_adaptive_sampling_follows_the_target(adaptive_samples):
     pair, base, spec, ar, _ = adaptive_samples
-    probs = check.TargetProbs(pair, [1, 2], base.target_warp())
-    views = check.compare(pair, probs, spec, ar, LENGTH)
+    probs = distribution_check.TargetProbs(pair, [1, 2], base.target_warp())
+    views = distribution_check.compare(pair, probs, spec, ar, LENGTH)
     assert [v.name for v in views] == ["first token", f"continuation of {LENGTH} tokens"]
     for v in views:
         assert len(v.labels) >= 4, "too few bins to test anything"

@@ -204,9 +204,10 @@ def test_quick_defaults():
 
 
 def test_cli_bench_json(pair, monkeypatch, capsys, tmp_path):
-    from specviz import cli
+    from specviz.cli import bench as bench_cli
+    from specviz.cli import main as cli
 
-    monkeypatch.setattr(cli, "load_pair_from_args", lambda args, compiled=True: pair)
+    monkeypatch.setattr(bench_cli, "load_pair_from_args", lambda args, compiled=True: pair)
     monkeypatch.setattr(bench.running, "prompt_set", lambda quick, kinds: PROMPTS[:1])
     argv = ["bench", "--quick", "--max-new-tokens", "4", "--modes", "greedy", "--gammas", "2"]
     argv.append("--json")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -16,43 +17,29 @@ from specviz import ui
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-]
 MARKUP = "Repeat: <img src=x onerror=alert(1)> and <script>alert(1)</script>"
 
 
-@pytest.fixture(scope="module")
-def app_url(offline_pair):
-    if not os.access(CHROMIUM, os.X_OK):
-        pytest.skip("Debian's chromium is not installed (scripts/setup.sh --dev installs it)")
-    demo = ui.build_app(loader=lambda pair, dtype: offline_pair, pairs=["default"])
-    demo.queue().launch(
-        prevent_thread_lock=True, server_name="127.0.0.1", quiet=True, **ui.launch_options()
-    )
-    yield demo.local_url
-    demo.close()
+@contextmanager
+def opened(browser, url: str, width: int, height: int, query: str = ""):
+    """A page of the app at width x height in a new context of the module's browser, once
+    the pair is ready."""
+    context = browser.new_context(viewport={"width": width, "height": height})
+    try:
+        page = context.new_page()
+        page.dialogs = []  # type: ignore[attr-defined]
+        page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
+        page.goto(url + query)
+        page.wait_for_selector("#sv-models table", timeout=120_000)  # the pair is ready
+        yield page
+    finally:
+        context.close()
 
 
 @pytest.fixture()
-def page(app_url):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        page = browser.new_page(viewport={"width": 1500, "height": 1100})
-        page.dialogs = []  # type: ignore[attr-defined]
-        page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
-        page.goto(app_url)
-        page.wait_for_selector("#sv-models table", timeout=120_000)  # the pair is ready
+def page(browser, app_url):
+    with opened(browser, app_url, 1500, 1100) as page:
         yield page
-        browser.close()
 
 
 def generate(page, prompt: str, max_new: int, draft_temperature: str = "") -> None:
@@ -143,7 +130,7 @@ def exported_trace(page, name: str = "specviz-trace.json") -> dict:
 
 def cli_trace(seed: int, capsys) -> dict:
     """`python -m specviz generate --prompt DEFAULT_PROMPT --json --seed S`, in process."""
-    from specviz import cli
+    from specviz.cli import main as cli
 
     capsys.readouterr()
     assert cli.main(["generate", "--prompt", ui.DEFAULT_PROMPT, "--json", "--seed", str(seed)]) == 0

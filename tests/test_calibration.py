@@ -7,8 +7,14 @@ import json
 
 import pytest
 
-from specviz.calibration import Bins, Calibration, bonferroni_z, residual_candidates, wilson
-from specviz.cli import main
+from specviz.analysis.calibration import (
+    Bins,
+    Calibration,
+    bonferroni_z,
+    residual_candidates,
+    wilson,
+)
+from specviz.cli.main import main
 from specviz.config import Settings
 from specviz.engine import generate
 from tests.tiny import bag_pair

@@ -14,8 +14,9 @@ import math
 import pytest
 import torch
 
-from specviz import check, check_figure, check_views, stats
+from specviz.analysis import binning, chisquare, distribution_check
 from specviz.config import Settings
+from specviz.views import check_figure
 from tests.broken import break_exact_match
 from tests.tiny import tiny_pair
 
@@ -33,8 +34,8 @@ def pair():
 
 @pytest.fixture(scope="module")
 def exact_run(pair):
-    progress: list[check.Progress] = []
-    result = check.run_check(
+    progress: list[distribution_check.Progress] = []
+    result = distribution_check.run_check(
         pair, PROMPT, Settings(gamma=2), n=N, length=2, progress_cb=progress.append
     )
     return result, progress
@@ -53,55 +54,55 @@ def exact_result(exact_run):
     [(3.841458820694124, 1, 0.05), (5.991464547107979, 2, 0.05), (23.209251158954356, 10, 0.01)],
 )
 def test_chi2_sf_matches_tabulated_quantiles(x, dof, expected):
-    assert stats.chi2_sf(x, dof) == pytest.approx(expected, rel=1e-9)
+    assert chisquare.chi2_sf(x, dof) == pytest.approx(expected, rel=1e-9)
 
 
 def test_chi2_sf_edges():
-    assert stats.chi2_sf(0.0, 3) == 1.0
-    assert stats.chi2_sf(math.inf, 3) == 0.0
-    assert stats.chi2_sf(0.0, 0) == 1.0
-    assert stats.chi2_sf(1.0, 0) == 0.0
+    assert chisquare.chi2_sf(0.0, 3) == 1.0
+    assert chisquare.chi2_sf(math.inf, 3) == 0.0
+    assert chisquare.chi2_sf(0.0, 0) == 1.0
+    assert chisquare.chi2_sf(1.0, 0) == 0.0
 
 
 def test_goodness_of_fit_perfect_and_impossible():
-    perfect = stats.goodness_of_fit([50, 30, 20], [0.5, 0.3, 0.2])
+    perfect = chisquare.goodness_of_fit([50, 30, 20], [0.5, 0.3, 0.2])
     assert perfect.statistic == 0.0 and perfect.dof == 2 and perfect.p_value == 1.0
-    impossible = stats.goodness_of_fit([50, 30, 1], [0.5, 0.5, 0.0])
+    impossible = chisquare.goodness_of_fit([50, 30, 1], [0.5, 0.5, 0.0])
     assert impossible.p_value == 0.0
     # an unobserved zero-probability bin is simply dropped
-    assert stats.goodness_of_fit([50, 50, 0], [0.5, 0.5, 0.0]).dof == 1
+    assert chisquare.goodness_of_fit([50, 50, 0], [0.5, 0.5, 0.0]).dof == 1
 
 
 def test_goodness_of_fit_statistic_by_hand():
-    t = stats.goodness_of_fit([60, 40], [0.5, 0.5])
+    t = chisquare.goodness_of_fit([60, 40], [0.5, 0.5])
     assert t.statistic == pytest.approx((10**2 / 50) * 2)
     assert t.dof == 1
 
 
 def test_two_sample_identical_and_disjoint():
-    assert stats.two_sample([10, 20, 30], [10, 20, 30]).p_value == pytest.approx(1.0)
-    assert stats.two_sample([100, 0], [0, 100]).p_value < 1e-12
-    assert stats.two_sample([0, 0], [1, 2]).p_value == 1.0
+    assert chisquare.two_sample([10, 20, 30], [10, 20, 30]).p_value == pytest.approx(1.0)
+    assert chisquare.two_sample([100, 0], [0, 100]).p_value < 1e-12
+    assert chisquare.two_sample([0, 0], [1, 2]).p_value == 1.0
 
 
 def test_total_variation_and_frequencies():
-    assert stats.total_variation([0.5, 0.5], [0.5, 0.5]) == 0.0
-    assert stats.total_variation([1.0, 0.0], [0.0, 1.0]) == 1.0
-    assert stats.frequencies([1, 3]) == [0.25, 0.75]
-    assert stats.frequencies([0, 0]) == [0.0, 0.0]
+    assert chisquare.total_variation([0.5, 0.5], [0.5, 0.5]) == 0.0
+    assert chisquare.total_variation([1.0, 0.0], [0.0, 1.0]) == 1.0
+    assert chisquare.frequencies([1, 3]) == [0.25, 0.75]
+    assert chisquare.frequencies([0, 0]) == [0.0, 0.0]
 
 
 def test_bins_and_counts():
     exact = {(1,): 0.6, (2,): 0.3, (3,): 0.09, (4,): 0.01}
-    bins = check_views.choose_bins(exact, n=100, min_expected=5)
+    bins = binning.choose_bins(exact, n=100, min_expected=5)
     assert bins == [(1,), (2,), (3,)]
-    assert check_views.bin_counts([(1,), (1,), (4,), (2,)], bins) == [2, 1, 0, 1]
+    assert binning.bin_counts([(1,), (1,), (4,), (2,)], bins) == [2, 1, 0, 1]
 
 
 def test_small_other_bin_is_merged_but_zero_stays():
-    counts, probs = check_views.merge_small_other([50, 40, 8, 2], [0.5, 0.4, 0.08, 0.02], n=100)
+    counts, probs = binning.merge_small_other([50, 40, 8, 2], [0.5, 0.4, 0.08, 0.02], n=100)
     assert counts == [50, 40, 10] and probs == pytest.approx([0.5, 0.4, 0.1])
-    same = check_views.merge_small_other([50, 50, 1], [0.5, 0.5, 0.0], n=100)
+    same = binning.merge_small_other([50, 50, 1], [0.5, 0.5, 0.0], n=100)
     assert same == ([50, 50, 1], [0.5, 0.5, 0.0])
 
 
@@ -125,9 +126,9 @@ def test_a_tiny_other_bin_keeps_its_exact_mass(pair):
     rare = sum(p[a] * p[b] for a in range(3) for b in range(3) if 2 in (a, b))
     ar = [(0, 0)] * 360 + [(0, 1)] * 240 + [(1, 0)] * 240 + [(1, 1)] * 160  # n p, rounded
     spec = ar[:-1] + [(0, 2)]
-    views = check.compare(pair, probs, spec, ar, length=2)
+    views = distribution_check.compare(pair, probs, spec, ar, length=2)
     other = views[1]
-    assert other.labels[-1] == check_views.OTHER and len(other.labels) == 5
+    assert other.labels[-1] == binning.OTHER and len(other.labels) == 5
     assert other.exact[-1] == pytest.approx(rare, rel=1e-3) and 0 < other.exact[-1] < 1e-6
     assert other.spec_test.p_value > 0.0 and math.isfinite(other.spec_test.statistic)
     assert views[0].exact[-1] == pytest.approx(e, rel=1e-6)  # first token: complete anyway
@@ -137,29 +138,31 @@ def test_rule_first_token_exact_is_p_and_wrong_rules_are_not():
     g = torch.Generator().manual_seed(0)
     p = torch.softmax(torch.randn(8, generator=g) * 2, -1)
     q = torch.softmax(torch.randn(8, generator=g) * 2, -1)
-    assert torch.allclose(check.rule_first_token(p, q, "exact"), p, atol=1e-6)
+    assert torch.allclose(distribution_check.rule_first_token(p, q, "exact"), p, atol=1e-6)
     for rule in ("resample-from-p", "accept-without-draw"):
-        d = check.rule_first_token(p, q, rule)
+        d = distribution_check.rule_first_token(p, q, rule)
         assert d.sum() == pytest.approx(1.0, abs=1e-6)
         assert 0.5 * (d - p).abs().sum() > 0.05
     with pytest.raises(ValueError):
-        check.rule_first_token(p, q, "nope")
-    assert torch.allclose(check.rule_first_token(p, q, "exact", "exact-match"), p, atol=1e-6)
+        distribution_check.rule_first_token(p, q, "nope")
+    assert torch.allclose(
+        distribution_check.rule_first_token(p, q, "exact", "exact-match"), p, atol=1e-6
+    )
 
 
 def test_frequent_continuations_enumerate_the_whole_tree(pair):
-    probs = check.TargetProbs(pair, [1, 2], Settings().target_warp())
-    every = check.frequent_continuations(probs, 2, frozenset(), min_prob=0.0)
+    probs = distribution_check.TargetProbs(pair, [1, 2], Settings().target_warp())
+    every = distribution_check.frequent_continuations(probs, 2, frozenset(), min_prob=0.0)
     assert len(every) == 8 * 8
     assert sum(every.values()) == pytest.approx(1.0, abs=1e-5)
-    frequent = check.frequent_continuations(probs, 2, frozenset(), min_prob=0.05)
+    frequent = distribution_check.frequent_continuations(probs, 2, frozenset(), min_prob=0.05)
     assert frequent == {o: p for o, p in every.items() if p >= 0.05}
 
 
 def test_eos_ends_a_continuation_early():
     pair = tiny_pair(vocab=8, eos=3, target_seed=0, draft_seed=2)
-    probs = check.TargetProbs(pair, [1, 2], Settings(temperature=3.0).target_warp())
-    every = check.frequent_continuations(probs, 2, pair.eos_ids, min_prob=0.0)
+    probs = distribution_check.TargetProbs(pair, [1, 2], Settings(temperature=3.0).target_warp())
+    every = distribution_check.frequent_continuations(probs, 2, pair.eos_ids, min_prob=0.0)
     assert (3,) in every
     assert sum(every.values()) == pytest.approx(1.0, abs=1e-5)
 
@@ -174,7 +177,7 @@ def test_exact_rule_passes(exact_result):
     for v in r.views:
         assert sum(v.spec) == N and sum(v.ar) == N
         assert sum(v.exact) == pytest.approx(1.0, abs=1e-5)
-        assert v.labels[-1] == check_views.OTHER
+        assert v.labels[-1] == binning.OTHER
         assert v.spec_test.p_value > 0.05 and v.ar_test.p_value > 0.05
     assert 0.1 < r.spec_acceptance < 0.9  # the rule really was exercised
     assert r.predicted_tv == pytest.approx(0.0, abs=1e-6)
@@ -186,7 +189,7 @@ def test_exact_rule_passes(exact_result):
     [("resample-from-p", 1), ("accept-without-draw", 2)],
 )
 def test_each_broken_rule_fails(pair, rule, length):
-    r = check.run_check(pair, PROMPT, Settings(gamma=2), n=N, length=length, rule=rule)
+    r = distribution_check.run_check(pair, PROMPT, Settings(gamma=2), n=N, length=length, rule=rule)
     assert not r.passed, r.summary()
     assert len(r.views) == length
     first = r.views[0]
@@ -209,7 +212,7 @@ def test_exact_match_passes_and_a_broken_one_fails(monkeypatch, broken):
     pair = tiny_pair(vocab=8, target_seed=0, draft_seed=1, sharpness=1.0)
     if broken:
         break_exact_match(monkeypatch)
-    r = check.run_check(pair, PROMPT, MATCH, n=N_MATCH, length=2)
+    r = distribution_check.run_check(pair, PROMPT, MATCH, n=N_MATCH, length=2)
     assert r.settings["verification"] == "exact-match" and r.verifier == "exact match"
     assert r.summary().startswith(("FAIL" if broken else "PASS") + ": exact match, N = 1000")
     assert r.predicted_tv == pytest.approx(0.0, abs=1e-6)  # what exact match itself gives
@@ -223,15 +226,16 @@ def test_exact_match_passes_and_a_broken_one_fails(monkeypatch, broken):
 
 def test_a_broken_rule_with_exact_match_is_refused(pair, capsys, monkeypatch):
     with pytest.raises(ValueError, match="cannot be combined with exact-match"):
-        check.run_check(
+        distribution_check.run_check(
             pair, PROMPT, Settings(verification="exact-match"), n=N, rule="resample-from-p"
         )
-    from specviz import cli
+    from specviz.cli import check as check_cli
+    from specviz.cli import main as cli
 
     def no_load(args):
         raise AssertionError("no model loads for a refused combination")
 
-    monkeypatch.setattr(cli, "load_pair_from_args", no_load)
+    monkeypatch.setattr(check_cli, "load_pair_from_args", no_load)
     argv = ["check", "--verification", "exact-match", "--break-rule", "accept-without-draw"]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
@@ -239,13 +243,15 @@ def test_a_broken_rule_with_exact_match_is_refused(pair, capsys, monkeypatch):
 
 
 def test_ngram_drafter_passes(pair):
-    r = check.run_check(pair, "1 2 1", Settings(drafter="ngram", gamma=2), n=N, length=2)
+    r = distribution_check.run_check(
+        pair, "1 2 1", Settings(drafter="ngram", gamma=2), n=N, length=2
+    )
     assert r.passed, r.summary()
     assert r.predicted_tv is None
 
 
 def test_greedy_is_a_single_outcome(pair):
-    r = check.run_check(pair, PROMPT, Settings(greedy=True, gamma=2), n=N, length=2)
+    r = distribution_check.run_check(pair, PROMPT, Settings(greedy=True, gamma=2), n=N, length=2)
     assert r.passed
     for v in r.views:
         assert v.spec[0] == N and v.ar[0] == N and v.exact[0] == pytest.approx(1.0)
@@ -260,7 +266,7 @@ def test_progress_is_reported(exact_run):
 def test_samples_are_reproducible(pair, exact_result):
     base = Settings(gamma=2, max_new_tokens=2, trace_level="minimal")
     for i in (0, 7, N - 1):
-        spec, ar, _ = check.draw_samples(pair, PROMPT, base, i, 2)
+        spec, ar, _ = distribution_check.draw_samples(pair, PROMPT, base, i, 2)
         assert list(spec) == exact_result.spec_samples[i]
         assert list(ar) == exact_result.ar_samples[i]
 
@@ -272,7 +278,7 @@ def test_samples_are_reproducible(pair, exact_result):
 def test_bad_input_is_a_value_error(pair, kwargs, match):
     args = {"n": N, "length": 2, "rule": None} | kwargs
     with pytest.raises(ValueError, match=match):
-        check.run_check(pair, PROMPT, Settings(), **args)
+        distribution_check.run_check(pair, PROMPT, Settings(), **args)
 
 
 def test_figure_and_json(exact_result):
@@ -284,9 +290,10 @@ def test_figure_and_json(exact_result):
 
 
 def test_cli_check_on_the_tiny_pair(pair, monkeypatch, capsys):
-    from specviz import cli
+    from specviz.cli import check as check_cli
+    from specviz.cli import main as cli
 
-    monkeypatch.setattr(cli, "load_pair_from_args", lambda args: pair)
+    monkeypatch.setattr(check_cli, "load_pair_from_args", lambda args: pair)
     argv = ["check", "--prompt", PROMPT, "--raw", "--n", "200", "--gamma", "2", "--json"]
     assert cli.main([*argv, "--break-rule", "accept-without-draw"]) == 1
     out = json.loads(capsys.readouterr().out)

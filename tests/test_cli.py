@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from specviz.cli import main
+from specviz.cli.main import main
 
 REQUIRED = {"method", "text", "token_ids", "settings", "rounds", "stats"}
 ROUND_KEYS = {"index", "drafted", "added", "draft_ms", "verify_ms"}
@@ -107,7 +107,7 @@ def test_terminal_output_marks_statuses(capsys, offline_pair):
 
 
 def test_alpha_not_measured_is_said_so(capsys):
-    from specviz.cli import print_comparison, print_trace
+    from specviz.cli.generate import print_comparison, print_trace
     from specviz.config import Settings
     from specviz.engine import generate
     from tests.tiny import tiny_pair
@@ -127,7 +127,9 @@ def test_generate_with_exact_match_verification(capsys, monkeypatch):
     from tests.tiny import close_pair
 
     pair = close_pair()
-    monkeypatch.setattr("specviz.cli.load_pair_from_args", lambda args, compiled=True: pair)
+    monkeypatch.setattr(
+        "specviz.cli.generate.load_pair_from_args", lambda args, compiled=True: pair
+    )
     argv = ["generate", "--prompt", "1 2 3", "--raw", "--max-new-tokens", "24"]
     argv += ["--temperature", "1.0", "--verification", "exact-match"]
     assert main([*argv, "--json"]) == 0

@@ -204,7 +204,7 @@ def test_the_cli_runs_the_compiled_path(pairs, monkeypatch, capsys):
     import json
 
     import specviz.models
-    from specviz import cli
+    from specviz.cli import main as cli
 
     eager, _ = pairs
     monkeypatch.setattr(specviz.models, "load_pair", lambda *a, **k: eager)

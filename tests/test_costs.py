@@ -323,7 +323,7 @@ def test_an_unknown_variant_is_refused(monkeypatch):
 
 
 def test_an_unknown_variant_is_one_line_and_exit_2_in_the_cli(monkeypatch, capsys):
-    from specviz.cli import main
+    from specviz.cli.main import main
 
     monkeypatch.setenv(draft_choice.ENV, "int4")
     assert main(["generate", "--prompt", "hi"]) == 2
@@ -344,23 +344,23 @@ def test_every_variant_builds_and_leaves_the_target_alone(base):
 
 
 def test_the_theory_figure_draws_the_refined_curve_below_leviathans():
-    from specviz import plots
+    from specviz.views import theory_figures
 
     steps = {w: 1.0 + 0.12 * (w - 1) for w in range(1, 10)}
-    fig = plots.theory_figure(0.8, 0.2, 4, 1.5, steps)
+    fig = theory_figures.theory_figure(0.8, 0.2, 4, 1.5, steps)
     lev = next(t for t in fig.data if t.name == "expected (Leviathan)")
     ref = next(t for t in fig.data if t.name.startswith("refined"))
     assert list(ref.x) == list(range(1, 9))
     for g, y in zip(ref.x, ref.y, strict=True):
         assert y == pytest.approx(metrics.refined_speedup(0.8, g, 0.2, steps[g + 1]))
         assert y < lev.y[g - 1]
-    assert len(plots.theory_figure(0.8, 0.2, 4, 1.5).data) == len(fig.data) - 1
+    assert len(theory_figures.theory_figure(0.8, 0.2, 4, 1.5).data) == len(fig.data) - 1
 
 
 def slow_draft_pair():
     """A tiny target drafted by a much larger network: every draft step costs more than a
     target step, so no gamma can win."""
-    from specviz.models import LoadedModel
+    from specviz.pair import LoadedModel
 
     pair = tiny_pair(vocab=32)
     big = tiny_model(32, seed=3, layers=6, hidden_size=256, intermediate_size=1024)
@@ -382,10 +382,11 @@ def test_verify_steps_are_measured_from_a_compared_run(one_thread):
 
 
 def test_generate_compare_prints_the_guard_when_the_draft_is_too_slow(monkeypatch, capsys):
-    from specviz import cli
+    from specviz.cli import generate
+    from specviz.cli import main as cli
 
     pair = slow_draft_pair()
-    monkeypatch.setattr(cli, "load_pair_from_args", lambda args, compiled=True: pair)
+    monkeypatch.setattr(generate, "load_pair_from_args", lambda args, compiled=True: pair)
     code = cli.main(
         ["generate", "--prompt", "1 2 3", "--compare", "--max-new-tokens", "24", "--raw"]
     )

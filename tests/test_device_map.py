@@ -21,7 +21,7 @@ from specviz import models
 from specviz.config import Settings
 from specviz.engine import generate
 from specviz.lm import CachedLM
-from specviz.models import LoadedModel, ModelPair
+from specviz.pair import LoadedModel, ModelPair
 from tests.tiny import TinyTokenizer, tiny_model
 
 VOCAB = 16

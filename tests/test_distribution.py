@@ -17,16 +17,17 @@ drafter, top-p) at the same N and threshold; the same views catch a broken exact
 the n-gram drafter that break is invisible (q is one-hot, and the residual is then the law
 of y given y != x), so only the model-drafter cases are asked to catch it.
 
-Sample counts are set by power, to keep the suite quick (one sample costs about 2 ms):
-- exact rule, N_EXACT = 8,000 per case; each view must keep p > 1e-4 (16 views: a seed set
-  that is merely unlucky fails about once in 600). Power: let D be the chi-square distance
-  sum (w - p)^2 / p between p and what a wrong rule samples (w), estimated per case and
-  view from 2,000 wrong-rule samples. For the case and rule where D is smallest, a
-  distribution moved a quarter of the way from p towards w is caught with probability 0.98
-  at this N (noncentral chi-square); moved half of the way, with probability 1.00.
-- wrong rules, N_WRONG = 800 per case: the test asks for p < 1e-6; the least visible
-  wrong rule (resample-from-p with a draft temperature) ends at p = 1e-18.
-The whole module takes about four minutes on one core.
+Sample counts are set by power, computed rather than guessed:
+- exact rule, N_EXACT = 1,200 per case; each view must keep p > 1e-4 (24 views: a seed set
+  that is merely unlucky fails about once in 400). Power: for every case and each wrong
+  rule (and the broken exact match of the model-drafter MATCH_CASES), the noncentrality
+  per sample, (chi-square - df) / n, was estimated from 2,000 wrong-rule samples in each
+  view as the test pools it; the smallest N at which that wrong rule fails the case's
+  exact test (some view at p <= 1e-4) with probability 0.99 (noncentral chi-square) is at
+  most 520 (draft-temperature with resample-from-p); N_EXACT leaves a margin over it, and
+  keeps every case's "exercised" counts (scripts/distribution_power.py computes these).
+- wrong rules, N_WRONG = 800 per case: the test asks for p < 1e-6; by the same estimate
+  the hardest case (draft-temperature, resample-from-p) needs 640 for probability 0.99.
 A smaller run on a transformers Llama checks one case on the model class the app uses.
 """
 
@@ -46,7 +47,7 @@ from tests.broken import break_exact_match
 from tests.tiny import bag_pair, tiny_pair
 
 VOCAB = 6
-N_EXACT = 8_000
+N_EXACT = 1_200
 N_WRONG = 800
 EXACT_P = 1e-4  # smallest p-value the exact rule may show in a view
 WRONG_P = 1e-6  # largest p-value a wrong rule may show in its most telling view

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from specviz import inspect_plots, narration, render, replay
+from specviz.analysis.runlog import LOG_COLUMNS, ExperimentLog, changed_settings, log_csv, log_row
 from specviz.config import Settings
 from specviz.engine import generate
-from specviz.experiments import LOG_COLUMNS, ExperimentLog, changed_settings, log_csv, log_row
 from specviz.trace import Added, Drafted, Round, Stats, Trace
+from specviz.views import across_runs, markup, narration, race_replay
 from tests.test_render import NASTY, drafted, sample_trace
 from tests.tiny import tiny_pair
 
@@ -73,13 +73,13 @@ def test_log_keeps_traces_for_reloading_and_bounds_them(compared):
 def test_runs_figure_plots_speedup_and_acceptance_per_run(compared):
     spec, ar = compared
     rows = [log_row(1, spec, ar), log_row(2, spec) | {"changed": NASTY}]
-    fig = inspect_plots.runs_figure(rows)
+    fig = across_runs.runs_figure(rows)
     assert [list(t.y) for t in fig.data] == [
         [rows[0]["speedup"], None],
         [rows[0]["acceptance"], rows[1]["acceptance"]],
     ]
     assert "<" not in fig.data[0].text[1]
-    assert inspect_plots.runs_figure([]).layout.annotations
+    assert across_runs.runs_figure([]).layout.annotations
 
 
 # --- race replay ---------------------------------------------------------------------------
@@ -97,37 +97,37 @@ def race_traces() -> tuple[Trace, Trace]:
 
 def test_replay_counts_follow_the_measured_timelines():
     spec, ar = race_traces()
-    assert replay.replay_counts(spec, ar, 0.05) == (0, 0)
-    assert replay.replay_counts(spec, ar, 0.25) == (4, 2)
-    assert replay.replay_counts(spec, ar, 1.0) == (4, 4)
+    assert race_replay.replay_counts(spec, ar, 0.05) == (0, 0)
+    assert race_replay.replay_counts(spec, ar, 0.25) == (4, 2)
+    assert race_replay.replay_counts(spec, ar, 1.0) == (4, 4)
     # at 0.25x, replay second 1.0 is measured second 0.25; at 2x, 0.1 is 0.2
-    assert replay.replay_counts(spec, ar, 1.0, speed=0.25) == (4, 2)
-    assert replay.replay_counts(spec, ar, 0.1, speed=2.0) == (4, 2)
-    assert replay.duration(spec, ar, 0.25) == pytest.approx(1.6)
-    times = replay.frame_times(spec, ar, speed=2.0, fps=10)
+    assert race_replay.replay_counts(spec, ar, 1.0, speed=0.25) == (4, 2)
+    assert race_replay.replay_counts(spec, ar, 0.1, speed=2.0) == (4, 2)
+    assert race_replay.duration(spec, ar, 0.25) == pytest.approx(1.6)
+    times = race_replay.frame_times(spec, ar, speed=2.0, fps=10)
     assert times[0] == 0 and times[-1] == pytest.approx(0.2) and len(times) == 3
 
 
 def test_replay_html_shows_the_prefix_escaped_and_says_it_is_a_replay():
     spec, ar = race_traces()
-    html = replay.replay_html(spec, ar, 0.15)
+    html = race_replay.replay_html(spec, ar, 0.15)
     assert re.findall(r'data-method="(\w+)" data-shown="(\d+)"', html) == [
         ("spec", "2"),
         ("ar", "1"),
     ]
     assert "Replay of measured timings at 1x" in html
     assert "<script" not in html and "&lt;script&gt;" in html and "${" not in html
-    done = replay.replay_html(spec, ar, 10.0)
+    done = race_replay.replay_html(spec, ar, 10.0)
     assert "done in 0.20 s" in done and "done in 0.40 s" in done
 
 
 def test_replay_animation_delays_each_token_by_its_time():
     spec, ar = race_traces()
-    html = replay.replay_animation_html(spec, ar, speed=0.25)
+    html = race_replay.replay_animation_html(spec, ar, speed=0.25)
     delays = re.findall(r"animation-delay: ([\d.]+)s", html)
     assert delays == ["0.400", "0.400", "0.800", "0.800", "0.400", "0.800", "1.200", "1.600"]
     assert "<script" not in html and "<style" not in html
-    assert replay.replay_animation_html(spec, ar, 0.25, nonce=1) != html  # restarts it
+    assert race_replay.replay_animation_html(spec, ar, 0.25, nonce=1) != html  # restarts it
     css = (Path(__file__).parents[1] / "assets" / "specviz.css").read_text()
     assert "@keyframes sv-race-in" in css and ".sv-race-tok" in css
 
@@ -136,16 +136,16 @@ def test_replay_animation_delays_each_token_by_its_time():
 def test_replay_refuses_bad_speeds(speed):
     spec, ar = race_traces()
     with pytest.raises(ValueError, match="replay speed must be in"):
-        replay.replay_html(spec, ar, 0.0, speed)
+        race_replay.replay_html(spec, ar, 0.0, speed)
 
 
 def test_replay_refuses_swapped_or_textless_traces():
     spec, ar = race_traces()
     with pytest.raises(ValueError, match="needs a speculative and an autoregressive"):
-        replay.replay_html(ar, spec, 0.0)
+        race_replay.replay_html(ar, spec, 0.0)
     ar.token_texts = []
     with pytest.raises(ValueError, match="no text"):
-        replay.replay_animation_html(spec, ar)
+        race_replay.replay_animation_html(spec, ar)
 
 
 # --- overlap shading -----------------------------------------------------------------------
@@ -154,23 +154,23 @@ def test_replay_refuses_swapped_or_textless_traces():
 def test_shading_darkens_drafted_tokens_as_overlap_falls():
     t = sample_trace()
     t.rounds[0].drafted[0].overlap, t.rounds[0].drafted[1].overlap = 0.9, 0.2
-    html = render.trace_tokens_html(t, shade_overlap=True)
+    html = markup.trace_tokens_html(t, shade_overlap=True)
     shades = re.findall(
         r'data-overlap="([\d.]+)" style="background: color-mix\(in srgb, \S+ (\d+)%', html
     )
     assert shades == [("0.900", "14"), ("0.200", "58"), ("0.500", "39")]
     assert html.count("style=") == 3  # the resampled and the bonus token keep their colours
     assert "<script" not in html
-    assert "data-overlap" not in render.trace_tokens_html(t)  # off by default
+    assert "data-overlap" not in markup.trace_tokens_html(t)  # off by default
 
 
 def test_shading_refuses_traces_without_overlaps():
     t = sample_trace()
     t.settings["trace_level"] = "minimal"
-    assert not render.has_overlaps(t)
+    assert not markup.has_overlaps(t)
     with pytest.raises(ValueError, match="no overlaps"):
-        render.trace_tokens_html(t, shade_overlap=True)
-    assert "0.00" in render.overlap_legend_html()
+        markup.trace_tokens_html(t, shade_overlap=True)
+    assert "0.00" in markup.overlap_legend_html()
 
 
 # --- round narration -----------------------------------------------------------------------
@@ -239,24 +239,24 @@ def test_sweep_figure_puts_points_over_the_formula():
         | {"measured_speedup": 1.2 + g / 10, "expected_speedup": 1.5}
         for g in (1, 2, 4)
     ]
-    fig = inspect_plots.sweep_figure(rows)
+    fig = across_runs.sweep_figure(rows)
     curve, points = fig.data
     assert list(curve.x) == [1, 2, 3, 4] and list(points.x) == [1, 2, 4]
     from specviz.metrics import expected_speedup
 
     assert curve.y[3] == pytest.approx(expected_speedup(0.6, 4, 0.1))
-    assert inspect_plots.sweep_figure([]).layout.annotations
+    assert across_runs.sweep_figure([]).layout.annotations
 
 
 def test_reliability_figure_has_the_diagonal_and_error_bars():
     b = {"lo": 0.2, "hi": 0.3, "n": 50, "predicted": 0.25, "observed": 0.3}
     b |= {"ci_low": 0.2, "ci_high": 0.4, "within": True, "judged": True}
-    fig = inspect_plots.reliability_figure({"bins": [b], "residual_bins": [], "traces": 3})
+    fig = across_runs.reliability_figure({"bins": [b], "residual_bins": [], "traces": 3})
     diag, drafts = fig.data
     assert list(diag.x) == [0, 1] and list(diag.y) == [0, 1]
     assert drafts.error_y.array[0] == pytest.approx(0.1)
     assert drafts.error_y.arrayminus[0] == pytest.approx(0.1)
-    assert inspect_plots.reliability_figure({"bins": []}).layout.annotations
+    assert across_runs.reliability_figure({"bins": []}).layout.annotations
 
 
 def test_stats_are_untouched_by_views():
@@ -264,12 +264,12 @@ def test_stats_are_untouched_by_views():
     t = sample_trace()
     t.stats = Stats(new_tokens=4)
     before = t.to_json()
-    render.trace_tokens_html(t, shade_overlap=True)
+    markup.trace_tokens_html(t, shade_overlap=True)
     narration.narration_html(t.rounds[0])
     assert t.to_json() == before
 
 
 def test_drafted_overlap_is_what_shading_reads():
     d = Drafted(1, "a", 0.5, 0.5, 1.0, 0.1, "accepted", 0.25, [])
-    span = render.token_span(d.text, d.status, 0, 0, d.overlap)
+    span = markup.token_span(d.text, d.status, 0, 0, d.overlap)
     assert 'data-overlap="0.250"' in span and "overlap sum_x min(p, q) = 0.25" in span

@@ -10,30 +10,13 @@ from __future__ import annotations
 
 import os
 import re
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from tests.test_browser import ARGS, CHROMIUM, app_url, open_tab, press_run, wait_text  # noqa: F401
+from tests.test_browser import open_tab, opened, press_run, wait_text
 
 pytestmark = pytest.mark.browser
-
-
-@contextmanager
-def opened(url: str, width: int, height: int, query: str = ""):
-    """A page of the app at width x height, once the pair is ready."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        page = browser.new_page(viewport={"width": width, "height": height})
-        page.dialogs = []  # type: ignore[attr-defined]
-        page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
-        page.goto(url + query)
-        page.wait_for_selector("#sv-models table", timeout=120_000)
-        yield page
-        browser.close()
 
 
 def shot(page, name: str) -> None:
@@ -84,8 +67,8 @@ def tabs_all_show(page) -> None:
     assert not page.locator("button[aria-label='More tabs']").is_visible()
 
 
-def test_the_tab_row_at_1280x720_and_where_the_time_goes(app_url) -> None:  # noqa: F811
-    with opened(app_url, 1280, 720) as page:
+def test_the_tab_row_at_1280x720_and_where_the_time_goes(browser, app_url) -> None:
+    with opened(browser, app_url, 1280, 720) as page:
         tabs_all_show(page)
         page.evaluate("window.scrollTo(0, 0)")
         press_run(page)  # nothing touched
@@ -102,8 +85,8 @@ def test_the_tab_row_at_1280x720_and_where_the_time_goes(app_url) -> None:  # no
         assert page.dialogs == []
 
 
-def test_three_steps_one_round_number(app_url) -> None:  # noqa: F811
-    with opened(app_url, 1280, 900) as page:
+def test_three_steps_one_round_number(browser, app_url) -> None:
+    with opened(browser, app_url, 1280, 900) as page:
         for n in (1, 2, 3):
             step(page, n)
         rows = page.locator("#sv-rounds .sv-rn").all_inner_texts()
@@ -116,8 +99,8 @@ def test_three_steps_one_round_number(app_url) -> None:  # noqa: F811
         assert page.dialogs == []
 
 
-def test_presentation_view_fits_a_round_on_1024x768_and_steps_by_key(app_url) -> None:  # noqa: F811
-    with opened(app_url, 1024, 768, "?view=present") as page:
+def test_presentation_view_fits_a_round_on_1024x768_and_steps_by_key(browser, app_url) -> None:
+    with opened(browser, app_url, 1024, 768, "?view=present") as page:
         assert page.is_checked("#sv-present-toggle input")  # the URL ticks the toggle
         assert "sv-present-view" in page.evaluate("document.documentElement.className")
         for n in range(1, 5):
@@ -146,8 +129,8 @@ def test_presentation_view_fits_a_round_on_1024x768_and_steps_by_key(app_url) ->
         assert page.dialogs == []
 
 
-def test_a_phone_sees_run_and_the_token_view_first(app_url) -> None:  # noqa: F811
-    with opened(app_url, 390, 844) as page:
+def test_a_phone_sees_run_and_the_token_view_first(browser, app_url) -> None:
+    with opened(browser, app_url, 390, 844) as page:
         inside(page, "#sv-run")
         top = page.locator("#sv-tokens").bounding_box()
         assert top is not None and 0 <= top["y"] < 844 - 40  # its start, on the first screen

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from specviz import metrics
-from specviz.engine import summarize
+from specviz.metrics import summarize
 from specviz.trace import Added, Drafted, Round, Stats, Trace
 
 
@@ -131,16 +131,18 @@ def test_speedup_and_cost_ratio_worked_out_by_hand():
 def test_one_best_gamma_for_the_command_line_and_the_app(capsys):
     import re
 
-    from specviz import plots
-    from specviz.cli import print_comparison
+    from specviz.cli.generate import print_comparison
     from specviz.config import Limits
+    from specviz.views import theory_figures
 
     # alpha 0.9, c 0.01: the expected speedup peaks at gamma 24, inside the settings' range
     alpha, c = 0.9, 0.01
     ar, spec = synthetic_pair(alpha=alpha, c=c)
     print_comparison(ar, spec)
     cli = re.search(r"best gamma (\d+)", capsys.readouterr().out)
-    app = re.search(r"best gamma = (\d+)", plots.theory_figure(alpha, c, 4, None).layout.title.text)
+    app = re.search(
+        r"best gamma = (\d+)", theory_figures.theory_figure(alpha, c, 4, None).layout.title.text
+    )
     assert (int(cli[1]), int(app[1])) == (24, 24)
     assert metrics.best_gamma(alpha, c) == 24
     assert list(metrics.GAMMAS) == list(range(1, Limits().max_gamma + 1))

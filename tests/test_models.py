@@ -69,7 +69,7 @@ def test_a_tokenizer_wider_than_a_model_is_refused(role):
 
 
 def test_token_width_reads_the_model_not_the_config():
-    from specviz.models import token_width
+    from specviz.pair import token_width
     from tests.tiny import tiny_model
 
     model = tiny_model(12, seed=0)

@@ -1,30 +1,30 @@
-"""Figures in specviz.plots, built from stored traces only."""
+"""Figures in specviz.views.figures, built from stored traces only."""
 
 from __future__ import annotations
 
 import json
 
-from specviz import plots
 from specviz.trace import decision_at
+from specviz.views import figures, theory_figures
 from tests.test_render import NASTY, sample_trace
 
 
 def test_decision_figure_panels() -> None:
     t = sample_trace()
-    fig = plots.decision_figure(decision_at(t, 0, 1))  # rejected + resampled
+    fig = figures.decision_figure(decision_at(t, 0, 1))  # rejected + resampled
     names = [tr.name for tr in fig.data]
     assert "p (target)" in names and "q (draft)" in names and "u (draw)" in names
     assert any("residual" in (n or "") for n in names)
     texts = [a.text for a in fig.layout.annotations]
     assert "drafted" in texts and "chosen" in texts
-    only_added = plots.decision_figure(decision_at(t, 1, 3))  # bonus
+    only_added = figures.decision_figure(decision_at(t, 1, 3))  # bonus
     assert "q (draft)" not in [tr.name for tr in only_added.data]
 
 
 def test_decision_figure_under_exact_match() -> None:
     from tests.test_render import match_trace
 
-    fig = plots.decision_figure(decision_at(match_trace(), 0, 1))  # mismatch + kept sample
+    fig = figures.decision_figure(decision_at(match_trace(), 0, 1))  # mismatch + kept sample
     names = [tr.name for tr in fig.data]
     assert "p(x)" in names and "u (draw)" not in names
     assert not any("residual" in (n or "") for n in names)
@@ -34,16 +34,16 @@ def test_decision_figure_under_exact_match() -> None:
 
 
 def test_drafted_token_is_highlighted() -> None:
-    fig = plots.decision_figure(decision_at(sample_trace(), 0, 0))
+    fig = figures.decision_figure(decision_at(sample_trace(), 0, 0))
     p_bar = fig.data[0]
     assert list(p_bar.marker.line.width)[0] > 0 and list(p_bar.marker.line.width)[1] == 0
 
 
 def test_labels_neutralise_markup_and_show_whitespace() -> None:
-    assert "<" not in plots.label(NASTY) and ">" not in plots.label(NASTY)
-    assert plots.label(" a\n") == "·a↵"
+    assert "<" not in figures.label(NASTY) and ">" not in figures.label(NASTY)
+    assert figures.label(" a\n") == "·a↵"
     entries = [{"id": 1, "text": "a"}, {"id": 2, "text": "a"}]
-    assert plots._labels(entries) == ["a #1", "a #2"]
+    assert figures._labels(entries) == ["a #1", "a #2"]
 
 
 def test_speedup_spec_is_plain_json_with_the_speedup() -> None:
@@ -51,21 +51,21 @@ def test_speedup_spec_is_plain_json_with_the_speedup() -> None:
     ar = sample_trace()
     ar.method = "ar"
     ar.timeline = [[0.02, 2.0], [0.04, 4.0]]
-    d = plots.speedup_spec(spec, ar)
+    d = figures.speedup_spec(spec, ar)
     json.dumps(d)
     assert len(d["data"]) == 2 and "2.00x" in d["layout"]["title"]["text"]
-    assert plots.matched_speedup(spec, ar) == 2.0
-    assert plots.matched_speedup(spec, None) is None
-    assert plots.speedup_figure(spec, None).data[0].name == "speculative"
+    assert figures.matched_speedup(spec, ar) == 2.0
+    assert figures.matched_speedup(spec, None) is None
+    assert figures.speedup_figure(spec, None).data[0].name == "speculative"
 
 
 def test_acceptance_and_theory_figures() -> None:
     t = sample_trace()
-    assert list(plots.acceptance_per_round_figure(t).data[0].y) == [0.5, 1.0]
-    assert list(plots.accepted_histogram_figure(t).data[0].x) == [1]
-    assert list(plots.acceptance_by_position_figure(t).data[0].y) == [1.0, 0.0]
-    th = plots.theory_figure(0.8, 0.2, 4, 1.5)
+    assert list(figures.acceptance_per_round_figure(t).data[0].y) == [0.5, 1.0]
+    assert list(figures.accepted_histogram_figure(t).data[0].x) == [1]
+    assert list(figures.acceptance_by_position_figure(t).data[0].y) == [1.0, 0.0]
+    th = theory_figures.theory_figure(0.8, 0.2, 4, 1.5)
     assert "best gamma" in th.layout.title.text and len(th.data) == 2
-    pr = plots.projection_figure(0.8, 0.05, 4)
+    pr = theory_figures.projection_figure(0.8, 0.05, 4)
     assert "PROJECTION" in pr.layout.title.text
-    assert plots.empty_figure("x").layout.annotations[0].text == "x"
+    assert figures.empty_figure("x").layout.annotations[0].text == "x"

@@ -1,4 +1,4 @@
-"""Token spans, escaping, verdicts and decision lookup in specviz.render."""
+"""Token spans, escaping, verdicts and decision lookup in specviz.views.markup."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from specviz import render
 from specviz.trace import Added, Drafted, Round, Trace, decision_at, round_of
+from specviz.views import markup
 
 NASTY = "<img src=x onerror=alert(1)><script>alert(1)</script>${1+1}{{x}}`"
 
@@ -62,15 +62,15 @@ def sample_trace() -> Trace:
 
 
 def test_every_text_is_escaped() -> None:
-    html = render.trace_tokens_html(sample_trace())
+    html = markup.trace_tokens_html(sample_trace())
     assert "<img" not in html and "<script" not in html
     assert "&lt;img" in html and "&lt;script&gt;" in html
     assert "${" not in html and "{{" not in html and "`" not in html
-    assert "<" not in render.esc(NASTY) and '"' not in render.esc('"')
+    assert "<" not in markup.esc(NASTY) and '"' not in markup.esc('"')
 
 
 def test_spans_carry_status_round_and_position() -> None:
-    html = render.trace_tokens_html(sample_trace())
+    html = markup.trace_tokens_html(sample_trace())
     spans = re.findall(r'data-status="(\w+)" data-round="(\d+)" data-pos="(\d+)"', html)
     assert spans == [
         ("accepted", "0", "0"),
@@ -83,29 +83,29 @@ def test_spans_carry_status_round_and_position() -> None:
 
 
 def test_whitespace_is_visible() -> None:
-    out = render.visible_text(" a\tb\n")
+    out = markup.visible_text(" a\tb\n")
     assert out.count("sv-ws") == 3 and "↵" in out and "→" in out and "·" in out
-    assert "sv-ws" in render.visible_text("")
+    assert "sv-ws" in markup.visible_text("")
 
 
 def test_round_rows_show_discarded_drafts_and_the_added_token() -> None:
-    row = render.round_row(sample_trace().rounds[0])
+    row = markup.round_row(sample_trace().rounds[0])
     assert "sv-discarded" in row and "resampled" in row and "1/3" in row
     assert "<script" not in row
 
 
 def test_verdicts_are_plain_sentences() -> None:
     t = sample_trace()
-    acc = render.draft_verdict(drafted("a", "accepted", 0.3, 0.4, 0.31))
+    acc = markup.draft_verdict(drafted("a", "accepted", 0.3, 0.4, 0.31))
     assert acc == "accepted: u = 0.31 < p/q = 0.75"
-    assert "≥ 1" in render.draft_verdict(t.rounds[0].drafted[0])
-    rej = render.draft_verdict(t.rounds[0].drafted[1])
+    assert "≥ 1" in markup.draft_verdict(t.rounds[0].drafted[0])
+    rej = markup.draft_verdict(t.rounds[0].drafted[1])
     assert rej.startswith("rejected: u = 0.90 ≥ p/q = 0.20")
-    assert "greedy" in render.draft_verdict(drafted("a", "accepted", 1.0, 1.0, None))
-    assert render.added_verdict(t.rounds[0].added).startswith("resampled:")
-    assert render.added_verdict(t.rounds[1].added).startswith("bonus:")
+    assert "greedy" in markup.draft_verdict(drafted("a", "accepted", 1.0, 1.0, None))
+    assert markup.added_verdict(t.rounds[0].added).startswith("resampled:")
+    assert markup.added_verdict(t.rounds[1].added).startswith("bonus:")
     # close numbers get enough digits to tell them apart
-    assert render.draft_verdict(drafted("a", "accepted", 0.7445, 1.0, 0.7441)).startswith(
+    assert markup.draft_verdict(drafted("a", "accepted", 0.7445, 1.0, 0.7441)).startswith(
         "accepted: u = 0.744 < p/q = 0.745"
     )
 
@@ -141,14 +141,14 @@ def match_trace() -> Trace:
 def test_exact_match_verdicts_are_one_escaped_sentence() -> None:
     t = match_trace()
     assert t.rounds[0].exact_match and not sample_trace().rounds[0].exact_match
-    assert render.draft_verdict(t.rounds[0].drafted[0]) == (
+    assert markup.draft_verdict(t.rounds[0].drafted[0]) == (
         "exact match: the target sampled 'Hi'; the draft proposed 'Hi': accepted "
         "(the target samples this draft with probability p = 0.50)"
     )
-    rejected = render.match_verdict(t.rounds[0].drafted[1])
+    rejected = markup.match_verdict(t.rounds[0].drafted[1])
     assert rejected.startswith(f"exact match: the target sampled {NASTY!r}; the draft proposed")
     assert rejected.endswith("'blue': rejected")
-    html = render.verdict_html(decision_at(t, 0, 1))
+    html = markup.verdict_html(decision_at(t, 0, 1))
     assert "exact match: the target sampled" in html
     assert "the draft proposed &#x27;blue&#x27;" in html
     assert "keeps the target&#x27;s own sample" in html and "residual" not in html
@@ -165,39 +165,40 @@ def test_decision_lookup() -> None:
         decision_at(t, 5, 0)
     with pytest.raises(ValueError):
         decision_at(t, 0, 3)
-    html = render.verdict_html(d)
+    html = markup.verdict_html(d)
     assert "<script" not in html and "resampled" in html
 
 
 def test_greedy_check() -> None:
     a = sample_trace()
     b = Trace("ar", "p", [1], {}, {}, token_ids=list(a.token_ids))
-    assert render.greedy_check(a, b).startswith("identical")
+    assert markup.greedy_check(a, b).startswith("identical")
     b.token_ids[2] = 7
-    msg = render.greedy_check(a, b, decode=lambda ids: " ".join(map(str, ids)))
+    msg = markup.greedy_check(a, b, decode=lambda ids: " ".join(map(str, ids)))
     assert msg.startswith("different from token 2") and "'1 4'" in msg
 
 
 def test_panels_escape() -> None:
-    assert "<script" not in render.models_html({"target": NASTY})
-    assert "<script" not in render.table_html([(NASTY, NASTY)], NASTY)
-    assert "<script" not in render.status_html(NASTY)
-    assert "--sv-accepted" in render.css_variables()
-    legend = render.legend_html()
-    assert all(s in legend for s in render.TOKEN_STATUSES)
+    assert "<script" not in markup.models_html({"target": NASTY})
+    assert "<script" not in markup.table_html([(NASTY, NASTY)], NASTY)
+    assert "<script" not in markup.status_html(NASTY)
+    assert "--sv-accepted" in markup.css_variables()
+    legend = markup.legend_html()
+    assert all(s in legend for s in markup.TOKEN_STATUSES)
 
 
 def test_rounds_are_numbered_from_one_wherever_a_person_reads_one() -> None:
-    from specviz import metrics, narration, plots
+    from specviz import metrics
+    from specviz.views import figures, narration
 
     t = sample_trace()
-    rows = "".join(render.round_row(r) for r in t.rounds)
+    rows = "".join(markup.round_row(r) for r in t.rounds)
     assert re.findall(r'<td class="sv-rn">(\d+)</td>', rows) == ["1", "2"]
-    spans = render.trace_tokens_html(t)
+    spans = markup.trace_tokens_html(t)
     assert 'data-round="0"' in spans and "round 1 · position 0" in spans  # index stays 0-based
-    assert "round 1, position 1" in render.verdict_html(decision_at(t, 0, 1))
+    assert "round 1, position 1" in markup.verdict_html(decision_at(t, 0, 1))
     assert "<b>Round 2</b>" in narration.narration_html(t.rounds[1])
     assert list(metrics.rounds_frame(t)["round"].unique()) == [1, 2]  # the CSV's round column
-    assert plots.decision_figure(decision_at(t, 1, 3)).layout.title.text.startswith("round 2,")
-    assert list(plots.acceptance_per_round_figure(t).data[0].x) == [1, 2]
+    assert figures.decision_figure(decision_at(t, 1, 3)).layout.title.text.startswith("round 2,")
+    assert list(figures.acceptance_per_round_figure(t).data[0].x) == [1, 2]
     assert t.to_dict()["rounds"][0]["index"] == 0  # the JSON keeps its 0-based index

@@ -9,9 +9,17 @@ import statistics
 import pytest
 
 from specviz import metrics
-from specviz.cli import main
+from specviz.analysis.sweep import (
+    ROW_KEYS,
+    SweepPlan,
+    cell_row,
+    csv_text,
+    format_table,
+    run_sweep,
+    sweep,
+)
+from specviz.cli.main import main
 from specviz.config import Settings
-from specviz.sweep import ROW_KEYS, SweepPlan, cell_row, csv_text, format_table, run_sweep, sweep
 from tests.tiny import tiny_pair
 
 PROMPT = "1 2 3"
@@ -162,7 +170,9 @@ def test_cli_bad_input_is_one_line_and_exit_code_2(capsys, argv, message):
 
 
 def test_cli_json_and_csv(capsys, monkeypatch, tmp_path, pair):
-    monkeypatch.setattr("specviz.cli.load_pair_from_args", lambda args, compiled=True: pair)
+    monkeypatch.setattr(
+        "specviz.cli.across_runs.load_pair_from_args", lambda args, compiled=True: pair
+    )
     path = tmp_path / "sweep.csv"
     argv = ["sweep", "--gammas", "1,2", "--temperatures", "0.5", "--reps", "1", "--json"]
     argv += ["--max-new-tokens", "5", "--prompt", PROMPT, "--raw", "--csv", str(path)]
@@ -175,7 +185,9 @@ def test_cli_json_and_csv(capsys, monkeypatch, tmp_path, pair):
 
 
 def test_cli_exact_match_sweep_expects_from_sum_p_q(capsys, monkeypatch, pair):
-    monkeypatch.setattr("specviz.cli.load_pair_from_args", lambda args, compiled=True: pair)
+    monkeypatch.setattr(
+        "specviz.cli.across_runs.load_pair_from_args", lambda args, compiled=True: pair
+    )
     argv = ["sweep", "--gammas", "2", "--temperatures", "1.0", "--reps", "1", "--json"]
     argv += ["--max-new-tokens", "8", "--prompt", PROMPT, "--raw"]
     assert main([*argv, "--verification", "exact-match"]) == 0

@@ -376,9 +376,10 @@ def test_distribution_check_tab_passes_the_exact_rule_and_catches_a_wrong_one() 
 
 def cli_defaults(prompt: str = ui.DEFAULT_PROMPT) -> dict:
     """The settings `python -m specviz generate --prompt PROMPT` runs with."""
-    from specviz import cli
+    from specviz.cli import args as cli
+    from specviz.cli.main import build_parser
 
-    args = cli.build_parser().parse_args(["generate", "--prompt", prompt])
+    args = build_parser().parse_args(["generate", "--prompt", prompt])
     return cli.settings_from_args(args).to_dict()
 
 

@@ -14,10 +14,10 @@ import pandas as pd
 import pytest
 
 from specviz import ui
+from specviz.analysis.runlog import LOG_COLUMNS
 from specviz.config import Limits
-from specviz.experiments import LOG_COLUMNS
-from specviz.render import esc
 from specviz.trace import Trace
+from specviz.views.markup import esc
 
 PROMPT = "1 2 3"
 LIMITS = Limits()

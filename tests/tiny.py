@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from specviz.models import LoadedModel, ModelPair
+from specviz.pair import LoadedModel, ModelPair
 
 
 class TinyTokenizer:

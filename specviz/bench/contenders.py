@@ -28,7 +28,7 @@ import torch
 from specviz.bench.options import SAMPLE_TEMPERATURE, SAMPLE_TOP_P, BenchOptions, reference_gamma
 from specviz.config import Settings
 from specviz.engine import clock, generate
-from specviz.models import ModelPair
+from specviz.pair import ModelPair
 from specviz.trace import Trace
 
 ADAPTIVE_START = 4

@@ -35,7 +35,7 @@ from specviz.bench.ratios import (
     TRACE_OVERHEAD,
 )
 from specviz.bench.running import BenchResult
-from specviz.palette import SERIES
+from specviz.views.palette import SERIES
 
 
 @dataclass(frozen=True)
@@ -229,7 +229,7 @@ def _ms_per_token_figure(result: BenchResult) -> Any:
     """Grouped bars, one subplot per mode: median ms/token of each contender per prompt."""
     from plotly.subplots import make_subplots
 
-    from specviz.plots import add_bar_group
+    from specviz.views.figures import add_bar_group
 
     df = contender_frame(result)
     modes = result.options["modes"]

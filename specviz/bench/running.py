@@ -29,13 +29,13 @@ from typing import Any
 import torch
 
 from specviz import metrics
+from specviz.analysis.distribution_check import json_safe
 from specviz.bench.contenders import Contender, Sample, all_contenders, contender_name
 from specviz.bench.options import BenchOptions, reference_gamma
 from specviz.bench.prompts import BenchPrompt, prompt_set
 from specviz.bench.ratios import case_ratios, summarize_ratios
-from specviz.check import json_safe
 from specviz.draft_choice import machine_key
-from specviz.models import ModelPair
+from specviz.pair import ModelPair
 from specviz.trace import Trace
 
 

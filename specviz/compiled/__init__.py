@@ -18,10 +18,10 @@ same cache, as transformers recommends.
 Caches are handed back when a run finishes and reused by the next run of the same model and
 length, so that their buffers keep one address (CUDA graphs replay on fixed addresses).
 
-What a compiled call costs beyond its arithmetic (measured on the offline pair, 2 CPU
-cores), and what removes it:
+What a compiled call costs beyond its arithmetic, and what removes it (docs/compiled.md has
+the measurements):
 
-- dynamo's guards: about 2 ms a call, nearly all on the model's weights and modules. Only
+- dynamo's guards: checked on every call, nearly all on the model's weights and modules. Only
   the guards on the call's own tensors are kept (``_input_guards``); each model has a
   forward of its own, so no model can run another's graph;
 - attention: SDPA is one opaque call per layer; the compiled forwards run a view of the
@@ -31,9 +31,8 @@ cores), and what removes it:
   runs on weights packed once for the GEMM kernels. Each compiled shape holds its packed
   copy of the fp32 weights (the int8 draft's are used as they are);
 - the GEMM kernels: on the CPU, inductor also autotunes each linear layer between ATen's
-  kernel and its own C++ GEMM template for the layer's exact shape. In the quick bench the
-  compiled AR run fell from 52.6 to 29.4 ms/token; each shape compiles 2.5 to 3.5 times as
-  long.
+  kernel and its own C++ GEMM template for the layer's exact shape, which makes each
+  shape's compilation longer.
 
 Compilation happens once per process, model, width and cache length (``Compiler``), under
 a lock, and is reported on stderr ("compiling ..., about N s"; the estimate is the last

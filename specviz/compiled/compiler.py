@@ -146,8 +146,8 @@ def _input_guards(weights: dict[int, torch.Tensor]) -> Callable[[list[Any]], lis
     """Dynamo's guard filter for one model's compiled forward: keep the guards on the
     call's own tensors (the ids' width, the static cache's length), drop the rest. Every
     call runs under inference mode on the same view of the same model, whose weights are
-    never written; the hundreds of guards on those weights and modules cost about 2 ms a
-    call on a CPU and can never fail. weights: the model's parameters and buffers by id."""
+    never written; the hundreds of guards on those weights and modules cost time on every
+    call and can never fail. weights: the model's parameters and buffers by id."""
 
     def keep(entries: list[Any]) -> list[bool]:
         return [e.guard_type == "TENSOR_MATCH" and id(e.value) not in weights for e in entries]
@@ -158,10 +158,10 @@ def _input_guards(weights: dict[int, torch.Tensor]) -> Callable[[list[Any]], lis
 def _inductor_config(backend: str, device: torch.device) -> Any:
     """Inductor's settings while a shape compiles, on the CPU:
     - freezing: the weights become constants of the graph, so that each linear layer runs
-      on weights prepacked once for the CPU's GEMM kernels (about 1.3x on a target step
-      here), at the cost of that packed copy per compiled shape;
+      on weights prepacked once for the CPU's GEMM kernels, at the cost of that packed copy
+      per compiled shape;
     - max_autotune with the C++ GEMM template beside ATen's: each linear layer gets the
-      faster of the two for its exact shape (about 2x on a one-token target step here).
+      faster of the two for its exact shape.
     On CUDA the defaults stay: CUDA graphs remove the launch costs that dominate there."""
     if backend != "inductor" or device.type != "cpu":
         return contextlib.nullcontext()

@@ -28,7 +28,7 @@ def estimate(backend: str, key: tuple[str, int, int], model: torch.nn.Module) ->
         layers = int(getattr(getattr(model, "config", None), "num_hidden_layers", 1) or 1)
         if backend != "inductor":
             return 0.1 * layers + 2.0
-        if input_device(model).type == "cpu":  # autotuning benchmarks each layer shape: ~35 s
+        if input_device(model).type == "cpu":  # autotuning benchmarks each layer shape
             return 35.0 + 3.5 * layers
         return 1.2 * layers + 2.0
 

@@ -13,9 +13,9 @@ MIN_CACHE_LEN = 256
 
 def auto_backend(device: torch.device) -> str | None:
     """The path a run takes unless told otherwise: compiled with inductor on CUDA, where the
-    GPU check measured it 5.8 to 7.0 times faster per speculative token than the eager path
-    (an H200, README "GPU check"), except on ZeroGPU; eager on the CPU, where it gains about
-    2.5x but each shape compiles for about two and a half minutes on 2 cores."""
+    GPU check measured it faster per speculative token than the eager path (docs/gpu-check.md),
+    except on ZeroGPU; eager on the CPU, where it is faster too but each shape compiles for
+    minutes (docs/compiled.md)."""
     return "inductor" if device.type == "cuda" and not on_zero_gpu() else None
 
 

@@ -23,7 +23,7 @@ from specviz.gpucheck.plan import (
     twin,
 )
 from specviz.lm import CachedLM
-from specviz.models import ModelPair
+from specviz.pair import ModelPair
 
 
 def median_ms(

@@ -8,8 +8,9 @@ the engine runs it:
 - runs: whole greedy generations through the engine, speculative and autoregressive, eager
   and compiled, in ms per token (marginal between a short and a long run);
 - exactness on the device: greedy speculative against greedy autoregressive on both paths,
-  a sampled trace eager against compiled, and the distribution check (specviz.check) on the
-  compiled path, with the exact rule and with a deliberately wrong one.
+  a sampled trace eager against compiled, and the distribution check
+  (specviz.analysis.distribution_check) on the compiled path, with the exact rule and with
+  a deliberately wrong one.
 
 The steps and the runs share one cache length, so the shapes the steps compile serve the
 runs too. Compiling is skipped once the plan's time budget is spent."""
@@ -31,7 +32,7 @@ from specviz.config import Settings
 from specviz.engine import clock, generate
 from specviz.gpucheck.measure import forward_ms, lm_ms
 from specviz.gpucheck.plan import GAMMA, Plan, build, close_draft, pair_of, prompt_ids
-from specviz.models import ModelPair
+from specviz.pair import ModelPair
 
 
 def lengths(plan: Plan) -> list[int]:
@@ -248,7 +249,7 @@ def same_content(eager: ModelPair, compiled: ModelPair) -> dict:
 
 
 def distribution_checks(compiled: ModelPair, plan: Plan) -> list[dict]:
-    from specviz.check import run_check
+    from specviz.analysis.distribution_check import run_check
 
     s = Settings(gamma=GAMMA, temperature=1.0, top_p=1.0, seed=0)
     rows = []

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from specviz.models import LoadedModel, ModelPair
+from specviz.pair import LoadedModel, ModelPair
 
 SCHEMA = "specviz-gpu-check/1"
 

@@ -12,13 +12,16 @@ Modules, each with one job (imports point down this list, never up):
                   one module per section with handlers, layout and events together; the
                   tabs Decision, Acceptance, Theory, Exactness and Data hold them (layout
                   composes them: no tab module imports another)
-    views         frames, summaries, the inspector's views, from stored traces
-    worker        the thread driving model iterators on the model thread for a handler
+    views         the rounds' cached HTML, frames, summaries, the inspector's views, the
+                  log and calibration views, from stored traces
+    worker        the thread driving model iterators on the model thread, and its polling
     page          what the parts share once built: context, session, views, options
     zerogpu       ZeroGPU as documented: start-up load, decorated streaming generators
-    pairs         what may load, ZeroGPU, failures as one line, warm-up, AppContext
+    warm          a pair warmed once per process before its first measured run
+    pairs         what may load, ZeroGPU, AppContext
+    errors        failures as one line (out of memory included), ValueError -> gr.Error
     content       presets, help text, the token script
-    state         Form, Session, and ValueError -> one visible line
+    state         Form, Session
 
 Handlers are plain functions over a per-session Session and a Form, taking an AppContext
 (what may load, the limits); they yield dicts keyed by view name, so they are testable
@@ -30,6 +33,7 @@ from specviz.ui.api import api_result, generate_endpoint
 from specviz.ui.check_tab import CHECK_MAX_SAMPLES, check_updates
 from specviz.ui.content import PRESET_FIELDS, PRESETS, apply_preset
 from specviz.ui.controls import pair_updates
+from specviz.ui.errors import failure, user_errors
 from specviz.ui.io_tab import (
     MAX_IMPORT_BYTES,
     export_files,
@@ -44,18 +48,17 @@ from specviz.ui.pairs import (
     AppContext,
     PairSource,
     default_loader,
-    failure,
     has_gpu,
     offered_pairs,
     zero_gpu,
 )
 from specviz.ui.race import race_update
-from specviz.ui.runs_tab import load_run, log_file, runs_views
-from specviz.ui.state import DEFAULTS, FORM_FIELDS, Form, Session, new_session, user_errors
+from specviz.ui.runs_tab import load_run, log_file
+from specviz.ui.state import DEFAULTS, FORM_FIELDS, Form, Session, new_session
 from specviz.ui.sweep_tab import stop_sweep, sweep_updates
 from specviz.ui.theory_tab import projection_update
 from specviz.ui.token_view import shade_update
-from specviz.ui.views import final_frame, inspect_view
+from specviz.ui.views import final_frame, inspect_view, runs_views
 
 __all__ = [
     "CHECK_MAX_SAMPLES",

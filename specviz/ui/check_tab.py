@@ -1,7 +1,7 @@
 """The distribution check (in the Exactness tab, under the greedy check): N speculative and
 N autoregressive continuations of the prompt, at the current settings, against the exact
 target probabilities; a deliberately wrong rule can be chosen to watch the same check catch
-it (specviz.check does the work)."""
+it (specviz.analysis.distribution_check does the work)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,14 @@ from typing import Any
 
 import gradio as gr
 
-from specviz import render
 from specviz.config import RULES
 from specviz.modelthread import MODEL_THREAD
+from specviz.ui.errors import model_failures, user_errors
 from specviz.ui.page import HIDDEN, Page
-from specviz.ui.pairs import AppContext, failure, pair_label
-from specviz.ui.state import Form, View, as_int, user_errors
+from specviz.ui.pairs import AppContext, pair_label
+from specviz.ui.state import Form, View, as_int
+from specviz.ui.warm import warmed_pair
+from specviz.views import markup
 
 CHECK_MAX_SAMPLES = 2000  # the distribution check: most samples per method
 
@@ -48,32 +50,29 @@ def check_updates(
     progress: Callable[[float, str], None] | None = None,
 ) -> View:
     """The distribution check for the form's prompt and settings."""
-    from specviz import check, check_figure
+    from specviz.analysis import distribution_check
+    from specviz.views import check_figure
 
     n, length = as_int("samples", n), as_int("length", length)
     if not isinstance(n, int) or not 200 <= n <= CHECK_MAX_SAMPLES:
         raise ValueError(f"samples must be in 200..{CHECK_MAX_SAMPLES}, got {n!r}")
     settings = ctx.settings(form)
-    check.validate(n, length, rule)
-    pair = ctx.warm_pair(form)
+    distribution_check.validate(n, length, rule)
+    pair = warmed_pair(ctx, form)
 
-    def report(p: check.Progress) -> None:
+    def report(p: distribution_check.Progress) -> None:
         if progress is not None:
             progress(p.done / max(1, p.total), p.stage)
 
-    try:
+    with model_failures(f"checking pair {pair_label(form)!r}"):
         result = MODEL_THREAD.call(
-            lambda: check.run_check(
+            lambda: distribution_check.run_check(
                 pair, form.prompt, settings, n, length, rule, progress_cb=report
             )
         )
-    except ValueError:
-        raise
-    except Exception as exc:
-        raise failure(exc, f"checking pair {pair_label(form)!r}") from None
     return {
         "check_plot": check_figure.check_figure(result),
-        "check_summary": f"<pre class='sv-check'>{render.esc(result.summary())}</pre>",
+        "check_summary": f"<pre class='sv-check'>{markup.esc(result.summary())}</pre>",
     }
 
 

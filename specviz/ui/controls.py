@@ -14,12 +14,14 @@ from typing import Any
 
 import gradio as gr
 
-from specviz import render
 from specviz.config import DRAFTERS, VERIFICATIONS, Deployment
 from specviz.ui.content import HOW_TO_READ, PRESET_FIELDS, PRESETS, apply_preset
+from specviz.ui.errors import user_errors
 from specviz.ui.page import INTERNAL, Page
 from specviz.ui.pairs import CUSTOM, AppContext, compiled_by_default, pair_label, zero_gpu
-from specviz.ui.state import PROMPT_CHARS_PER_TOKEN, Form, View, user_errors
+from specviz.ui.state import PROMPT_CHARS_PER_TOKEN, Form, View
+from specviz.ui.warm import warmed_pair
+from specviz.views import markup
 
 
 def layout(pairs: list[str], dep: Deployment) -> dict[str, Any]:
@@ -78,7 +80,7 @@ def settings(c: dict[str, Any], pairs: list[str], dep: Deployment) -> None:
             )
         c["drafter"] = gr.Radio(list(DRAFTERS), value=f.drafter, label="drafter")
         c["models"] = gr.HTML(
-            render.status_html("models load when the page opens"),
+            markup.status_html("models load when the page opens"),
             js_on_load=None,
             elem_id="sv-models",
         )
@@ -135,22 +137,22 @@ def pair_updates(ctx: AppContext, form: Form) -> Iterator[View]:
     """Load (and warm) a pair with visible progress, then show where each model runs."""
     pair = pair_label(form)
     if form.pair == CUSTOM and not (form.custom_draft.strip() and form.custom_target.strip()):
-        yield {"status": render.status_html("custom pair: enter a draft id and a target id")}
+        yield {"status": markup.status_html("custom pair: enter a draft id and a target id")}
         return
     yield {
-        "status": render.status_html(
+        "status": markup.status_html(
             f"loading pair {pair!r} (the first load takes a while) ...", "busy"
         ),
-        "models": render.status_html("loading ...", "busy"),
+        "models": markup.status_html("loading ...", "busy"),
     }
     loaded = ctx.pair(form)
     try:
-        ctx.warm_pair(form)
+        warmed_pair(ctx, form)
     except ValueError:
         pass  # the form is not valid yet; the first Run warms the pair instead
     yield {
-        "status": render.status_html(f"pair {pair!r} ready: press Run or Step"),
-        "models": render.models_html(loaded.describe()),
+        "status": markup.status_html(f"pair {pair!r} ready: press Run or Step"),
+        "models": markup.models_html(loaded.describe()),
     }
 
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import gradio as gr
 
-from specviz import render
 from specviz.ui.page import INTERNAL, Page
 from specviz.ui.state import Session, View, as_int
 from specviz.ui.views import inspect_view
+from specviz.views import markup
 
 
 def layout(v: dict[str, Any]) -> None:
@@ -29,7 +29,7 @@ def layout(v: dict[str, Any]) -> None:
         v["insp_pos"] = gr.Number(None, precision=0, minimum=0, label="output position")
         v["inspect"] = gr.Button("Inspect", elem_id="sv-inspect")
     v["verdict"] = gr.HTML(
-        render.status_html("click a token, or choose a round and position"),
+        markup.status_html("click a token, or choose a round and position"),
         js_on_load=None,
         elem_id="sv-verdict",
     )

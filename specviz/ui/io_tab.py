@@ -13,12 +13,13 @@ from typing import Any
 
 import gradio as gr
 
-from specviz import metrics, render
+from specviz import metrics
 from specviz.trace import Trace
+from specviz.ui.errors import failure, user_errors
 from specviz.ui.page import HIDDEN, Page
-from specviz.ui.pairs import failure
-from specviz.ui.state import Session, View, user_errors
-from specviz.ui.views import final_frame
+from specviz.ui.state import Session, View
+from specviz.ui.views import final_frame, sync_rounds
+from specviz.views import markup
 
 MAX_IMPORT_BYTES = 5_000_000  # a trace file for import: 5 MB
 
@@ -65,11 +66,11 @@ def replay_updates(session: Session, trace: Trace | None = None) -> Iterator[Vie
         session.parts, session.rows = [], []
         delay = min(0.25, REPLAY_SECONDS / len(spec.rounds))
         for i in range(1, len(spec.rounds) + 1):
-            session.sync_rounds(upto=i)
+            sync_rounds(session, upto=i)
             yield {
-                "tokens": render.tokens_html(session.parts, spec.prompt),
-                "rounds": render.rounds_html(session.rows),
-                "status": render.status_html(f"replaying round {i} of {len(spec.rounds)}", "busy"),
+                "tokens": markup.tokens_html(session.parts, spec.prompt),
+                "rounds": markup.rounds_html(session.rows),
+                "status": markup.status_html(f"replaying round {i} of {len(spec.rounds)}", "busy"),
             }
             time.sleep(delay)
     yield final_frame(session, gamma)

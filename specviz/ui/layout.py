@@ -28,7 +28,6 @@ from typing import Any
 
 import gradio as gr
 
-from specviz import render
 from specviz.config import Deployment, Limits
 from specviz.ui import (
     api,
@@ -47,6 +46,7 @@ from specviz.ui import (
 from specviz.ui.page import Page
 from specviz.ui.pairs import CustomLoader, Loader, app_context
 from specviz.ui.state import DEFAULTS, new_session
+from specviz.views import markup
 
 ASSETS = Path(__file__).resolve().parent.parent.parent / "assets"
 HEADER = (
@@ -106,10 +106,10 @@ def main_views() -> dict[str, Any]:
     hide behind a menu where the page is narrow."""
     v: dict[str, Any] = {}
     with gr.Column(elem_id="sv-live"):
-        v["status"] = gr.HTML(render.status_html("ready"), js_on_load=None, elem_id="sv-status")
+        v["status"] = gr.HTML(markup.status_html("ready"), js_on_load=None, elem_id="sv-status")
         token_view.layout(v)
         v["exact_note"] = gr.HTML(
-            render.exact_note_html(DEFAULTS.to_dict()), js_on_load=None, elem_id="sv-exact-note"
+            markup.exact_note_html(DEFAULTS.to_dict()), js_on_load=None, elem_id="sv-exact-note"
         )
     with gr.Tabs(elem_id="sv-tabs", overflow_behavior="wrap") as tabs:
         v["tabs"] = tabs
@@ -148,7 +148,7 @@ def speed_views(v: dict[str, Any]) -> None:
 def launch_options() -> dict[str, Any]:
     """What app.py passes to launch(): gradio 6 takes css, theme and js there (the js: the
     presentation view's URL and keys)."""
-    css = render.css_variables() + "\n" + (ASSETS / "specviz.css").read_text(encoding="utf-8")
+    css = markup.css_variables() + "\n" + (ASSETS / "specviz.css").read_text(encoding="utf-8")
     return {"css": css, "theme": gr.themes.Soft(), "js": present.PAGE_JS}
 
 

@@ -1,6 +1,7 @@
 """Live runs: Run streams the speculative run and then the autoregressive baseline (same
 prompt, settings and seed), Step takes one round per press and narrates it, Stop ends a
-run where it stands. A finished Run is logged and counted for calibration (runs_tab).
+run where it stands. A finished Run is logged and counted for calibration (runs_views).
+The pair is warmed once per process before its first run (specviz.ui.warm).
 
 Both runs execute back to back on the model thread (specviz.modelthread), driven by a
 :class:`Worker` that never waits for the page, so each trace's own clock (t_s) measures
@@ -14,27 +15,31 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from specviz import render, time_plots
 from specviz.config import Settings
-from specviz.engine import Run, Update, generate, summarize
+from specviz.engine import Run, Update, generate
+from specviz.metrics import summarize
 from specviz.modelthread import MODEL_THREAD
-from specviz.narration import narration_html
 from specviz.trace import Round, Trace, round_number
 from specviz.ui import zerogpu
+from specviz.ui.errors import model_failures
 from specviz.ui.page import Page
-from specviz.ui.pairs import AppContext, PairSource, failure, pair_label, zero_gpu
-from specviz.ui.runs_tab import runs_views
+from specviz.ui.pairs import AppContext, PairSource, pair_label, zero_gpu
 from specviz.ui.state import Form, Session, View
-from specviz.ui.token_view import narration_hint
 from specviz.ui.views import (
     exact_note,
     final_frame,
     inspect_view,
     live_frame,
     live_plot,
+    narration_hint,
+    runs_views,
+    sync_rounds,
     time_html,
 )
+from specviz.ui.warm import running, warmed_pair
 from specviz.ui.worker import Worker
+from specviz.views import markup, timing
+from specviz.views.narration import narration_html
 
 
 def run_updates(session: Session, form: Form, ctx: AppContext) -> Iterator[View]:
@@ -43,40 +48,34 @@ def run_updates(session: Session, form: Form, ctx: AppContext) -> Iterator[View]
     settings = ctx.settings(form)
     session.start(None, None, "run")
     yield {
-        "status": render.status_html(f"loading pair {pair_label(form)!r} ...", "busy"),
+        "status": markup.status_html(f"loading pair {pair_label(form)!r} ...", "busy"),
         "narration": narration_hint(),
     }
     if zero_gpu():
         yield from zero_run(session, form, ctx, settings)
         return
-    pair = ctx.warm_pair(form)
+    pair = warmed_pair(ctx, form)
     spec_run = Run(pair, form.prompt, settings)
     ar_run = Run(pair, form.prompt, settings.with_(method="ar")) if form.compare else None
     session.start(spec_run.trace, ar_run.trace if ar_run else None, "run")
     session.decode = pair.decode
     worker = Worker([spec_run] + ([ar_run] if ar_run else []), session.stop)
-    worker.start()
     yield {
-        "models": render.models_html(pair.describe()),
-        "tokens": render.tokens_html([]),
+        "models": markup.models_html(pair.describe()),
+        "tokens": markup.tokens_html([]),
         "exact_note": exact_note(spec_run.trace),
     }
     last_speed = 0.0
-    try:
-        while worker.is_alive():
-            worker.tick.wait(0.5)
-            worker.tick.clear()
-            frame, last_speed = live_frame(session, last_speed)
-            if frame:
-                if session.first_round_s is None and session.parts:
-                    session.first_round_s = time.perf_counter() - t_click
-                yield frame
-    finally:
-        session.stop.set()  # the page went away or the handler was cancelled
-    worker.join()
+    for _ in worker.polls():
+        frame, last_speed = live_frame(session, last_speed)
+        if frame:
+            if session.first_round_s is None and session.parts:
+                session.first_round_s = time.perf_counter() - t_click
+            yield frame
     if worker.error is not None:
-        session.start(None, None, "idle")  # no half-finished trace to export or inspect
-        raise failure(worker.error, f"running pair {pair_label(form)!r}")
+        # no half-finished trace to export or inspect
+        with model_failures(running(form), lambda: session.start(None, None, "idle")):
+            raise worker.error
     yield logged_frame(session, spec_run.trace, ar_run.trace if ar_run else None, settings)
 
 
@@ -112,7 +111,7 @@ def zero_events(
         ctx.loader.check(form.pair, form.custom_draft, form.custom_target)
     events = zerogpu.on_gpu(zerogpu.stream)(form, settings)
     traces: dict[str, Trace] = {}  # the runs begun; the caller applies every event to them
-    try:
+    with model_failures(running(form)):
         for event in events:
             if isinstance(event, Trace):
                 traces[event.method] = event
@@ -120,10 +119,6 @@ def zero_events(
             if stopped is not None and stopped():
                 events.close()
                 break
-    except ValueError:
-        raise
-    except Exception as exc:
-        raise failure(exc, f"running pair {pair_label(form)!r}") from None
     for tr in traces.values():
         if tr.stop_reason == "running":
             end = tr.timeline[-1][0] if tr.timeline else 0.0
@@ -138,19 +133,15 @@ def complete_traces(ctx: AppContext, form: Form, settings: Settings) -> tuple[Tr
         for event in zero_events(ctx, form, settings):
             zerogpu.apply(traces, event)
         return traces["spec"], traces.get("ar")
-    pair = ctx.warm_pair(form)
+    pair = warmed_pair(ctx, form)
 
     def both() -> tuple[Trace, Trace | None]:
         spec = generate(pair, form.prompt, settings)
         ar = generate(pair, form.prompt, settings.with_(method="ar")) if form.compare else None
         return spec, ar
 
-    try:
+    with model_failures(running(form)):
         return MODEL_THREAD.call(both)
-    except ValueError:
-        raise
-    except Exception as exc:
-        raise failure(exc, f"running pair {pair_label(form)!r}") from None
 
 
 def step_update(session: Session, form: Form, ctx: AppContext) -> View:
@@ -167,13 +158,10 @@ def step_update(session: Session, form: Form, ctx: AppContext) -> View:
         session.start(run.trace, None, "step")
         session.stepper, session.step_key = iter(run), key
         session.decode = pair.decode
-        out["models"] = render.models_html(pair.describe())
+        out["models"] = markup.models_html(pair.describe())
     assert session.stepper is not None and session.spec is not None
-    try:
+    with model_failures(running(form), lambda: session.start(None, None, "idle")):
         upd = MODEL_THREAD.call(lambda: _step(session, settings))
-    except Exception as exc:
-        session.start(None, None, "idle")
-        raise failure(exc, f"running pair {pair_label(form)!r}") from None
     if session.spec.stop_reason != "running":
         session.stepper = None
     return _step_views(session, settings, upd.round if upd is not None else None, out)
@@ -188,12 +176,8 @@ def _zero_step(
     spec = session.spec
     going = session.mode == "step" and session.step_key == key and spec is not None
     n = len(spec.rounds) + 1 if going and spec.stop_reason == "stopped" else 1
-    try:
+    with model_failures(running(form)):
         trace = zerogpu.on_gpu(zerogpu.step_trace)(form, settings, n)
-    except ValueError:
-        raise
-    except Exception as exc:
-        raise failure(exc, f"running pair {pair_label(form)!r}") from None
     session.start(trace, None, "step")
     session.step_key = key
     return trace.rounds[-1] if trace.rounds else None
@@ -205,12 +189,12 @@ def _step_views(session: Session, settings: Settings, rnd: Round | None, out: Vi
     the end every view."""
     assert session.spec is not None
     done = session.spec.stop_reason not in ("running", "stopped")
-    session.sync_rounds()
+    sync_rounds(session)
     if done:
         out.update(final_frame(session, settings.gamma))
-    out["tokens"] = render.tokens_html(session.parts, session.spec.prompt)
-    out["rounds"] = render.rounds_html(session.rows)
-    out["time_split"] = live_plot(time_plots.breakdown_spec(session.spec))
+    out["tokens"] = markup.tokens_html(session.parts, session.spec.prompt)
+    out["rounds"] = markup.rounds_html(session.rows)
+    out["time_split"] = live_plot(timing.breakdown_spec(session.spec))
     out["time_totals"] = time_html(session.spec, session.mode)
     if rnd is not None:
         out.update(
@@ -220,7 +204,7 @@ def _step_views(session: Session, settings: Settings, rnd: Round | None, out: Vi
     n = round_number(rnd.index) if rnd is not None else len(session.spec.rounds)
     msg = f"step mode: round {n} done, {len(session.spec.token_ids)} tokens"
     msg += " (finished: Step again starts over)" if done else " (timings include the pauses)"
-    out["status"] = render.status_html(msg, "info")
+    out["status"] = markup.status_html(msg, "info")
     return out
 
 
@@ -247,7 +231,7 @@ def stop_session(session: Session) -> str:
     session.stop.set()
     if session.mode == "step":
         session.close_stepper()
-    return render.status_html("stopping ...", "busy")
+    return markup.status_html("stopping ...", "busy")
 
 
 def wire(page: Page) -> None:

@@ -12,8 +12,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from specviz.ui.errors import user_errors
 from specviz.ui.pairs import AppContext
-from specviz.ui.state import FORM_FIELDS, Form, View, user_errors
+from specviz.ui.state import FORM_FIELDS, Form, View
 
 # The page's own events stay callable (tests, gradio_client) but off the API page, which
 # documents the one named endpoint, /generate; events no client needs are private.
@@ -58,7 +59,11 @@ class Page:
         return Form(**dict(zip(FORM_FIELDS, values, strict=True)))
 
     def keyed(self, out: View) -> dict[Any, Any]:
-        return {self.views[k]: v for k, v in out.items() if k in self.views}
+        """The handler's views by component; a name the page has no view for is an error."""
+        unknown = [k for k in out if k not in self.views]
+        if unknown:
+            raise KeyError(f"no view named {', '.join(map(repr, unknown))} on this page")
+        return {self.views[k]: v for k, v in out.items()}
 
     def stream(self, handler: Callable[..., Iterator[View]]) -> Callable[..., Iterator[Any]]:
         """A generator event function from a handler that yields views."""

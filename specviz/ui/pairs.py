@@ -1,6 +1,6 @@
 """What may load, and loading it: the pair policy (offered pairs, custom hub ids, the
-allow-list), ZeroGPU, failures as one line (out of memory included), the once-per-process
-warm-up, and :class:`AppContext`, the one object the handlers receive.
+allow-list), ZeroGPU, and :class:`AppContext`, the one object the handlers receive. A load
+that fails is one line (specviz.ui.errors).
 
 Models load once per process (specviz.models caches them) and every model call runs on the
 model thread (specviz.modelthread). On a ZeroGPU Space (the ``spaces`` package importable
@@ -9,7 +9,6 @@ and SPACES_ZERO_GPU set) a run executes in one GPU-decorated call that returns b
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,10 +17,11 @@ import torch
 
 from specviz.compiled import auto_backend
 from specviz.config import Deployment, Limits, Settings, on_zero_gpu
-from specviz.engine import warm_up
-from specviz.models import PAIRS, ModelPair, check_model_id, load_pair, resolve_device
+from specviz.models import PAIRS, check_model_id, load_pair, resolve_device
 from specviz.modelthread import MODEL_THREAD
 from specviz.offline import OFFLINE_IDS
+from specviz.pair import ModelPair
+from specviz.ui.errors import model_failures
 from specviz.ui.state import Form
 
 CUSTOM = "custom"  # the pair-menu entry for a draft and target given by hub ids
@@ -31,12 +31,6 @@ Loader = Callable[[str, str], ModelPair]
 
 
 CustomLoader = Callable[[str, str, str], ModelPair]  # (draft id, target id, dtype)
-
-
-_warm_lock = threading.Lock()
-
-
-_warmed: dict[tuple[int, str | None], ModelPair] = {}  # pairs that have run once in this process
 
 
 def default_loader(pair: str, dtype: str) -> ModelPair:
@@ -144,7 +138,7 @@ def compiled_by_default() -> bool:
 
 
 def _load(loader: Loader, form: Form) -> ModelPair:
-    try:
+    with model_failures(f"loading pair {pair_label(form)!r}"):
         if form.pair != CUSTOM:
             return MODEL_THREAD.call(lambda: loader(form.pair, form.dtype))
         if not isinstance(loader, PairSource):
@@ -153,55 +147,6 @@ def _load(loader: Loader, form: Form) -> ModelPair:
         return MODEL_THREAD.call(
             lambda: source.custom(form.custom_draft, form.custom_target, form.dtype)
         )
-    except ValueError:
-        raise
-    except Exception as exc:
-        raise failure(exc, f"loading pair {pair_label(form)!r}") from None
-
-
-def failure(exc: BaseException, doing: str) -> ValueError:
-    """A one-line ValueError for an error while loading or running a model."""
-    if isinstance(exc, ValueError):
-        return exc
-    if is_out_of_memory(exc):
-        free_gpu_memory()
-        where = "GPU memory" if not isinstance(exc, MemoryError) else "memory"
-        return ValueError(
-            f"out of {where} while {doing}: choose a smaller pair (such as 'default'), "
-            "fewer max new tokens or a shorter prompt"
-        )
-    text = str(exc).strip().splitlines()
-    return ValueError(f"{doing} failed: {text[0] if text else type(exc).__name__}")
-
-
-def is_out_of_memory(exc: BaseException) -> bool:
-    """torch.cuda.OutOfMemoryError, MemoryError, or an older RuntimeError saying so."""
-    if isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)):
-        return True
-    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
-
-
-def free_gpu_memory() -> None:
-    """Release cached CUDA blocks after an out-of-memory error (no-op without CUDA)."""
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
-def warm_pair(loader: Loader, form: Form, limits: Limits) -> ModelPair:
-    """Load a pair and warm it once per process."""
-    settings = form.settings(limits)
-    pair = open_pair(loader, form)
-    with _warm_lock:
-        key = (id(pair.target), pair.compile_backend)  # a compiled copy warms on its own
-        if key not in _warmed:
-            try:
-                MODEL_THREAD.call(lambda: warm_up(pair, form.prompt, settings))
-            except ValueError:
-                raise
-            except Exception as exc:
-                raise failure(exc, f"running pair {pair_label(form)!r}") from None
-            _warmed[key] = pair
-    return pair
 
 
 def load_default(form: Form) -> ModelPair:
@@ -242,7 +187,3 @@ class AppContext:
     def pair(self, form: Form) -> ModelPair:
         """The form's pair, loaded once per process."""
         return open_pair(self.loader, form)
-
-    def warm_pair(self, form: Form) -> ModelPair:
-        """The form's pair, loaded and warmed once per process."""
-        return warm_pair(self.loader, form, self.limits)

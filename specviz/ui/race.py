@@ -1,6 +1,6 @@
 """The race replay under the live speedup chart: after a compared run, the speculative and
 autoregressive texts fill side by side on one clock from their measured timelines, at
-0.25x, 1x or 2x (specviz.replay). One page update per replay: the tokens appear by CSS
+0.25x, 1x or 2x (specviz.views.race_replay). One page update per replay: the tokens appear by CSS
 animation delays, so a long run replays without further traffic. Nothing is re-run.
 """
 
@@ -10,10 +10,10 @@ from typing import Any
 
 import gradio as gr
 
-from specviz.replay import SPEEDS, check_speed, replay_animation_html
 from specviz.ui.page import Page
 from specviz.ui.state import Session, View, as_float
 from specviz.ui.views import NEEDS_COMPARE
+from specviz.views.race_replay import SPEEDS, check_speed, replay_animation_html
 
 
 def layout(v: dict[str, Any]) -> None:

@@ -2,13 +2,13 @@
 stored traces only.
 
 - the experiment log: a row per Run (the settings that differ from the defaults,
-  acceptance, alpha, c, tokens per call, speedup; specviz.experiments), its chart, its CSV;
+  acceptance, alpha, c, tokens per call, speedup; specviz.analysis.runlog), its chart, its CSV;
 - a run picked from the log loads back into the token view and every other view;
 - the calibration of the rule over the logged runs: verified drafts binned by their
   predicted acceptance min(1, p/q) against the observed frequency, with error bars, and
-  the same for resampled tokens (specviz.calibration).
+  the same for resampled tokens (specviz.analysis.calibration).
 
-Live runs call :func:`runs_views` after Session.record; nothing here calls a model.
+Live runs show specviz.ui.views.runs_views after Session.record; nothing here calls a model.
 """
 
 from __future__ import annotations
@@ -18,13 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import gradio as gr
-import pandas as pd
 
-from specviz import calibration, inspect_plots, render
-from specviz.experiments import LOG_COLUMNS
+from specviz.ui.errors import user_errors
 from specviz.ui.page import Page
-from specviz.ui.state import Session, View, user_errors
-from specviz.ui.views import final_frame
+from specviz.ui.state import Session, View
+from specviz.ui.views import final_frame, log_display
+from specviz.views import markup
 
 CALIBRATION_NOTE = (
     "Every verified draft had a predicted acceptance probability min(1, p/q) and was "
@@ -56,39 +55,6 @@ def layout(v: dict[str, Any]) -> None:
     v["log_chart"] = gr.Plot(label="speedup and acceptance per run", elem_id="sv-log-chart")
 
 
-def log_display(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """The log's rows for the table: figures to 3 decimals, missing ones blank."""
-    frame = pd.DataFrame(rows, columns=list(LOG_COLUMNS)).round(3)
-    return frame.astype(object).where(frame.notna(), "")
-
-
-def calibration_html(result: dict[str, Any]) -> str:
-    """How many drafts and runs, and how many judged bins lie within their error bars."""
-    drafts = result["drafts"]
-    head = f"{drafts} verified drafts with a drawn u over {result['traces']} run(s). "
-    if not result["summary"]["drafts"]["judged"]:
-        tail = f"No bin has {result['min_n']} drafts yet: run more (or longer) sampled runs."
-    else:
-        tail = calibration.summary_line(result) + "."
-    if result["summary"]["residual"]["judged"]:
-        tail += " Resampled tokens: " + calibration.summary_line(result, "residual") + "."
-    return render.status_html(head + tail)
-
-
-def runs_views(session: Session) -> View:
-    """The log's table, chart and run picker, and the calibration, from the session."""
-    rows = session.log.rows
-    result = session.calibration.to_dict()
-    runs = [r["run"] for r in rows]
-    return {
-        "log_table": log_display(rows),
-        "log_chart": inspect_plots.runs_figure(rows),
-        "log_pick": gr.Dropdown(choices=runs, value=runs[-1] if runs else None),
-        "calib_summary": calibration_html(result),
-        "calib_plot": inspect_plots.reliability_figure(result),
-    }
-
-
 def load_run(session: Session, run: Any) -> View:
     """Show a logged run's traces again in every view (no model call)."""
     try:
@@ -102,7 +68,7 @@ def load_run(session: Session, run: Any) -> View:
     session.decode = None  # the pair may have changed since; the greedy check decodes ids
     out = final_frame(session, int(main.settings.get("gamma", 4)))
     message = f"run {n} loaded from the log: click any token to inspect its decision"
-    return {**out, "status": render.status_html(message)}
+    return {**out, "status": markup.status_html(message)}
 
 
 def log_file(session: Session) -> str:

@@ -1,5 +1,6 @@
-"""Per-request and per-visitor state: the form the controls deliver, the session a browser
-tab keeps in ``gr.State``, and the rule that turns a ValueError into one visible line.
+"""Per-request and per-visitor state: the form the controls deliver and the session a browser
+tab keeps in ``gr.State``. Nothing here renders: the session holds the HTML that
+specviz.ui.views rendered for its rounds.
 
 Form's defaults are the controls' initial values and equal the CLI's defaults, so an
 untouched page runs exactly what ``python -m specviz generate`` runs.
@@ -8,21 +9,16 @@ untouched page runs exactly what ``python -m specviz generate`` runs.
 from __future__ import annotations
 
 import copy
-import functools
-import inspect
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-import gradio as gr
-
-from specviz import render
-from specviz.calibration import Calibration
+from specviz.analysis.calibration import Calibration
+from specviz.analysis.runlog import ExperimentLog
 from specviz.config import DEFAULT_PROMPT, Limits, Settings
 from specviz.engine import Update
-from specviz.experiments import ExperimentLog
-from specviz.trace import Trace
+from specviz.trace import Trace, has_overlaps
 
 PROMPT_CHARS_PER_TOKEN = 16  # prompts longer than this many characters per allowed token
 View = dict[str, Any]  # a handler's output: view name -> value
@@ -112,7 +108,8 @@ def as_float(name: str, x: Any) -> Any:
 
 @dataclass
 class Session:
-    """One browser tab's state: its traces, the cached HTML, the stepper and timings, and
+    """One browser tab's state: its traces, the HTML cached for their rounds (written by
+    specviz.ui.views.sync_rounds), the stepper and timings, and
     what accumulates over its runs (the experiment log, the calibration counts)."""
 
     spec: Trace | None = None
@@ -168,27 +165,7 @@ class Session:
     @property
     def shading(self) -> bool:
         """Whether the token view shades: switched on, and the trace recorded overlaps."""
-        return self.shade and self.spec is not None and render.has_overlaps(self.spec)
-
-    def sync_rounds(self, upto: int | None = None) -> int:
-        """Render the rounds not yet cached (up to `upto`); return how many were new."""
-        if self.spec is None:
-            return 0
-        with self.lock:
-            rounds = self.spec.rounds[: upto if upto is not None else len(self.spec.rounds)]
-            new = rounds[len(self.parts) :]
-            for r in new:
-                self.parts.append(render.round_spans(r, self.shading))
-                self.rows.append(render.round_row(r))
-        return len(new)
-
-    def set_shade(self, on: bool) -> None:
-        """Switch the overlap shading and re-render the token spans already cached."""
-        with self.lock:
-            self.shade = bool(on)
-            if self.spec is not None:
-                done = self.spec.rounds[: len(self.parts)]
-                self.parts = [render.round_spans(r, self.shading) for r in done]
+        return self.shade and self.spec is not None and has_overlaps(self.spec)
 
     def record(self, spec: Trace | None, ar: Trace | None) -> None:
         """Log a finished run and count its decisions (stored traces only: no model call).
@@ -211,30 +188,3 @@ class Session:
 
 def new_session() -> Session:
     return Session()
-
-
-def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn ValueError into gr.Error (escaped, one line) for plain and generator handlers."""
-
-    def error(exc: ValueError) -> gr.Error:
-        return gr.Error(render.esc(str(exc).splitlines()[0] if str(exc) else "invalid input"))
-
-    if inspect.isgeneratorfunction(fn):
-
-        @functools.wraps(fn)
-        def gen_wrapper(*args: Any, **kwargs: Any) -> Iterator[Any]:
-            try:
-                yield from fn(*args, **kwargs)
-            except ValueError as exc:
-                raise error(exc) from None
-
-        return gen_wrapper
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except ValueError as exc:
-            raise error(exc) from None
-
-    return wrapper

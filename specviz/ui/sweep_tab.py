@@ -1,7 +1,7 @@
 """The measured sweep (in the Theory tab, under the formula): speculative against
 autoregressive decoding for each gamma (and temperature) at the current settings, measured
-(specviz.sweep), with the points drawn over Leviathan's curve at the measured alpha and c as
-each cell completes.
+(specviz.analysis.sweep), with the points drawn over Leviathan's curve at the measured alpha
+and c as each cell completes.
 
 This is the one view across runs that runs the models: a sweep shares the model queue
 with Run, drives the sweep iterator on the model thread through a Worker (so nothing else
@@ -16,12 +16,13 @@ from typing import Any
 
 import gradio as gr
 
-from specviz import inspect_plots, render
-from specviz.sweep import SweepEvent, SweepPlan, format_table, sweep
+from specviz.analysis.sweep import SweepEvent, SweepPlan, format_table, sweep
+from specviz.ui.errors import model_failures
 from specviz.ui.page import HIDDEN, Page
-from specviz.ui.pairs import AppContext, failure, pair_label, zero_gpu
+from specviz.ui.pairs import AppContext, pair_label, zero_gpu
 from specviz.ui.state import Form, Session, View, as_int
 from specviz.ui.worker import Worker
+from specviz.views import across_runs, markup
 
 GAMMA_CHOICES = (1, 2, 3, 4, 5, 6, 7, 8)
 DEFAULT_GAMMAS = (1, 2, 4, 8)
@@ -97,14 +98,14 @@ def progress_html(event: SweepEvent | None, total: int) -> str:
             f"{event.temperature:g}, {event.method}, repetition {event.rep + 1})"
         )
     bar = f'<progress value="{done}" max="{total}" style="width: 100%"></progress>'
-    return bar + render.status_html(text, "busy")
+    return bar + markup.status_html(text, "busy")
 
 
 def results(rows: list[dict[str, Any]], status: str) -> View:
     """The chart and the table of the rows so far."""
-    table = f"<pre class='sv-sweep'>{render.esc(format_table(rows))}</pre>" if rows else ""
+    table = f"<pre class='sv-sweep'>{markup.esc(format_table(rows))}</pre>" if rows else ""
     return {
-        "sweep_plot": inspect_plots.sweep_figure(rows),
+        "sweep_plot": across_runs.sweep_figure(rows),
         "sweep_table": table,
         "sweep_status": status,
     }
@@ -118,41 +119,35 @@ def sweep_updates(
         raise ValueError("the sweep needs a model kept in memory: it does not run on ZeroGPU")
     plan = sweep_plan(form, ctx, gammas, temperatures, reps)
     label = pair_label(form)
-    yield {"sweep_status": render.status_html(f"loading pair {label!r} ...", "busy")}
+    yield {"sweep_status": markup.status_html(f"loading pair {label!r} ...", "busy")}
     pair = ctx.pair(form)
     events: list[SweepEvent] = []
     stop = session.new_stop()
     worker = Worker([sweep(pair, plan)], stop, sink=events)
-    worker.start()
     yield {"sweep_status": progress_html(None, plan.total_runs), **results([], "")}
     shown = 0
-    try:
-        while worker.is_alive():
-            worker.tick.wait(0.5)
-            worker.tick.clear()
-            if len(events) > shown:
-                shown = len(events)
-                rows = [e.row for e in events[:shown] if e.row is not None]
-                yield results(rows, progress_html(events[shown - 1], plan.total_runs))
-    finally:
-        stop.set()  # the page went away or the handler was cancelled
-    worker.join()
+    for _ in worker.polls():
+        if len(events) > shown:
+            shown = len(events)
+            rows = [e.row for e in events[:shown] if e.row is not None]
+            yield results(rows, progress_html(events[shown - 1], plan.total_runs))
     if worker.error is not None:
-        raise failure(worker.error, f"sweeping pair {label!r}")
+        with model_failures(f"sweeping pair {label!r}"):
+            raise worker.error
     yield results([e.row for e in events if e.row is not None], done_html(events, plan))
 
 
 def done_html(events: list[SweepEvent], plan: SweepPlan) -> str:
     done = events[-1].done if events else 0
     if done < plan.total_runs:
-        return render.status_html(f"sweep stopped after {done} of {plan.total_runs} runs")
-    return render.status_html(f"sweep done: {done} runs, {len(plan.cells())} cells")
+        return markup.status_html(f"sweep stopped after {done} of {plan.total_runs} runs")
+    return markup.status_html(f"sweep done: {done} runs, {len(plan.cells())} cells")
 
 
 def stop_sweep(session: Session) -> str:
     """Stop: the sweep ends after the run in progress."""
     session.stop.set()
-    return render.status_html("stopping after the run in progress ...", "busy")
+    return markup.status_html("stopping after the run in progress ...", "busy")
 
 
 def wire(page: Page) -> None:

@@ -8,10 +8,12 @@ from typing import Any
 
 import gradio as gr
 
-from specviz import metrics, plots
+from specviz import metrics
+from specviz.ui.errors import user_errors
 from specviz.ui.page import Page
-from specviz.ui.state import Session, as_float, user_errors
+from specviz.ui.state import Session, as_float
 from specviz.ui.views import no_alpha_figure
+from specviz.views import figures, theory_figures
 
 
 def layout(v: dict[str, Any]) -> None:
@@ -31,14 +33,14 @@ def projection_update(session: Session, c: float) -> Any:
     """The projection for a user-chosen cost ratio c from the measured alpha."""
     spec = session.spec
     if spec is None or not spec.rounds:
-        return plots.empty_figure("run first: the projection uses the measured alpha")
+        return figures.empty_figure("run first: the projection uses the measured alpha")
     c = as_float("c", c)
     if not 0 < c <= 10:
         raise ValueError(f"c must be in (0, 10], got {c}")
     _, alpha = metrics.expected_acceptance(spec)  # sum p q under exact match
     if alpha is None:
         return no_alpha_figure()
-    return plots.projection_figure(alpha, c, int(spec.settings.get("gamma", 4)))
+    return theory_figures.projection_figure(alpha, c, int(spec.settings.get("gamma", 4)))
 
 
 def wire(page: Page) -> None:

@@ -3,8 +3,8 @@ drafted token by its overlap sum_x min(p, q) (with its legend), the token and pe
 views, and the narration box where Step tells the round just taken in plain sentences.
 
 Shading is a per-visitor switch kept in the Session, so the live, final, replayed and
-reloaded views all honour it (Session.sync_rounds renders with it). Narration reads the
-stored round only (specviz.narration): no model call.
+reloaded views all honour it (specviz.ui.views.sync_rounds renders with it). Narration reads the
+stored round only (specviz.views.narration): no model call.
 """
 
 from __future__ import annotations
@@ -13,22 +13,20 @@ from typing import Any
 
 import gradio as gr
 
-from specviz import render
 from specviz.ui.content import TOKEN_JS
+from specviz.ui.errors import user_errors
 from specviz.ui.page import Page
-from specviz.ui.state import Session, View, user_errors
+from specviz.ui.state import Session, View
+from specviz.ui.views import narration_hint, set_shade
+from specviz.views import markup
 
-NARRATION_HINT = (
-    "Press Step to take one round at a time: each round is told here in numbered "
-    "sentences (the draft's proposal, the one target call, each decision, the added token)."
-)
 NO_OVERLAPS = "this trace recorded no overlaps (an autoregressive run or a minimal trace)"
 
 
 def layout(v: dict[str, Any]) -> None:
     """The legends, the shading switch, the token and per-round views, the narration box."""
     with gr.Row(elem_id="sv-legend-row"):
-        gr.HTML(render.legend_html(), js_on_load=None, scale=4, elem_id="sv-legend")
+        gr.HTML(markup.legend_html(), js_on_load=None, scale=4, elem_id="sv-legend")
         v["shade"] = gr.Checkbox(
             False,
             label="shade drafts by overlap sum_x min(p, q)",
@@ -40,7 +38,7 @@ def layout(v: dict[str, Any]) -> None:
     with gr.Row(elem_id="sv-token-row"):
         for name, scale in (("tokens", 3), ("rounds", 2)):
             v[name] = gr.HTML(
-                render.tokens_html([]) if name == "tokens" else render.rounds_html([]),
+                markup.tokens_html([]) if name == "tokens" else markup.rounds_html([]),
                 js_on_load=TOKEN_JS,
                 elem_id=f"sv-{name}",
                 max_height=420,
@@ -50,25 +48,21 @@ def layout(v: dict[str, Any]) -> None:
     v["narration"] = gr.HTML(narration_hint(), js_on_load=None, elem_id="sv-narration")
 
 
-def narration_hint() -> str:
-    return render.status_html(NARRATION_HINT)
-
-
 def shade_legend(session: Session) -> str:
     """The shading's legend while it is on ("" while off)."""
     if not session.shade:
         return ""
     if session.spec is not None and not session.shading:
-        return render.status_html(f"Shading: {NO_OVERLAPS}.")
-    return render.overlap_legend_html()
+        return markup.status_html(f"Shading: {NO_OVERLAPS}.")
+    return markup.overlap_legend_html()
 
 
 def shade_update(session: Session, on: bool) -> View:
     """Switch the overlap shading: the token view re-rendered from the cached rounds."""
-    session.set_shade(bool(on))
+    set_shade(session, bool(on))
     out: View = {"overlap_legend": shade_legend(session)}
     if session.spec is not None:
-        out["tokens"] = render.tokens_html(session.parts, session.spec.prompt)
+        out["tokens"] = markup.tokens_html(session.parts, session.spec.prompt)
     return out
 
 

@@ -1,6 +1,7 @@
-"""What the page shows for a session's traces: the cheap live frame sent after each round,
-the final frame with every view, the summaries, and the decision inspector. Everything here
-reads stored traces only: no model call.
+"""What the page shows for a session's traces: the rounds' HTML cached in the session, the
+cheap live frame sent after each round, the final frame with every view, the summaries, the
+decision inspector, and the views across a session's runs (log and calibration). Everything
+here reads stored traces only: no model call.
 """
 
 from __future__ import annotations
@@ -10,16 +11,52 @@ import statistics
 import time
 from typing import Any
 
+import gradio as gr
+import pandas as pd
 from gradio.components.plot import PlotData
 
-from specviz import metrics, plots, render, time_plots
+from specviz import metrics
+from specviz.analysis import calibration
+from specviz.analysis.runlog import LOG_COLUMNS
 from specviz.config import is_greedy
 from specviz.costs import guard_sentence
 from specviz.trace import Trace, decision_at, round_number
 from specviz.ui.state import Session, View
+from specviz.views import across_runs, figures, markup, theory_figures, timing
 
 NO_ALPHA = "alpha was not measured (a minimal trace, or no verified drafts): no theory curve"
+NARRATION_HINT = (
+    "Press Step to take one round at a time: each round is told here in numbered "
+    "sentences (the draft's proposal, the one target call, each decision, the added token)."
+)
 NEEDS_COMPARE = "the race replay needs a compared run: tick Compare and press Run"
+
+
+def narration_hint() -> str:
+    return markup.status_html(NARRATION_HINT)
+
+
+def sync_rounds(session: Session, upto: int | None = None) -> int:
+    """Render the rounds the session has not cached yet (up to `upto`) into its token spans
+    and round rows; return how many were new."""
+    if session.spec is None:
+        return 0
+    with session.lock:
+        rounds = session.spec.rounds[: upto if upto is not None else len(session.spec.rounds)]
+        new = rounds[len(session.parts) :]
+        for r in new:
+            session.parts.append(markup.round_spans(r, session.shading))
+            session.rows.append(markup.round_row(r))
+    return len(new)
+
+
+def set_shade(session: Session, on: bool) -> None:
+    """Switch the overlap shading and re-render the token spans already cached."""
+    with session.lock:
+        session.shade = bool(on)
+        if session.spec is not None:
+            done = session.spec.rounds[: len(session.parts)]
+            session.parts = [markup.round_spans(r, session.shading) for r in done]
 
 
 # Live frames come at most this often, during the speculative run and the baseline alike:
@@ -35,15 +72,15 @@ def live_frame(session: Session, last: float) -> tuple[View, float]:
     t0 = time.perf_counter()
     if t0 - last < FRAME_S:
         return {}, last
-    new = session.sync_rounds()
+    new = sync_rounds(session)
     spec, ar = session.spec, session.ar
     out: View = {}
     if new:
-        out["tokens"] = render.tokens_html(session.parts, spec.prompt if spec else "")
-        out["rounds"] = render.rounds_html(session.rows)
+        out["tokens"] = markup.tokens_html(session.parts, spec.prompt if spec else "")
+        out["rounds"] = markup.rounds_html(session.rows)
     if new or (ar is not None and ar.timeline):
-        out["speed"] = live_plot(plots.speedup_spec(spec, ar))
-        out["status"] = render.status_html(_progress(spec, ar), "busy")
+        out["speed"] = live_plot(figures.speedup_spec(spec, ar))
+        out["status"] = markup.status_html(_progress(spec, ar), "busy")
     if out:
         session.ui_ms.append((time.perf_counter() - t0) * 1e3)
         last = t0
@@ -66,28 +103,28 @@ def _progress(spec: Trace | None, ar: Trace | None) -> str:
 
 def final_frame(session: Session, gamma: int) -> View:
     """Every view, from the session's traces alone."""
-    session.sync_rounds()
+    sync_rounds(session)
     spec, ar = session.spec, session.ar
     main = spec or ar
     guard = speed_guard(spec, ar)
     out: View = {
-        "tokens": render.trace_tokens_html(main)
+        "tokens": markup.trace_tokens_html(main)
         if spec is None
-        else render.tokens_html(session.parts, spec.prompt),
-        "rounds": render.rounds_html(session.rows),
-        "speed": plots.speedup_figure(spec, ar),
+        else markup.tokens_html(session.parts, spec.prompt),
+        "rounds": markup.rounds_html(session.rows),
+        "speed": figures.speedup_figure(spec, ar),
         "summary": summary_html(session),
         "table1": table1_html(spec, ar, guard),
         "greedy": greedy_html(session),
         "status": done_status(main, guard),
         "race": race_hint(spec, ar),
-        "time_split": time_plots.breakdown_figure(spec)
+        "time_split": timing.breakdown_figure(spec)
         if spec is not None and spec.rounds
-        else plots.empty_figure("no speculative rounds"),
+        else figures.empty_figure("no speculative rounds"),
         "time_totals": time_html(spec, session.mode),
     }
     if main is not None:
-        out["models"] = render.models_html({k: str(v) for k, v in main.models.items()})
+        out["models"] = markup.models_html({k: str(v) for k, v in main.models.items()})
         out["exact_note"] = exact_note(main)
     out.update(charts(spec, ar, gamma))
     out.update(default_inspection(spec))
@@ -97,24 +134,24 @@ def final_frame(session: Session, gamma: int) -> View:
 def time_html(spec: Trace | None, mode: str = "idle") -> str:
     """The run's draft, verify and rest: ms and share of its wall time."""
     if spec is None or not spec.rounds:
-        return render.status_html("Where the time goes needs a speculative run: press Run.")
+        return markup.status_html("Where the time goes needs a speculative run: press Run.")
     caption = "this run's time: draft, verify and the rest, as shares of its wall time"
     if mode == "step":
         caption += " (Step: the rest includes the pauses between presses)"
-    return render.table_html(time_plots.totals_rows(spec), caption)
+    return markup.table_html(timing.totals_rows(spec), caption)
 
 
 def race_hint(spec: Trace | None, ar: Trace | None) -> str:
     """What the race replay offers for these traces (the last replay is cleared)."""
     if spec is None or ar is None or not spec.token_ids or not ar.token_ids:
-        return render.status_html(NEEDS_COMPARE[0].upper() + NEEDS_COMPARE[1:] + ".")
-    return render.status_html("Replay race: both texts fill on one clock from measured timings.")
+        return markup.status_html(NEEDS_COMPARE[0].upper() + NEEDS_COMPARE[1:] + ".")
+    return markup.status_html("Replay race: both texts fill on one clock from measured timings.")
 
 
 def exact_note(trace: Trace) -> str:
     """The sentence under the text: what it is distributed as, for this trace's settings."""
     drafter = "the n-gram drafter" if trace.models.get("drafter") == "ngram" else "the draft"
-    return render.exact_note_html(trace.settings, drafter)
+    return markup.exact_note_html(trace.settings, drafter)
 
 
 def speed_guard(spec: Trace | None, ar: Trace | None) -> str | None:
@@ -130,8 +167,8 @@ def speed_guard(spec: Trace | None, ar: Trace | None) -> str | None:
 def done_status(main: Trace | None, guard: str | None) -> str:
     """The status line after a run: done, and the guard's sentence when it speaks."""
     if guard:
-        return render.status_html(f"{_done_message(main)}. {guard}", "warn")
-    return render.status_html(_done_message(main), "info")
+        return markup.status_html(f"{_done_message(main)}. {guard}", "warn")
+    return markup.status_html(_done_message(main), "info")
 
 
 def _done_message(trace: Trace | None) -> str:
@@ -147,34 +184,34 @@ def _done_message(trace: Trace | None) -> str:
 def charts(spec: Trace | None, ar: Trace | None, gamma: int, c_user: float = 0.1) -> View:
     """Acceptance charts, theory against measurement, and the projection."""
     if spec is None or not spec.rounds:
-        blank = plots.empty_figure("no speculative rounds")
+        blank = figures.empty_figure("no speculative rounds")
         return {k: blank for k in ("acc_round", "acc_hist", "acc_pos", "theory", "projection")}
     _, alpha = metrics.expected_acceptance(spec)  # sum p q under exact match
     c = metrics.cost_ratio(spec, ar) if ar is not None and ar.token_ids else 0.0
     measured = metrics.speedup(ar, spec) if ar is not None and ar.token_ids else None
     out = {
-        "acc_round": plots.acceptance_per_round_figure(spec),
-        "acc_hist": plots.accepted_histogram_figure(spec),
-        "acc_pos": plots.acceptance_by_position_figure(spec),
+        "acc_round": figures.acceptance_per_round_figure(spec),
+        "acc_hist": figures.accepted_histogram_figure(spec),
+        "acc_pos": figures.acceptance_by_position_figure(spec),
     }
     if alpha is None:
         return {**out, "theory": no_alpha_figure(), "projection": no_alpha_figure()}
     return {
         **out,
-        "theory": plots.theory_figure(
+        "theory": theory_figures.theory_figure(
             alpha, c, gamma, measured, metrics.verify_steps(spec, ar) if ar else None
         )
         if c
-        else plots.empty_figure(
+        else figures.empty_figure(
             "theory needs c, measured against the autoregressive baseline (tick Compare)"
         ),
-        "projection": plots.projection_figure(alpha, c_user, gamma),
+        "projection": theory_figures.projection_figure(alpha, c_user, gamma),
     }
 
 
 def no_alpha_figure() -> Any:
     """The theory and projection figures where alpha was not measured."""
-    return plots.empty_figure(NO_ALPHA)
+    return figures.empty_figure(NO_ALPHA)
 
 
 def default_inspection(spec: Trace | None) -> View:
@@ -209,8 +246,8 @@ def inspect_view(trace: Trace | None, round_index: int | None, pos: int | None) 
     return {
         "insp_round": round_number(dec.round.index),
         "insp_pos": dec.pos,
-        "insp_plot": plots.decision_figure(dec),
-        "verdict": render.verdict_html(dec),
+        "insp_plot": figures.decision_figure(dec),
+        "verdict": markup.verdict_html(dec),
     }
 
 
@@ -238,7 +275,7 @@ def summary_html(session: Session) -> str:
         if spec is not None and spec.rounds:
             rows.append(("c", f"{metrics.cost_ratio(spec, ar):.3f}  ({metrics.DEFINITIONS['c']})"))
     rows += _ui_cost_rows(session)
-    return render.table_html(rows, "this run") if rows else ""
+    return markup.table_html(rows, "this run") if rows else ""
 
 
 def _ui_cost_rows(session: Session) -> list[tuple[str, str]]:
@@ -263,10 +300,10 @@ def table1_html(spec: Trace | None, ar: Trace | None, guard: str | None = None) 
     """Chen et al.'s Table 1 row for this prompt: ms/token both ways and the speedup, and
     the guard's sentence under it when it speaks."""
     if spec is None or ar is None or not spec.token_ids or not ar.token_ids:
-        return render.status_html("Table 1 needs both runs: tick Compare and press Run.")
+        return markup.status_html("Table 1 needs both runs: tick Compare and press Run.")
     row = metrics.table1_row(ar, spec)
-    note = render.status_html(guard, "warn") if guard else ""
-    return note + render.table_html(
+    note = markup.status_html(guard, "warn") if guard else ""
+    return note + markup.table_html(
         [
             ("ArS (autoregressive) ms/token", f"{row['ar_ms_per_token']:.1f}  (1x)"),
             ("SpS (speculative) ms/token", f"{row['spec_ms_per_token']:.1f}"),
@@ -280,12 +317,45 @@ def greedy_html(session: Session) -> str:
     """In greedy mode: do both methods give the same text, and if not, where do they part?"""
     spec, ar = session.spec, session.ar
     if spec is None or ar is None:
-        return render.status_html("The greedy check compares both runs: tick Compare.")
+        return markup.status_html("The greedy check compares both runs: tick Compare.")
     if not is_greedy(spec.settings):
-        return render.status_html(
+        return markup.status_html(
             "Greedy check: switch on Greedy (or temperature 0). When sampling, the two runs "
             "consume random numbers differently, so only their distributions agree."
         )
-    verdict = render.greedy_check(spec, ar, session.decode)
+    verdict = markup.greedy_check(spec, ar, session.decode)
     kind = "info" if verdict.startswith("identical") else "error"
-    return render.status_html(f"Greedy check: {verdict}", kind)
+    return markup.status_html(f"Greedy check: {verdict}", kind)
+
+
+def log_display(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """The log's rows for the table: figures to 3 decimals, missing ones blank."""
+    frame = pd.DataFrame(rows, columns=list(LOG_COLUMNS)).round(3)
+    return frame.astype(object).where(frame.notna(), "")
+
+
+def calibration_html(result: dict[str, Any]) -> str:
+    """How many drafts and runs, and how many judged bins lie within their error bars."""
+    drafts = result["drafts"]
+    head = f"{drafts} verified drafts with a drawn u over {result['traces']} run(s). "
+    if not result["summary"]["drafts"]["judged"]:
+        tail = f"No bin has {result['min_n']} drafts yet: run more (or longer) sampled runs."
+    else:
+        tail = calibration.summary_line(result) + "."
+    if result["summary"]["residual"]["judged"]:
+        tail += " Resampled tokens: " + calibration.summary_line(result, "residual") + "."
+    return markup.status_html(head + tail)
+
+
+def runs_views(session: Session) -> View:
+    """The log's table, chart and run picker, and the calibration, from the session."""
+    rows = session.log.rows
+    result = session.calibration.to_dict()
+    runs = [r["run"] for r in rows]
+    return {
+        "log_table": log_display(rows),
+        "log_chart": across_runs.runs_figure(rows),
+        "log_pick": gr.Dropdown(choices=runs, value=runs[-1] if runs else None),
+        "calib_summary": calibration_html(result),
+        "calib_plot": across_runs.reliability_figure(result),
+    }

@@ -2,14 +2,15 @@
 run and its baseline, or a sweep) back to back in one call on the model thread
 (specviz.modelthread), never waits for the page, and stops between items when asked.
 
-The handler polls: it waits on ``tick``, reads what the iterators have produced so far
-(the live traces, or the items kept in ``sink``) and yields views.
+The handler polls through :meth:`Worker.polls`: after each tick it reads what the
+iterators have produced so far (the live traces, or the items kept in ``sink``) and yields
+views.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from specviz.modelthread import MODEL_THREAD
@@ -26,6 +27,20 @@ class Worker(threading.Thread):
         self.runs, self.stop, self.sink = runs, stop, sink
         self.tick = threading.Event()  # set after every item
         self.error: BaseException | None = None
+
+    def polls(self, interval: float = 0.5) -> Iterator[None]:
+        """Start the thread and yield after each tick (or every `interval` seconds) while it
+        runs, then join it; the caller reads ``error`` after the loop. Leaving the loop early
+        (the page went away, the handler was cancelled) sets the stop event."""
+        self.start()
+        try:
+            while self.is_alive():
+                self.tick.wait(interval)
+                self.tick.clear()
+                yield
+        finally:
+            self.stop.set()
+        self.join()
 
     def run(self) -> None:
         try:

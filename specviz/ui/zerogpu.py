@@ -22,7 +22,7 @@ from typing import Any
 
 from specviz.config import Deployment, Settings
 from specviz.engine import Run, warm_up
-from specviz.models import ModelPair
+from specviz.pair import ModelPair
 from specviz.trace import Round, Stats, Trace
 from specviz.ui import pairs
 from specviz.ui.state import Form
@@ -109,11 +109,7 @@ def apply(traces: dict[str, Trace], event: Event) -> None:
         return
     tr = traces[event.method]
     if isinstance(event, Piece):
-        if event.round is not None:
-            tr.rounds.append(event.round)
-        tr.token_ids.extend(event.new_ids)
-        tr.token_texts.extend(event.texts)
-        tr.timeline.append([event.t_s, float(len(tr.token_ids))])
+        tr.append_call(event.new_ids, event.texts, event.t_s, event.round)
     else:
         tr.stop_reason, tr.text, tr.stats = event.stop_reason, event.text, event.stats
 

@@ -3,14 +3,15 @@ token text, defined once. Imports nothing from the package.
 
 ``COLORS`` names a colour by what it means: the token statuses (each also has a cue beyond
 colour, see assets/specviz.css), the target's and the draft's distributions p and q, the
-residual, the two methods and the uniform draw. specviz.render writes them as CSS variables
-and specviz.plots colours its figures with them.
+residual, the two methods and the uniform draw. specviz.views.markup writes them as CSS
+variables and specviz.views.figures colours its figures with them.
 
 ``SERIES`` colours, in order, series that mean nothing beyond their name: the benchmark's
 prompts and modes, the distribution check's three curves.
 
 :func:`show_whitespace` is the one place spaces, tabs and newlines become glyphs: the HTML
-views (specviz.render) wrap each glyph in a span, the figures (specviz.plots) use it plain.
+views (specviz.views.markup) wrap each glyph in a span, the figures (specviz.views.figures)
+use it plain.
 """
 
 from __future__ import annotations

@@ -7,10 +7,10 @@ from typing import Any
 
 from plotly.subplots import make_subplots
 
-from specviz.check import CheckResult
-from specviz.check_views import OTHER, CheckView
-from specviz.plots import add_bar_group, label
-from specviz.stats import frequencies
+from specviz.analysis.binning import OTHER, CheckView
+from specviz.analysis.chisquare import frequencies
+from specviz.analysis.distribution_check import CheckResult
+from specviz.views.figures import add_bar_group, label
 
 
 def check_figure(result: CheckResult, max_bins: int = 20) -> Any:

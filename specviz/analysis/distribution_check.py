@@ -11,7 +11,7 @@ each empirical distribution with the exact target probabilities:
   binning threshold cannot have a frequent child, so the expansion is exact and bounded).
 
 Outcomes whose expected count is at least ``MIN_EXPECTED`` get a bin each, the rest share
-an "other" bin (specviz.check_views). Each comparison reports the total-variation distance
+an "other" bin (specviz.analysis.binning). Each comparison reports the total-variation distance
 over those bins and a chi-square goodness-of-fit p-value against p (plus a two-sample test
 speculative against autoregressive). The check passes when every speculative p-value is at
 least the significance level divided by the number of views (Bonferroni).
@@ -23,7 +23,7 @@ The deliberately wrong rules of ``Settings.rule`` ("resample-from-p", "accept-wi
 show the same check catching a broken algorithm. They are variants of the rejection rule;
 exact-match verification (``Settings.verification``) is checked as it is. Nothing here
 imports gradio: the app calls :func:`iter_check` or :func:`run_check`, and
-specviz.check_figure draws the result.
+specviz.views.check_figure draws the result.
 """
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ from typing import Any
 
 import torch
 
-from specviz.check_views import MIN_EXPECTED, CheckView, make_view
+from specviz.analysis.binning import MIN_EXPECTED, CheckView, make_view
 from specviz.config import RULES, Settings, Warp, verification_of
 from specviz.engine import generate, prompt_ids_for
 from specviz.lm import CachedLM
-from specviz.models import ModelPair
+from specviz.pair import ModelPair
 from specviz.sampling import residual, warp
 
 MIN_N = 200

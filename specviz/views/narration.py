@@ -12,8 +12,8 @@ sentence. No gradio.
 
 from __future__ import annotations
 
-from specviz.render import _pair_fmt, esc, match_verdict, num
 from specviz.trace import Drafted, Round, round_number
+from specviz.views.markup import _pair_fmt, esc, match_verdict, num
 
 
 def _tokens(drafted: list[Drafted]) -> str:

@@ -1,6 +1,6 @@
 """HTML for the app: token spans, the per-round view, the legend, verdicts and small tables.
 
-Colours (``COLORS``) come from specviz.palette; :func:`css_variables` hands them to the
+Colours (``COLORS``) come from specviz.views.palette; :func:`css_variables` hands them to the
 page. Every piece of text that comes from a model, a user or a file goes through
 :func:`esc` (html.escape plus the characters that client-side templates treat specially)
 before it becomes part of a page. No gradio import.
@@ -20,8 +20,17 @@ from collections.abc import Callable
 from typing import Any
 
 from specviz.config import is_greedy
-from specviz.palette import COLORS, show_whitespace
-from specviz.trace import TOKEN_STATUSES, Added, Decision, Drafted, Round, Trace, round_number
+from specviz.trace import (
+    TOKEN_STATUSES,
+    Added,
+    Decision,
+    Drafted,
+    Round,
+    Trace,
+    has_overlaps,
+    round_number,
+)
+from specviz.views.palette import COLORS, show_whitespace
 
 LEGEND: dict[str, str] = {
     "accepted": "draft token accepted: u < min(1, p/q) (exact match: the target sampled it)",
@@ -110,11 +119,6 @@ def round_spans(rnd: Round, shade_overlap: bool = False) -> str:
             token_span(rnd.added.text, rnd.added.status, rnd.index, rnd.start + rnd.n_accepted)
         )
     return "".join(parts)
-
-
-def has_overlaps(trace: Trace) -> bool:
-    """Whether a trace recorded overlaps (a speculative run with the full trace)."""
-    return trace.method == "spec" and trace.settings.get("trace_level", "full") == "full"
 
 
 def tokens_html(parts: list[str], prompt: str = "") -> str:

@@ -38,7 +38,7 @@ from specviz.trace import Trace, verified
 
 if TYPE_CHECKING:
     from specviz.costs import StepCosts
-    from specviz.models import ModelPair
+    from specviz.pair import ModelPair
 
 ROW_KEYS = (
     "gamma",

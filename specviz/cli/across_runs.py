@@ -1,6 +1,6 @@
 """Command line for views across runs: `python -m specviz sweep|calibration ...`.
 
-specviz.cli registers these subcommands; errors follow its rules (one line on stderr,
+specviz.cli.main registers these subcommands; errors follow its rules (one line on stderr,
 exit code 2, before any model loads where possible). With --json, stdout carries one JSON
 object and nothing else; progress goes to stderr.
 """
@@ -13,12 +13,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from specviz import cli
-from specviz.cli import _add_model_args, _add_sampling_args, _csv, settings_from_args
+from specviz.cli.args import (
+    add_run_args,
+    csv_list,
+    load_pair_from_args,
+    settings_from_args,
+)
 from specviz.config import DEFAULT_PROMPT, Settings
 
 
-def add_commands(sub: Any) -> None:
+def add_parsers(sub: Any) -> None:
     """Add the sweep and calibration subcommands to the CLI's subparsers."""
     _add_sweep_parser(sub)
     _add_calibration_parser(sub)
@@ -41,14 +45,13 @@ def _add_sweep_parser(sub: Any) -> None:
     s.add_argument("--raw", action="store_true", help="do not apply the chat template")
     s.add_argument("--json", action="store_true", help="print {rows: [...]} as JSON on stdout")
     s.add_argument("--csv", default=None, metavar="PATH", help="also write the rows as CSV")
-    _add_model_args(s)
-    _add_sampling_args(s)
+    add_run_args(s)
     s.set_defaults(func=cmd_sweep, gamma=None, temperature=None)
 
 
 def sweep_plan_from_args(args: argparse.Namespace) -> Any:
     """A validated SweepPlan from parsed arguments (raises ValueError)."""
-    from specviz.sweep import SweepPlan
+    from specviz.analysis.sweep import SweepPlan
 
     if args.gamma is not None:
         raise ValueError("the sweep takes --gammas (a list), not --gamma")
@@ -56,8 +59,8 @@ def sweep_plan_from_args(args: argparse.Namespace) -> Any:
         raise ValueError("the sweep measures constant gammas: drop --adaptive-gamma")
     if args.temperature is not None and args.temperatures is not None:
         raise ValueError("give --temperatures or --temperature, not both")
-    gammas = _csv(args.gammas, int) or ()
-    temps = _csv(args.temperatures, float) if args.temperatures is not None else None
+    gammas = csv_list(args.gammas, int) or ()
+    temps = csv_list(args.temperatures, float) if args.temperatures is not None else None
     if temps is None:
         temps = (Settings().temperature if args.temperature is None else args.temperature,)
     args.gamma, args.temperature = Settings().gamma, temps[0]
@@ -72,10 +75,10 @@ def sweep_plan_from_args(args: argparse.Namespace) -> Any:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from specviz import sweep
+    from specviz.analysis import sweep
 
     plan = sweep_plan_from_args(args)
-    pair = cli.load_pair_from_args(args)  # looked up when called, as cli's own commands do
+    pair = load_pair_from_args(args)
     result = sweep.run_sweep(pair, plan, progress=_sweep_progress)
     if args.csv:
         Path(args.csv).write_text(sweep.csv_text(result.rows), encoding="utf-8")
@@ -125,7 +128,7 @@ def _add_calibration_parser(sub: Any) -> None:
 
 
 def cmd_calibration(args: argparse.Namespace) -> int:
-    from specviz import calibration as cal
+    from specviz.analysis import calibration as cal
 
     if args.min_n < 1:
         raise ValueError(f"min-n must be at least 1, got {args.min_n}")

@@ -6,7 +6,7 @@ and the run's figures, as defined in specviz.metrics: acceptance rate, alpha, to
 target call, ms/token, and, for a run compared with the autoregressive baseline in the same
 process, c and the speedup. Figures a run cannot give are None (an AR-only run has no
 acceptance; a minimal trace records no overlaps, so no alpha). No gradio, no plotting
-(the chart of runs is specviz.inspect_plots.runs_figure).
+(the chart of runs is specviz.views.across_runs.runs_figure).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ the token drawn; binned by r(x), the observed frequency should equal the mean r(
 list holds the top_n tokens by max(p, r), chosen before the draw, plus the drawn token when
 it was not among them; that extra entry is left out, since it is listed only because it was
 drawn. This checks the draw against the recorded residual; whether the residual itself is
-norm(max(0, p - q)) is the distribution check's business (specviz.check).
+norm(max(0, p - q)) is the distribution check's business (specviz.analysis.distribution_check).
 
 Error bars are Wilson score intervals for the observed frequency, at 95% confidence for all
 the bins together (Bonferroni over the bins: z = 2.81 for 10 bins). A bin is "within" when
@@ -26,7 +26,7 @@ its mean prediction lies inside its interval. Indicators inside one resampling e
 not independent (exactly one candidate is drawn); the binomial bar is then slightly wide.
 
 ``Calibration`` accumulates counts, so the app can add each run's trace as it comes and
-keep no traces. No torch, no plotly (the figure is in specviz.inspect_plots).
+keep no traces. No torch, no plotly (the figure is in specviz.views.across_runs).
 """
 
 from __future__ import annotations

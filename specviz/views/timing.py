@@ -20,8 +20,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from specviz.palette import COLORS, GRID, ZERO_LINE
 from specviz.trace import Trace, round_number
+from specviz.views.palette import COLORS, GRID, ZERO_LINE
 
 PARTS = ("draft", "verify", "rest")
 COLOR = {"draft": COLORS["q"], "verify": COLORS["p"], "rest": COLORS["rest"]}  # draft: q's

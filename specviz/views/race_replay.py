@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 
-from specviz.render import esc
 from specviz.trace import Trace
+from specviz.views.markup import esc
 
 SPEEDS = (0.25, 1.0, 2.0)
 MAX_SPEED = 100.0

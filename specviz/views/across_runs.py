@@ -13,8 +13,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from specviz import metrics
-from specviz.palette import COLORS, SERIES
-from specviz.plots import empty_figure, plain
+from specviz.views.figures import empty_figure, plain
+from specviz.views.palette import COLORS, SERIES
 
 LAYOUT: dict[str, Any] = {
     "template": "plotly_white",

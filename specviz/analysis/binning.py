@@ -1,9 +1,10 @@
 """One view of the distribution check: outcomes binned by how often p makes them, the
-speculative and autoregressive counts per bin, and the tests on them (specviz.stats).
+speculative and autoregressive counts per bin, and the tests on them (specviz.analysis.chisquare).
 
 Outcomes whose expected count is at least ``MIN_EXPECTED`` get a bin each, the rest share
 an "other" bin (folded into the smallest bin when its own expected count is too small for
-Pearson's approximation). specviz.check draws the samples and builds the views.
+Pearson's approximation). specviz.analysis.distribution_check draws the samples and builds
+the views.
 """
 
 from __future__ import annotations
@@ -12,7 +13,13 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from specviz.stats import ChiSquare, frequencies, goodness_of_fit, total_variation, two_sample
+from specviz.analysis.chisquare import (
+    ChiSquare,
+    frequencies,
+    goodness_of_fit,
+    total_variation,
+    two_sample,
+)
 
 MIN_EXPECTED = 5.0  # smallest expected count that gets a bin of its own
 OTHER = "other"

@@ -1,8 +1,8 @@
 """Plotly figures built from traces alone: no model call, no gradio import.
 
 The decision inspector (p and q over the top tokens, min(1, p/q) against u, the residual),
-the live speedup chart, the acceptance charts, and Leviathan's expected speedup against
-gamma, measured and projected. Colours come from specviz.palette.
+the live speedup chart and the acceptance charts, with the helpers other figure modules
+share (labels, bar groups, layout). Colours come from specviz.views.palette.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from specviz import metrics
-from specviz.palette import COLORS, GRID, OUTLINE, SERIES, ZERO_LINE, show_whitespace
 from specviz.trace import Decision, Trace, round_number
+from specviz.views.palette import COLORS, GRID, OUTLINE, SERIES, ZERO_LINE, show_whitespace
 
 _LAYOUT: dict[str, Any] = {
     "template": "plotly_white",
@@ -68,7 +68,7 @@ def add_bar_group(
         )
 
 
-def _lay_out(fig: go.Figure, title: str, x: str, y: str, height: int, **extra: Any) -> go.Figure:
+def lay_out(fig: go.Figure, title: str, x: str, y: str, height: int, **extra: Any) -> go.Figure:
     """The shared layout with a title, axis titles and a height, plus any other keys."""
     return fig.update_layout(
         _LAYOUT, title=title, xaxis_title=x, yaxis_title=y, height=height, **extra
@@ -307,7 +307,7 @@ def acceptance_per_round_figure(trace: Trace) -> go.Figure:
         hovertemplate="round %{x}: %{customdata[0]} accepted of %{customdata[1]} verified "
         "(%{customdata[2]} drafted)<extra></extra>",
     )
-    return _lay_out(
+    return lay_out(
         fig, "acceptance per round", "round", "accepted / verified", 300, yaxis_range=[0, 1]
     )
 
@@ -317,7 +317,7 @@ def accepted_histogram_figure(trace: Trace) -> go.Figure:
     hist = metrics.accepted_histogram(trace)
     fig = go.Figure()
     fig.add_bar(x=list(hist), y=list(hist.values()), marker={"color": COLORS["p"]}, name="rounds")
-    return _lay_out(
+    return lay_out(
         fig,
         "accepted drafts per round (histogram)",
         "drafts accepted in the round",
@@ -337,7 +337,7 @@ def acceptance_by_position_figure(trace: Trace) -> go.Figure:
         marker={"color": COLORS["accepted"]},
         name="acceptance rate",
     )
-    return _lay_out(
+    return lay_out(
         fig,
         "acceptance by draft position",
         "draft position",
@@ -346,69 +346,3 @@ def acceptance_by_position_figure(trace: Trace) -> go.Figure:
         yaxis_range=[0, 1],
         xaxis_dtick=1,
     )
-
-
-# --- theory ----------------------------------------------------------------------------
-
-
-def theory_figure(
-    alpha: float,
-    c: float,
-    gamma: int,
-    measured: float | None,
-    verify_steps: dict[int, float] | None = None,
-) -> go.Figure:
-    """Leviathan's expected walltime improvement against gamma, with the measured point,
-    and the refined prediction where the verify call's cost was measured (width -> target
-    steps): Leviathan prices that call at one step."""
-    fig, _ = _expected_curve(alpha, c, "expected (Leviathan)", {"color": COLORS["p"]})
-    if verify_steps:
-        gs = [g for g in metrics.GAMMAS if g + 1 in verify_steps]
-        fig.add_scatter(
-            x=gs,
-            y=[metrics.refined_speedup(alpha, g, c, verify_steps[g + 1]) for g in gs],
-            mode="lines+markers",
-            name="refined: the verify call at its measured cost",
-            line={"color": COLORS["q"], "dash": "dot"},
-        )
-    if measured is not None:
-        marker = {"color": COLORS["rejected"], "size": 14, "symbol": "star"}
-        fig.add_scatter(x=[gamma], y=[measured], mode="markers", name="measured", marker=marker)
-    best = metrics.best_gamma(alpha, c)
-    return _lay_out(
-        fig,
-        f"theory against measurement: alpha = {alpha:.2f}, c = {c:.2f}, best gamma = {best}",
-        "gamma (drafts per round)",
-        "speedup",
-        340,
-    )
-
-
-def projection_figure(alpha: float, c: float, gamma: int) -> go.Figure:
-    """Projected speedup for a chosen cost ratio c: a projection, not a measurement."""
-    line = {"color": COLORS["resampled"], "dash": "dash"}
-    fig, ys = _expected_curve(alpha, c, "projection", line)
-    if gamma in metrics.GAMMAS:
-        marker = {"color": COLORS["resampled"], "size": 12}
-        fig.add_scatter(
-            x=[gamma], y=[ys[gamma - 1]], mode="markers", name="your gamma", marker=marker
-        )
-    fig.add_hline(y=1.0, line={"color": COLORS["ar"], "dash": "dot"})
-    return _lay_out(
-        fig,
-        f"PROJECTION, not a measurement: measured alpha = {alpha:.2f}, assumed c = {c:.2f}",
-        "gamma",
-        "projected speedup",
-        340,
-    )
-
-
-def _expected_curve(
-    alpha: float, c: float, name: str, line: dict[str, Any]
-) -> tuple[go.Figure, list[float]]:
-    """A figure holding Leviathan's expected speedup at every gamma in metrics.GAMMAS as one
-    line, and the speedups it draws."""
-    gammas, ys = metrics.expected_curve(alpha, c)
-    fig = go.Figure()
-    fig.add_scatter(x=gammas, y=ys, mode="lines+markers", name=name, line=line)
-    return fig, ys

@@ -1,0 +1,110 @@
+"""The sample sizes of tests/test_distribution.py, from power: for every case and each wrong
+rule (and the broken exact match of the model-drafter exact-match cases), estimate the
+noncentrality per sample, (chi-square - df) / n, from NEST wrong-rule samples in each view
+as the test pools it, then find the smallest N at which that wrong rule fails the exact
+test (p <= EXACT_P in some view) and the wrong-rule test (p < WRONG_P) with probability
+POWER. Run from the repository root: `python scripts/distribution_power.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from specviz import engine  # noqa: E402
+from tests import test_distribution as T  # noqa: E402
+from tests.broken import match_then_residual  # noqa: E402
+
+NEST = 2000
+POWER = 0.99
+DRAWS = 200_000
+gen = torch.Generator().manual_seed(0)
+
+
+def pooled(counts: Counter, exact: dict, n: int) -> tuple[float, int]:
+    """The test's own chi-square statistic and degrees of freedom at n samples."""
+    cells = [[exact[s] * n, counts.get(s, 0)] for s in sorted(exact, key=lambda s: -exact[s])]
+    big = [c for c in cells if c[0] >= 5]
+    pool = [sum(c[0] for c in cells if c[0] < 5), sum(c[1] for c in cells if c[0] < 5)]
+    if pool[0] >= 5:
+        big.append(pool)
+    elif pool[0] > 0:
+        big[-1] = [big[-1][0] + pool[0], big[-1][1] + pool[1]]
+    return sum((o - e) ** 2 / e for e, o in big), len(big) - 1
+
+
+def critical(df: int, alpha: float) -> float:
+    lo, hi = 0.0, 1000.0 + 50 * df
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        p = torch.special.gammaincc(
+            torch.tensor(df / 2, dtype=torch.float64), torch.tensor(mid / 2, dtype=torch.float64)
+        )
+        lo, hi = (mid, hi) if float(p) > alpha else (lo, mid)
+    return hi
+
+
+def power(df: int, lam: float, c: float) -> float:
+    """P(noncentral chi-square(df, lam) > c), by simulation."""
+    z = torch.randn(DRAWS, generator=gen, dtype=torch.float64) + math.sqrt(lam)
+    rest = torch.zeros(DRAWS, dtype=torch.float64)
+    if df > 1:
+        rest = torch.distributions.Chi2(torch.tensor(float(df - 1))).sample((DRAWS,)).double()
+    return float(((z**2 + rest) > c).double().mean())
+
+
+def needed(per_sample: float, df: int, alpha: float) -> float:
+    if per_sample <= 0:
+        return math.inf
+    c, hi = critical(df, alpha), 1
+    while power(df, hi * per_sample, c) < POWER:
+        hi *= 2
+    lo = hi // 2
+    while hi - lo > max(1, hi // 50):
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if power(df, mid * per_sample, c) < POWER else (lo, mid)
+    return hi
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    mp = pytest.MonkeyPatch()
+    worst = {"exact": 0.0, "wrong": 0.0}
+    for name, verification in T.SPEC_CASES:
+        if verification == "rejection":
+            wrongs = list(T.WRONG_RULES)
+        else:
+            wrongs = ["broken"] if T.CASES[name].settings.drafter == "model" else []
+        for rule in wrongs:
+            if rule == "broken":
+                mp.setattr(engine, "verify_exact_match", match_then_residual)
+                exact, counts, _ = T.run_case(name, "exact", NEST, "exact-match")
+                mp.undo()
+            else:
+                exact, counts, _ = T.run_case(name, rule, NEST)
+            short: Counter = Counter()
+            for s, c in counts.items():
+                short[s[: T.PREFIX]] += c
+            views = {"continuation": (counts, exact), "first": (short, T.marginal(exact, T.PREFIX))}
+            best = {"exact": math.inf, "wrong": math.inf}
+            for cnt, ex in views.values():
+                stat, df = pooled(cnt, ex, NEST)
+                for test, alpha in (("exact", T.EXACT_P), ("wrong", T.WRONG_P)):
+                    best[test] = min(best[test], needed(max(0.0, (stat - df) / NEST), df, alpha))
+            row = {"case": name, "verification": verification, "wrong": rule, **best}
+            print(json.dumps(row), flush=True)
+            for test in worst:
+                worst[test] = max(worst[test], best[test])
+    print(f"needed: exact-rule tests N >= {worst['exact']}, wrong-rule tests N >= {worst['wrong']}")
+
+
+if __name__ == "__main__":
+    main()

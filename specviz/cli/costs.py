@@ -1,0 +1,77 @@
+"""`python -m specviz costs`: where a round's time goes, the step, verify and overhead costs
+measured on this machine, and the speedup each gamma predicts from them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from specviz.cli.args import (
+    add_run_args,
+    csv_list,
+    load_pair_from_args,
+    require_prompt,
+    say,
+    settings_from_args,
+)
+from specviz.config import DEFAULT_PROMPT
+
+
+def add_parser(sub: Any) -> None:
+    c = sub.add_parser(
+        "costs", help="where a round's time goes: step, verify and overhead costs measured"
+    )
+    c.add_argument("--gammas", default="1,2,4,8", help="comma-separated, e.g. 1,2,4,8")
+    c.add_argument("--prompt", default=DEFAULT_PROMPT)
+    c.add_argument("--reps", type=int, default=9, help="timed calls per width (median)")
+    c.add_argument(
+        "--tokens",
+        type=int,
+        default=None,
+        help="tokens of the runs that time the overhead (default: --max-new-tokens); steps "
+        "are timed at the prompt plus half as many positions",
+    )
+    c.add_argument("--json", action="store_true", help="print the costs as JSON on stdout")
+    add_run_args(c)
+    c.set_defaults(func=cmd_costs)
+
+
+def cmd_costs(args: argparse.Namespace) -> int:
+    from specviz import costs, metrics
+
+    settings = settings_from_args(args)
+    gammas = csv_list(args.gammas, int) or costs.DEFAULT_GAMMAS
+    for g in gammas:
+        settings.with_(gamma=g)  # one-line error for a gamma out of range
+    if not 3 <= args.reps <= 100:
+        raise ValueError(f"reps must be in 3..100, got {args.reps}")
+    if args.tokens is not None and not 8 <= args.tokens <= 1024:
+        raise ValueError(f"tokens must be in 8..1024, got {args.tokens}")
+    require_prompt(args.prompt)
+    pair = load_pair_from_args(args)
+    sc = costs.measure_costs(
+        pair, settings, gammas, args.prompt, reps=args.reps, tokens=args.tokens, say=say
+    )
+    if args.json:
+        sys.stdout.write(json.dumps(sc.to_dict()) + "\n")
+        return 0
+    print(f"device {sc.device}, {sc.threads} threads, draft variant {sc.draft_variant}")
+    print(f"target step      {sc.target_step_ms:.2f} ms")
+    print(f"draft step       {sc.draft_step_ms:.2f} ms   c = {sc.c:.3f}")
+    if sc.draft_step2_ms is not None and sc.c2 is not None:
+        two = f"{sc.draft_step2_ms:.2f} ms   c2 = {sc.c2:.3f}"
+        print(f"draft, 2 tokens  {two} (opens a round after a full accept)")
+    print(f"baseline outside its model call  {sc.ar_overhead_ms_per_token:.2f} ms per token")
+    print(f"alpha (from the timing runs)     {metrics.alpha_text(sc.alpha)}")
+    print()
+    print("gamma  verify ms  steps  overhead ms  Leviathan  refined")
+    for v in sc.verify:
+        g = v.width - 1
+        a = sc.alpha if sc.alpha is not None else 1.0
+        print(
+            f"{g:5d}  {v.ms:9.2f}  {v.steps:5.2f}  {sc.overhead_ms_by_gamma.get(g, 0.0):11.2f}"
+            f"  {metrics.expected_speedup(a, g, sc.c):8.2f}x  {sc.predicted(a, g):6.2f}x"
+        )
+    return 0

@@ -1,0 +1,40 @@
+"""`python -m specviz prepare`: the set-up step, converting the offline model and choosing
+its draft (each once; later runs read the results)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from specviz.cli.args import say
+
+
+def add_parser(sub: Any) -> None:
+    pr = sub.add_parser(
+        "prepare",
+        help="the set-up step: convert the offline model and choose its draft (once each)",
+    )
+    pr.add_argument(
+        "--remeasure", action="store_true", help="measure the offline draft's variants again"
+    )
+    pr.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    pr.set_defaults(func=cmd_prepare)
+
+
+def cmd_prepare(args: argparse.Namespace) -> int:
+    """Print the converted model's directory, then the offline draft's choice."""
+    from specviz import draft_choice, metrics
+    from specviz.models import prepare_offline_pair
+    from specviz.offline import prepare_offline
+
+    print(prepare_offline())
+    choice = prepare_offline_pair(args.device, remeasure=args.remeasure, say=say)
+    print(f"offline draft: {choice.summary()}")
+    for c in choice.candidates:
+        print(
+            f"  {c.variant:8s} step {c.step_ms:6.1f} ms (2 tokens {c.step2_ms:6.1f})  "
+            f"c {c.c:.2f}  alpha {metrics.alpha_text(c.alpha):>12s}  predicted "
+            f"{c.predicted:.2f}x at gamma {draft_choice.JUDGE_GAMMA}, "
+            f"{c.predicted_best:.2f}x at gamma {c.gamma}"
+        )
+    return 0

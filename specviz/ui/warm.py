@@ -1,0 +1,37 @@
+"""The once-per-process warm-up of a pair before its first measured run (engine.warm_up:
+first-call set-up, and on the compiled path the compilation of the run's shapes), for the
+handlers that time what they run.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from specviz.engine import warm_up
+from specviz.modelthread import MODEL_THREAD
+from specviz.pair import ModelPair
+from specviz.ui.errors import model_failures
+from specviz.ui.pairs import AppContext, pair_label
+from specviz.ui.state import Form
+
+_warm_lock = threading.Lock()
+# The pairs that have run once in this process (held, so that no other object takes an id)
+_warmed: dict[tuple[int, str | None], ModelPair] = {}
+
+
+def running(form: Form) -> str:
+    """What the app was doing, for a failure's one line."""
+    return f"running pair {pair_label(form)!r}"
+
+
+def warmed_pair(ctx: AppContext, form: Form) -> ModelPair:
+    """The form's pair, loaded, and warmed (engine.warm_up) once per process."""
+    settings = ctx.settings(form)
+    pair = ctx.pair(form)
+    with _warm_lock:
+        key = (id(pair.target), pair.compile_backend)  # a compiled copy warms on its own
+        if key not in _warmed:
+            with model_failures(running(form)):
+                MODEL_THREAD.call(lambda: warm_up(pair, form.prompt, settings))
+            _warmed[key] = pair
+    return pair
