@@ -47,7 +47,8 @@ def check_updates(
     rule: str,
     progress: Callable[[float, str], None] | None = None,
 ) -> View:
-    """The distribution check for the form's prompt and settings."""
+    """The distribution check for the form's prompt and settings (the CheckResult itself
+    under "check_result", for the lesson's statement: no component shows that key)."""
     from specviz import check, check_figure
 
     n, length = as_int("samples", n), as_int("length", length)
@@ -74,6 +75,7 @@ def check_updates(
     return {
         "check_plot": check_figure.check_figure(result),
         "check_summary": f"<pre class='sv-check'>{render.esc(result.summary())}</pre>",
+        "check_result": result,
     }
 
 
