@@ -44,12 +44,16 @@ SWEEP_GAMMAS = (1, 2, 4, 8)
 SWEEP_TOKENS = 16  # tokens per sweep run: the sweep stays short
 SWEEP_REPS = 1
 # The distribution check of step 6: the fewest samples the check accepts, one token per
-# continuation (one view, so no Bonferroni split), and a draft temperature that makes
-# rejections common enough for resampling from p to move the first token's distribution.
+# continuation (one view, so no Bonferroni split), and a draft sharper than the target, so
+# that its rejections fall on tokens p makes likely: resampling from p then puts mass back
+# where the residual has none. On the offline pair and the default prompt this moves the
+# first token by TV 0.13 and the check catches it at N = 200 with power above 0.99
+# (simulated from the exact p and q), while exact match accepts less (sum p q 0.67 against
+# alpha 0.83). A hotter draft, as in step 2, moves it far less (TV 0.04 to 0.08).
 CHECK_N = 200
 CHECK_LENGTH = 1
 CHECK_TEMPERATURE = 1.0
-CHECK_DRAFT_TEMPERATURE = 1.5
+CHECK_DRAFT_TEMPERATURE = 0.7
 WRONG_RULE = "resample-from-p"
 STATUSES = ("accepted", "rejected", "resampled", "bonus")
 
@@ -118,10 +122,11 @@ STEPS: tuple[Step, ...] = (
     ),
     Step(
         "Breaking the rule",
-        f"The distribution check draws {CHECK_N} one-token continuations twice: with a "
-        "wrong rule (after a rejection, resample from p instead of the residual) and with "
-        "exact-match verification (keep a draft only if the target's own sample equals it). "
-        "It must catch the first and pass the second (minutes on a CPU).",
+        f"The distribution check draws {CHECK_N} one-token continuations twice (target at "
+        f"temperature {CHECK_TEMPERATURE:g}, a sharper draft at {CHECK_DRAFT_TEMPERATURE:g}): "
+        "with a wrong rule (after a rejection, resample from p instead of the residual) and "
+        "with exact-match verification (keep a draft only if the target's own sample equals "
+        "it). It must catch the first and pass the second (minutes on a CPU).",
         "Run both checks",
         {
             "temperature": CHECK_TEMPERATURE,
