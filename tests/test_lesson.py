@@ -99,14 +99,13 @@ def test_counts_and_the_untouched_statement() -> None:
     said = lesson.untouched_statement(spec, ar_trace())
     for text in (
         "5 tokens from 2 target calls",
-        "2.50 tokens per call",
-        "3 accepted, 1 rejected, 1 resampled, 1 bonus",
+        "2.50 tokens per call (autoregressive: 1): 3 accepted, 1 rejected, 1 resampled, 1 bonus",
         "acceptance 0.75",
         "Speedup 2.50x",
     ):
         assert text in said
     slow = lesson.untouched_statement(spec, ar_trace(ms=5.0))
-    assert "Speedup 0.50x" in slow and "Below 1 here" in slow
+    assert "Speedup 0.50x" in slow and "below 1 because a draft step costs c" in slow
     assert "no speedup" in lesson.untouched_statement(spec, None)
     with pytest.raises(ValueError, match="no speculative rounds"):
         lesson.untouched_statement(None, None)
@@ -227,7 +226,7 @@ def test_the_check_statement() -> None:
 def test_previous_and_next_stay_within_the_steps() -> None:
     state = Lesson()
     out = lesson_tab.move_update(state, -1)
-    assert state.index == 0 and "Step 1 of 6" in out["lesson_card"]
+    assert state.index == 0 and "step 1 of 6: An untouched Run" in out["lesson_box"].label
     for _ in range(10):
         out = lesson_tab.move_update(state, 1)
     assert state.index == len(STEPS) - 1 and out["lesson_go"] == STEPS[-1].button

@@ -33,7 +33,8 @@ Report = Callable[[float, str], None]
 def layout() -> dict[str, Any]:
     """The panel's components by name, and its per-visitor state ("lesson_state")."""
     c: dict[str, Any] = {"lesson_state": gr.State(Lesson(), time_to_live=3600)}
-    with gr.Accordion("Lesson: speculative decoding in six steps", open=True, elem_id="sv-lesson"):
+    with gr.Accordion(box_label(Lesson()), open=True, elem_id="sv-lesson") as box:
+        c["lesson_box"] = box
         c["lesson_card"] = gr.HTML(card_html(Lesson()), js_on_load=None, elem_id="sv-lesson-card")
         with gr.Row(elem_id="sv-lesson-buttons"):
             c["lesson_prev"] = gr.Button(
@@ -49,13 +50,14 @@ def layout() -> dict[str, Any]:
     return c
 
 
+def box_label(state: Lesson) -> str:
+    """The panel's title: the lesson, and the step shown."""
+    return f"Lesson · step {state.index + 1} of {len(STEPS)}: {state.step.title}"
+
+
 def card_html(state: Lesson) -> str:
-    """The current step: its number, title and sentences (all written in specviz.lesson)."""
-    step = state.step
-    return (
-        f'<div class="sv-lesson-card"><b>Step {state.index + 1} of {len(STEPS)} · '
-        f"{render.esc(step.title)}.</b> {step.text}</div>"
-    )
+    """The current step's sentences (written in specviz.lesson)."""
+    return f'<div class="sv-lesson-card">{state.step.text}</div>'
 
 
 def said_html(state: Lesson) -> str:
@@ -68,6 +70,7 @@ def move_update(state: Lesson, by: int) -> View:
     """Previous (-1) or Next (+1): the step shown, its button and what it said."""
     state.move(by)
     return {
+        "lesson_box": gr.Accordion(label=box_label(state)),
         "lesson_card": card_html(state),
         "lesson_go": state.step.button,
         "lesson_said": said_html(state),
@@ -244,7 +247,7 @@ def wire(page: Page, parts: dict[str, Any]) -> None:
         **page.model_queue,
         **HIDDEN,
     )
-    shown = [parts[k] for k in ("lesson_card", "lesson_go", "lesson_said")]
+    shown = [parts[k] for k in ("lesson_box", "lesson_card", "lesson_go", "lesson_said")]
     for name, by in (("lesson_prev", -1), ("lesson_next", 1)):
         parts[name].click(
             lambda st, by=by: keyed(move_update(st, by)),
