@@ -49,7 +49,8 @@ def check_updates(
     rule: str,
     progress: Callable[[float, str], None] | None = None,
 ) -> View:
-    """The distribution check for the form's prompt and settings."""
+    """The distribution check for the form's prompt and settings (the CheckResult itself
+    under "check_result", for the lesson's statement: no component shows that key)."""
     from specviz.analysis import distribution_check
     from specviz.views import check_figure
 
@@ -73,6 +74,7 @@ def check_updates(
     return {
         "check_plot": check_figure.check_figure(result),
         "check_summary": f"<pre class='sv-check'>{markup.esc(result.summary())}</pre>",
+        "check_result": result,
     }
 
 

@@ -2,8 +2,8 @@
 
 Two columns. The left: what a person needs first (preset, prompt, Run/Step/Stop, the
 presentation toggle, the help text), then the settings (specviz.ui.controls). The right:
-the live view (status, token view, round table, narration, the exactness note;
-token_view), then six tabs, each reading top to bottom:
+the guided lesson (lesson_tab), the live view (status, token view, round table,
+narration, the exactness note; token_view), then six tabs, each reading top to bottom:
 
     Decision    the decision inspector (inspector_tab)
     Speed       the live speedup chart, the Table 1 columns, the race replay (race), where
@@ -35,6 +35,7 @@ from specviz.ui import (
     controls,
     inspector_tab,
     io_tab,
+    lesson_tab,
     live,
     present,
     race,
@@ -90,10 +91,12 @@ def build_app(
             with gr.Column(scale=1, min_width=320, elem_id="sv-left"):
                 c = controls.layout(menu, dep)
             with gr.Column(scale=3, elem_id="sv-right"):
+                taught = lesson_tab.layout()  # the guided lesson comes first
                 v = main_views()
         page = Page(ctx, dep.concurrency, session, c, {**v, "models": c["models"]}, demo)
         for part in PARTS:
             part.wire(page)
+        lesson_tab.wire(page, taught)
     for fn in demo.fns.values():  # the per-visitor state's initialiser is no API either
         if fn.fn is new_session:
             fn.api_visibility = "private"

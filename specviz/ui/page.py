@@ -20,6 +20,9 @@ from specviz.ui.state import FORM_FIELDS, Form, View
 # documents the one named endpoint, /generate; events no client needs are private.
 HIDDEN: dict[str, Any] = {"api_visibility": "undocumented"}
 INTERNAL: dict[str, Any] = {"api_visibility": "private"}
+# What some handlers return beside their views, for the lesson to state: no component shows
+# them. The distribution check's result, and the sweep's rows.
+DATA = frozenset({"check_result", "sweep_rows"})
 
 
 @dataclass
@@ -59,11 +62,12 @@ class Page:
         return Form(**dict(zip(FORM_FIELDS, values, strict=True)))
 
     def keyed(self, out: View) -> dict[Any, Any]:
-        """The handler's views by component; a name the page has no view for is an error."""
-        unknown = [k for k in out if k not in self.views]
+        """The handler's views by component; a name the page has no view for is an error,
+        except the results in DATA, which no component shows."""
+        unknown = [k for k in out if k not in self.views and k not in DATA]
         if unknown:
             raise KeyError(f"no view named {', '.join(map(repr, unknown))} on this page")
-        return {self.views[k]: v for k, v in out.items()}
+        return {self.views[k]: v for k, v in out.items() if k not in DATA}
 
     def stream(self, handler: Callable[..., Iterator[View]]) -> Callable[..., Iterator[Any]]:
         """A generator event function from a handler that yields views."""

@@ -102,12 +102,14 @@ def progress_html(event: SweepEvent | None, total: int) -> str:
 
 
 def results(rows: list[dict[str, Any]], status: str) -> View:
-    """The chart and the table of the rows so far."""
+    """The chart and the table of the rows so far (and the rows themselves, under
+    "sweep_rows", for the lesson's statement: no component shows that key)."""
     table = f"<pre class='sv-sweep'>{markup.esc(format_table(rows))}</pre>" if rows else ""
     return {
         "sweep_plot": across_runs.sweep_figure(rows),
         "sweep_table": table,
         "sweep_status": status,
+        "sweep_rows": rows,
     }
 
 
