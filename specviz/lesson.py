@@ -18,8 +18,8 @@ from typing import Any
 
 from specviz import metrics
 from specviz.config import Settings, is_greedy
-from specviz.views.markup import esc, num
 from specviz.trace import Drafted, Round, Trace, round_number
+from specviz.views.markup import esc, num
 
 DEFAULTS = Settings()
 # The controls an untouched page starts from (the CLI's defaults), as Form fields; every

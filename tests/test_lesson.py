@@ -9,8 +9,8 @@ import html
 import pytest
 
 from specviz import lesson
-from specviz.analysis.distribution_check import CheckResult
 from specviz.analysis.binning import make_view
+from specviz.analysis.distribution_check import CheckResult
 from specviz.config import Limits
 from specviz.lesson import STEPS, Lesson
 from specviz.trace import Added, Drafted, Round, Stats, Trace

@@ -18,7 +18,6 @@ from typing import Any
 import gradio as gr
 
 from specviz import lesson
-from specviz.views import markup
 from specviz.lesson import STEPS, Lesson, Step
 from specviz.ui.check_tab import check_updates
 from specviz.ui.live import run_updates
@@ -27,6 +26,7 @@ from specviz.ui.pairs import AppContext
 from specviz.ui.state import Form, Session, View
 from specviz.ui.sweep_tab import sweep_updates
 from specviz.ui.views import inspect_view
+from specviz.views import markup
 
 Report = Callable[[float, str], None]
 
