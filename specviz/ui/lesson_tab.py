@@ -12,7 +12,7 @@ step said live in a gr.State of their own; the traces stay in the page's Session
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import gradio as gr
@@ -127,10 +127,9 @@ def _step_updates(
     controls = step_controls(step, ctx)
     form = replace(form, **controls)
     tab = {"tabs": gr.Tabs(selected=step.tab)} if step.tab and index != 2 else {}
-    if index == 4:
-        yield from _sweep(session, state, index, form, ctx, controls, tab)
-    elif index == 5:
-        yield from _check(state, index, form, ctx, controls, tab, report)
+    if index in (4, 5):
+        run = StepRun(state, index, form, ctx, controls, tab)
+        yield from _sweep(session, run) if index == 4 else _check(run, report)
     else:
         yield {**controls, **tab, **_busy(f"step {index + 1}: running ...")}
         yield from run_updates(session, form, ctx)
@@ -157,36 +156,41 @@ def _open_rejection(session: Session, state: Lesson, index: int) -> Iterator[Vie
     yield {**view, "tabs": gr.Tabs(selected="insp"), **said}
 
 
-def _sweep(
-    session: Session,
-    state: Lesson,
-    index: int,
-    form: Form,
-    ctx: AppContext,
-    controls: dict[str, Any],
-    tab: View,
-) -> Iterator[View]:
+@dataclass(frozen=True)
+class StepRun:
+    """One press of a step's button: the lesson, the step, the form with the step's controls
+    set, the app context, the controls the page shows set, and the tab to open."""
+
+    state: Lesson
+    index: int
+    form: Form
+    ctx: AppContext
+    controls: dict[str, Any]
+    tab: View
+
+
+def _sweep(session: Session, run: StepRun) -> Iterator[View]:
     """Step 5: the sweep's own handler at the lesson's gammas, tokens and repetitions."""
     gammas, reps = list(lesson.SWEEP_GAMMAS), lesson.SWEEP_REPS
     choices = {"sweep_gammas": gammas, "sweep_temps": "", "sweep_reps": reps}
-    yield {**controls, **choices, **tab, **_busy("step 5: sweeping gamma ...")}
+    yield {**run.controls, **choices, **run.tab, **_busy("step 5: sweeping gamma ...")}
     rows: list[dict[str, Any]] = []
-    for out in sweep_updates(session, form, ctx, gammas, "", reps):
+    for out in sweep_updates(session, run.form, run.ctx, gammas, "", reps):
         rows = out.get("sweep_rows", rows)
         yield out
-    yield _said(state, index, lesson.sweep_statement(rows))
+    yield _said(run.state, run.index, lesson.sweep_statement(rows))
 
 
-def _check(
-    state: Lesson,
-    index: int,
-    form: Form,
-    ctx: AppContext,
-    controls: dict[str, Any],
-    tab: View,
-    report: Report | None,
-) -> Iterator[View]:
+def _check(run: StepRun, report: Report | None) -> Iterator[View]:
     """Step 6: the distribution check with the wrong rule, then with exact match."""
+    state, index, form, ctx, controls, tab = (
+        run.state,
+        run.index,
+        run.form,
+        run.ctx,
+        run.controls,
+        run.tab,
+    )
     n, length = lesson.CHECK_N, lesson.CHECK_LENGTH
     check = {"check_n": n, "check_len": length}
     yield {
