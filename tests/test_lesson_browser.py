@@ -11,14 +11,14 @@ import re
 
 import pytest
 
-from tests.test_browser import app_url  # noqa: F401
-from tests.test_layout_browser import inside, opened, shot
+from tests.test_browser import opened
+from tests.test_layout_browser import inside, shot
 
 pytestmark = pytest.mark.browser
 
 
-def test_the_lesson_and_run_on_screen_and_step_one_states_its_run(app_url) -> None:  # noqa: F811
-    with opened(app_url, 1280, 720) as page:
+def test_the_lesson_and_run_on_screen_and_step_one_states_its_run(browser, app_url) -> None:
+    with opened(browser, app_url, 1280, 720) as page:
         page.evaluate("window.scrollTo(0, 0)")
         for selector in ("#sv-lesson", "#sv-lesson-go", "#sv-lesson-next", "#sv-run"):
             inside(page, selector)
