@@ -89,7 +89,8 @@ def zero_run(session: Session, form: Form, ctx: AppContext, settings: Settings) 
             session.start(event, None, "run")
         elif isinstance(event, Trace):
             session.ar = event
-        frame, last_speed = live_frame(session, last_speed)
+        # The models run in the GPU call's process, not beside the page: no throttle
+        frame, last_speed = live_frame(session, last_speed, gap=0.0)
         if frame:
             yield frame
     assert session.spec is not None

@@ -65,12 +65,12 @@ def set_shade(session: Session, on: bool) -> None:
 FRAME_S = 0.5
 
 
-def live_frame(session: Session, last: float) -> tuple[View, float]:
+def live_frame(session: Session, last: float, gap: float = FRAME_S) -> tuple[View, float]:
     """The cheap update while a run streams (new spans, new rows, the speedup chart, a
-    status line), at most once per FRAME_S; last is when the previous one was made. Where
-    a round's time goes is drawn when the run ends (and after each Step)."""
+    status line), at most once per gap seconds; last is when the previous one was made.
+    Where a round's time goes is drawn when the run ends (and after each Step)."""
     t0 = time.perf_counter()
-    if t0 - last < FRAME_S:
+    if t0 - last < gap:
         return {}, last
     new = sync_rounds(session)
     spec, ar = session.spec, session.ar
