@@ -14,9 +14,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 @pytest.fixture(scope="session")
 def offline_pair():
+    """Loaded on the model thread, as the app loads it: torch's CPU kernels keep a team of
+    worker threads per calling thread, and a second team competes with the app's for the
+    cores (tests that drive the engine directly still make one on their own thread)."""
+    from specviz.modelthread import MODEL_THREAD
     from specviz.models import load_pair
 
-    return load_pair("default", dtype="float32", device="cpu")
+    return MODEL_THREAD.call(lambda: load_pair("default", dtype="float32", device="cpu"))
 
 
 @pytest.fixture(scope="session")
