@@ -17,8 +17,8 @@ def offline_pair():
     """Loaded on the model thread, as the app loads it: torch's CPU kernels keep a team of
     worker threads per calling thread, and a second team competes with the app's for the
     cores (tests that drive the engine directly still make one on their own thread)."""
-    from specviz.modelthread import MODEL_THREAD
     from specviz.models import load_pair
+    from specviz.modelthread import MODEL_THREAD
 
     return MODEL_THREAD.call(lambda: load_pair("default", dtype="float32", device="cpu"))
 
