@@ -29,18 +29,6 @@ DRAWS = 200_000
 gen = torch.Generator().manual_seed(0)
 
 
-def pooled(counts: Counter, exact: dict, n: int) -> tuple[float, int]:
-    """The test's own chi-square statistic and degrees of freedom at n samples."""
-    cells = [[exact[s] * n, counts.get(s, 0)] for s in sorted(exact, key=lambda s: -exact[s])]
-    big = [c for c in cells if c[0] >= 5]
-    pool = [sum(c[0] for c in cells if c[0] < 5), sum(c[1] for c in cells if c[0] < 5)]
-    if pool[0] >= 5:
-        big.append(pool)
-    elif pool[0] > 0:
-        big[-1] = [big[-1][0] + pool[0], big[-1][1] + pool[1]]
-    return sum((o - e) ** 2 / e for e, o in big), len(big) - 1
-
-
 def critical(df: int, alpha: float) -> float:
     lo, hi = 0.0, 1000.0 + 50 * df
     for _ in range(200):
@@ -96,7 +84,7 @@ def main() -> None:
             views = {"continuation": (counts, exact), "first": (short, T.marginal(exact, T.PREFIX))}
             best = {"exact": math.inf, "wrong": math.inf}
             for cnt, ex in views.values():
-                stat, df = pooled(cnt, ex, NEST)
+                stat, df = T.pooled_statistic(cnt, ex, NEST)
                 for test, alpha in (("exact", T.EXACT_P), ("wrong", T.WRONG_P)):
                     best[test] = min(best[test], needed(max(0.0, (stat - df) / NEST), df, alpha))
             row = {"case": name, "verification": verification, "wrong": rule, **best}

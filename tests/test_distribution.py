@@ -214,12 +214,9 @@ def sample(pair, case: Case, settings: Settings, n: int) -> tuple[Counter, Tally
     return counts, tally
 
 
-def chi_square_pvalue(counts: Counter, exact: dict, n: int) -> tuple[float, float]:
-    """Pearson's chi-square and its p-value; cells expected below 5 are pooled together
+def pooled_statistic(counts: Counter, exact: dict, n: int) -> tuple[float, int]:
+    """Pearson's statistic and its degrees of freedom, cells expected below 5 pooled together
     (and the pool into the smallest cell if it is itself below 5)."""
-    impossible = sum(o for s, o in counts.items() if exact.get(s, 0.0) == 0.0)
-    if impossible:  # an outcome the target never produces was sampled
-        return math.inf, 0.0
     cells = [[exact[s] * n, counts.get(s, 0)] for s in sorted(exact, key=lambda s: -exact[s])]
     big = [c for c in cells if c[0] >= 5]
     pool = [sum(c[0] for c in cells if c[0] < 5), sum(c[1] for c in cells if c[0] < 5)]
@@ -227,8 +224,16 @@ def chi_square_pvalue(counts: Counter, exact: dict, n: int) -> tuple[float, floa
         big.append(pool)
     elif pool[0] > 0:
         big[-1] = [big[-1][0] + pool[0], big[-1][1] + pool[1]]
-    stat = sum((o - e) ** 2 / e for e, o in big)
-    df = len(big) - 1
+    return sum((o - e) ** 2 / e for e, o in big), len(big) - 1
+
+
+def chi_square_pvalue(counts: Counter, exact: dict, n: int) -> tuple[float, float]:
+    """Pearson's chi-square and its p-value; cells expected below 5 are pooled together
+    (and the pool into the smallest cell if it is itself below 5)."""
+    impossible = sum(o for s, o in counts.items() if exact.get(s, 0.0) == 0.0)
+    if impossible:  # an outcome the target never produces was sampled
+        return math.inf, 0.0
+    stat, df = pooled_statistic(counts, exact, n)
     p = torch.special.gammaincc(
         torch.tensor(df / 2, dtype=torch.float64), torch.tensor(stat / 2, dtype=torch.float64)
     )
