@@ -388,7 +388,7 @@ def _slipped(wrong: Any) -> str:
         return (
             f"The wrong rule passed at N = {wrong.n}; this check did not compute how far it "
             "moves the first token's distribution (that needs the model drafter), so "
-            "whether more samples would catch it is not known here. "
+            "it cannot tell whether a larger N would catch it. "
         )
     if tv < TV_ZERO:
         return (
