@@ -172,7 +172,7 @@ def printed_below_one(speedup: float) -> bool:
 TERMS = ("c", "alpha", "verify")
 IDEAL = {
     "c": "a free draft step (c = 0)",
-    "alpha": "every draft accepted (alpha = 1)",
+    "alpha": "every draft accepted ({name} = 1)",
     "verify": "a verify call as cheap as one target step",
 }
 CAUSE = {"c": "the draft's cost", "alpha": "the acceptance", "verify": "the verify call's cost"}
@@ -200,17 +200,19 @@ class Holdback:
     def lifts_above_one(self) -> bool:
         return not printed_below_one(self.lifted[self.term])
 
-    def because(self) -> str:
-        """The cause, in words, with the lift that shows it."""
+    def because(self, name: str = "alpha") -> str:
+        """The cause, in words, with the lift that shows it; name is what the acceptance is
+        called ("alpha", or "sum p q" under exact match)."""
         t = self.term
-        measured = [k for k in TERMS if k in self.lifted and k != t]
-        rest = " and ".join("verify cost" if k == "verify" else k for k in measured)
+        words = {"alpha": name, "verify": "verify cost", "c": "c"}
+        rest = " and ".join(words[k] for k in TERMS if k in self.lifted and k != t)
+        ideal = {k: v.format(name=name) for k, v in IDEAL.items()}
         if self.lifts_above_one:
             return (
-                f"what holds it below 1 is {CAUSE[t]}: with {IDEAL[t]} the same {rest} "
+                f"what holds it below 1 is {CAUSE[t]}: with {ideal[t]} the same {rest} "
                 f"would predict {self.lifted[t]:.2f}x"
             )
-        each = "; ".join(f"{IDEAL[k]}: {self.lifted[k]:.2f}x" for k in TERMS if k in self.lifted)
+        each = "; ".join(f"{ideal[k]}: {self.lifted[k]:.2f}x" for k in TERMS if k in self.lifted)
         return f"no single term lifts it to 1.00x alone ({each})"
 
 
@@ -273,7 +275,10 @@ def holdback(
 
 
 def guard_sentence(
-    alpha: float | None, c: float, verify_steps: dict[int, float] | None = None
+    alpha: float | None,
+    c: float,
+    verify_steps: dict[int, float] | None = None,
+    name: str = "alpha",
 ) -> str | None:
     """One sentence when no gamma is predicted to beat plain decoding at the measured c and
     alpha (the best prediction prints below 1.00x); None otherwise. verify_steps (width ->
@@ -281,7 +286,8 @@ def guard_sentence(
     linearly between and beyond the measured widths; without them, Leviathan's formula (a
     verify call of one step) is the prediction, an upper bound, since a verify call costs at
     least one target step. The sentence names what holds the prediction below 1 as
-    :func:`holdback` decides it."""
+    :func:`holdback` decides it. name is what the acceptance is called: "alpha", or "sum p
+    q" when the runs verified by exact match (specviz.metrics.expected_acceptance)."""
     h = holdback(alpha, c, verify_steps)
     if h is None or alpha is None:
         return None
@@ -291,9 +297,9 @@ def guard_sentence(
         else ("Leviathan's formula predicts")
     )
     return (
-        f"On this machine a draft step costs c = {c:.2f} target steps, and at alpha = "
+        f"On this machine a draft step costs c = {c:.2f} target steps, and at {name} = "
         f"{alpha:.2f} {how} at best {h.prediction:.2f}x (gamma {h.gamma}): speculative "
-        f"decoding cannot beat plain decoding here; {h.because()}."
+        f"decoding cannot beat plain decoding here; {h.because(name)}."
     )
 
 

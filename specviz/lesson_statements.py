@@ -112,7 +112,7 @@ def _below_one(spec: Trace, ar: Trace) -> str:
             f"{said} the prediction is {pred:.2f}x at gamma {gamma}, so these terms do not "
             "explain the loss"
         )
-    return f"{said} the prediction is {h.prediction:.2f}x at gamma {gamma}; {h.because()}"
+    return f"{said} the prediction is {h.prediction:.2f}x at gamma {gamma}; {h.because(name)}"
 
 
 def untouched_statement(spec: Trace | None, ar: Trace | None) -> str:

@@ -146,6 +146,14 @@ def test_the_guard_with_an_expensive_verify_call() -> None:
     check_guard(0.2, 0.01, steps)
 
 
+def test_the_guard_names_the_acceptance_of_exact_match() -> None:
+    # low acceptance, cheap draft: the acceptance holds it down, and it is sum p q here
+    said = costs.guard_sentence(0.05, 0.9, name="sum p q")
+    assert true_cause(0.05, 0.9, None, GAMMAS)[0] == "alpha"
+    assert said is not None and "at sum p q = 0.05" in said and "(sum p q = 1)" in said
+    assert "alpha" not in said
+
+
 def test_the_guard_says_nothing_without_alpha_or_c() -> None:
     assert costs.guard_sentence(None, 1.9) is None
     assert costs.guard_sentence(0.5, 0.0) is None
