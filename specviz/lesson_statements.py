@@ -168,11 +168,27 @@ def temperature_statement(
     else:
         said += f"Acceptance {now.acceptance:.2f}, {now.tokens_per_call:.2f} tokens per call"
         said += f", speedup {_x(now.speedup)}. " if now.speedup is not None else ". "
-    said += (
-        "The text is still distributed as the target's at "
-        f"{target_sampling(spec.settings)}: only q changed, and the rule corrects any q."
-    )
+    said += _distributed(spec.settings)
     return f"<p>{said}</p>"
+
+
+def _distributed(settings: dict[str, Any]) -> str:
+    """What the text is distributed as under these settings: the target's, unless a
+    deliberately wrong rule verified it; and whether q was warped apart from p."""
+    rule = settings.get("rule", "exact")
+    if verification_of(settings) == "rejection" and rule != "exact":
+        return (
+            f"The rule {esc(rule)} is deliberately wrong, so nothing promises that the text "
+            "is distributed as the target's."
+        )
+    dt, t = settings.get("draft_temperature"), settings.get("temperature")
+    apart = dt is not None and not is_greedy(settings) and float(dt) != float(t)
+    why = (
+        "only q changed, and the verification corrects any q"
+        if apart
+        else "q is warped as p is here, and the verification corrects any q"
+    )
+    return f"The text is still distributed as the target's at {target_sampling(settings)}: {why}."
 
 
 def _fmt2(x: float) -> str:
@@ -211,7 +227,13 @@ def rejection_statement(trace: Trace | None) -> str:
         f"u = {u:.3f} is not below min(1, p/q) = {bar:.3f}, so it was rejected"
     )
     a = r.added
-    if a is not None and a.status == "resampled":
+    from_p = trace is not None and trace.settings.get("rule") == "resample-from-p"
+    if a is not None and a.status == "resampled" and from_p:
+        said += (
+            f". Its replacement {_q(a.text)} was drawn from p itself, where it has probability "
+            f"{num(a.prob)}: the deliberately wrong rule resample-from-p skips the residual"
+        )
+    elif a is not None and a.status == "resampled":
         said += (
             f". Its replacement {_q(a.text)} was drawn from the residual "
             f"norm(max(0, p − q)), where it has probability {num(a.prob)} "

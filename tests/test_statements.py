@@ -311,6 +311,48 @@ def test_step_one_at_exactly_one_and_without_a_baseline() -> None:
     assert "no speedup" in lesson_statements.untouched_statement(spec, None)
 
 
+# --- steps 2 and 3: what the text is distributed as, where a replacement came from -------
+
+
+@pytest.mark.parametrize("rule", ["exact", "resample-from-p", "accept-without-draw"])
+@pytest.mark.parametrize("draft_temperature", [None, 0.7, 1.5])
+@pytest.mark.parametrize("greedy", [False, True])
+def test_step_two_promises_the_target_s_distribution_only_when_it_holds(
+    rule, draft_temperature, greedy
+) -> None:
+    spec = spec_run(3, 2, 0.5, 1.0, 1.0, 10.0)
+    spec.settings.update(
+        rule=rule, temperature=0.7, draft_temperature=draft_temperature, greedy=greedy
+    )
+    said = lesson_statements.temperature_statement(spec, None)
+    lossless = rule == "exact"  # the wrong rules are variants of the rejection rule
+    assert ("still distributed as the target" in said) == lossless
+    assert ("deliberately wrong" in said) == (not lossless)
+    q_apart = not greedy and draft_temperature not in (None, 0.7)
+    assert ("only q changed" in said) == (lossless and q_apart)
+
+
+@pytest.mark.parametrize("rule", ["exact", "resample-from-p"])
+def test_step_three_says_where_the_replacement_came_from(rule, one_thread) -> None:
+    pair = tiny_pair(vocab=8)
+    s = Settings(temperature=1.0, top_p=1.0, gamma=3, max_new_tokens=24, rule=rule)
+    trace = next(
+        t
+        for seed in range(50)
+        if lesson_statements.first_rejection(t := generate(pair, "1 2", s.with_(seed=seed)))
+    )
+    rnd, _, d = lesson_statements.first_rejection(trace)
+    said = lesson_statements.rejection_statement(trace)
+    assert d.u >= min(1.0, d.p / d.q)  # "not below min(1, p/q)" holds
+    added = rnd.added
+    if rule == "resample-from-p":
+        # drawn from p: its probability under the distribution it came from is its p
+        assert added.prob == pytest.approx(added.p)
+        assert "drawn from p itself" in said and "residual norm" not in said
+    else:
+        assert "drawn from the residual" in said and "from p itself" not in said
+
+
 # --- step 4: the dtype and the caveat ----------------------------------------------------
 
 
