@@ -15,7 +15,10 @@ and predicts the speedup from them (specviz.metrics.refined_speedup):
 
     E(alpha, gamma) * (1 + o_ar) / (gamma * c + alpha^gamma (c2 - c) + v(gamma + 1) + o(gamma))
 
-in units of one target step. Model calls are timed by the caches themselves (``busy_s`` of
+in units of one target step. Where no gamma is predicted to beat plain decoding,
+:func:`holdback` decides which term keeps the prediction below 1 (the one whose ideal
+value, c = 0, alpha = 1 or a verify call of one step, alone lifts it most) and
+:func:`guard_sentence` says so. Model calls are timed by the caches themselves (``busy_s`` of
 specviz.lm.CachedLM and specviz.compiled.StaticLM); a call of width w is repeated on the same
 cached context, the cache cropped back each time, so that only the call itself is timed.
 """
@@ -291,11 +294,9 @@ def guard_sentence(
     h = holdback(alpha, c, verify_steps)
     if h is None or alpha is None:
         return None
-    how = (
-        "the measured step and verify costs predict"
-        if verify_steps
-        else ("Leviathan's formula predicts")
-    )
+    how = "Leviathan's formula predicts"
+    if verify_steps:
+        how = "the measured step and verify costs predict"
     return (
         f"On this machine a draft step costs c = {c:.2f} target steps, and at {name} = "
         f"{alpha:.2f} {how} at best {h.prediction:.2f}x (gamma {h.gamma}): speculative "
