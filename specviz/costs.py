@@ -15,7 +15,10 @@ and predicts the speedup from them (specviz.metrics.refined_speedup):
 
     E(alpha, gamma) * (1 + o_ar) / (gamma * c + alpha^gamma (c2 - c) + v(gamma + 1) + o(gamma))
 
-in units of one target step. Model calls are timed by the caches themselves (``busy_s`` of
+in units of one target step. Where no gamma is predicted to beat plain decoding,
+:func:`holdback` decides which term keeps the prediction below 1 (the one whose ideal
+value, c = 0, alpha = 1 or a verify call of one step, alone lifts it most) and
+:func:`guard_sentence` says so. Model calls are timed by the caches themselves (``busy_s`` of
 specviz.lm.CachedLM and specviz.compiled.StaticLM); a call of width w is repeated on the same
 cached context, the cache cropped back each time, so that only the call itself is timed.
 """
@@ -162,34 +165,142 @@ def _fit_line(pts: list[tuple[int, float]], x: float) -> float:
     return my + slope * (x - mx)
 
 
-def guard_sentence(
-    alpha: float | None, c: float, verify_steps: dict[int, float] | None = None
-) -> str | None:
-    """One sentence when no gamma is predicted to beat plain decoding at the measured c and
-    alpha; None otherwise. verify_steps (width -> target steps, measured at one width or
-    more) price the verify call at every gamma, linearly between and beyond the measured
-    widths; without them, Leviathan's formula (a verify call of one step) is the
-    prediction, an upper bound, since a verify call costs at least one target step."""
+def printed_below_one(speedup: float) -> bool:
+    """Whether a speedup printed with two decimals ("0.99x") reads below 1: 0.996 prints as
+    1.00x, which is not below 1, so nothing is said of what holds it below 1."""
+    return float(f"{speedup:.2f}") < 1.0
+
+
+# The three terms of a round's cost, each with the value that takes it out of the way.
+TERMS = ("c", "alpha", "verify")
+IDEAL = {
+    "c": "a free draft step (c = 0)",
+    "alpha": "every draft accepted ({name} = 1)",
+    "verify": "a verify call as cheap as one target step",
+}
+CAUSE = {"c": "the draft's cost", "alpha": "the acceptance", "verify": "the verify call's cost"}
+
+
+@dataclass(frozen=True)
+class Holdback:
+    """Which term keeps the predicted speedup below 1, decided by computation.
+
+    prediction is the best prediction over the gammas at the measured alpha, c and verify
+    cost; lifted[t] is the same best prediction with term t alone at its ideal value
+    (c -> 0; alpha -> 1; the verify call -> one target step at every width) and the other
+    two as measured. The term is the one whose ideal alone lifts the prediction most (ties
+    in the order of TERMS); lifts_above_one says whether that lift reaches a speedup that
+    prints as 1.00x or more. A term already at its ideal lifts nothing (its lifted value is
+    the prediction itself); the verify term is a candidate only when verify costs were
+    measured."""
+
+    prediction: float
+    gamma: int
+    term: str
+    lifted: dict[str, float]
+
+    @property
+    def lifts_above_one(self) -> bool:
+        return not printed_below_one(self.lifted[self.term])
+
+    def because(self, name: str = "alpha") -> str:
+        """The cause, in words, with the lift that shows it; name is what the acceptance is
+        called ("alpha", or "sum p q" under exact match)."""
+        t = self.term
+        words = {"alpha": name, "verify": "verify cost", "c": "c"}
+        rest = " and ".join(words[k] for k in TERMS if k in self.lifted and k != t)
+        ideal = {k: v.format(name=name) for k, v in IDEAL.items()}
+        if self.lifts_above_one:
+            return (
+                f"what holds it below 1 is {CAUSE[t]}: with {ideal[t]} the same {rest} "
+                f"would predict {self.lifted[t]:.2f}x"
+            )
+        each = "; ".join(f"{ideal[k]}: {self.lifted[k]:.2f}x" for k in TERMS if k in self.lifted)
+        return f"no single term lifts it to 1.00x alone ({each})"
+
+
+def _prediction(
+    alpha: float, c: float, verify: Callable[[int], float] | None, gammas: Iterable[int]
+) -> tuple[int, float]:
+    """(gamma, best prediction): the refined formula with the verify call priced by verify
+    (width -> target steps), or Leviathan's (a verify call of one step) without it."""
+    preds = {
+        g: metrics.refined_speedup(alpha, g, c, verify(g + 1))
+        if verify is not None
+        else metrics.expected_speedup(alpha, g, c)
+        for g in gammas
+    }
+    g = max(preds, key=preds.__getitem__)
+    return g, preds[g]
+
+
+def _verify_price(verify_steps: dict[int, float] | None) -> Callable[[int], float] | None:
+    """The verify call's cost at a width, in target steps (at least one step), linear
+    between and beyond the measured widths; None when nothing was measured."""
+    if not verify_steps:
+        return None
+    pts = sorted({1: 1.0, **verify_steps}.items())
+    return lambda width: max(1.0, _linear(pts, width))
+
+
+def best_prediction(
+    alpha: float,
+    c: float,
+    verify_steps: dict[int, float] | None = None,
+    gammas: Iterable[int] = metrics.GAMMAS,
+) -> tuple[int, float]:
+    """(gamma, prediction) at the gamma with the largest prediction: the refined formula
+    with the verify call priced from verify_steps, or Leviathan's without them."""
+    return _prediction(alpha, c, _verify_price(verify_steps), list(gammas))
+
+
+def holdback(
+    alpha: float | None,
+    c: float,
+    verify_steps: dict[int, float] | None = None,
+    gammas: Iterable[int] = metrics.GAMMAS,
+) -> Holdback | None:
+    """What keeps the best prediction over gammas below 1 (see Holdback); None when alpha
+    or c was not measured or when the prediction does not print below 1.00x."""
     if alpha is None or c <= 0:
         return None
-    if verify_steps:
-        pts = sorted({1: 1.0, **verify_steps}.items())
-        preds = {
-            g: metrics.refined_speedup(alpha, g, c, max(1.0, _linear(pts, g + 1)))
-            for g in metrics.GAMMAS
-        }
-        how = "the measured step and verify costs predict"
-    else:
-        preds = {g: metrics.expected_speedup(alpha, g, c) for g in metrics.GAMMAS}
-        how = "Leviathan's formula predicts"
-    g = max(preds, key=preds.__getitem__)
-    if preds[g] >= 1.0:
+    gs = list(gammas)
+    verify = _verify_price(verify_steps)
+    g, pred = _prediction(alpha, c, verify, gs)
+    if not printed_below_one(pred):
         return None
+    lifted = {"c": _prediction(alpha, 0.0, verify, gs)[1]}
+    lifted["alpha"] = _prediction(1.0, c, verify, gs)[1]
+    if verify is not None:
+        lifted["verify"] = _prediction(alpha, c, None, gs)[1]
+    term = max(TERMS, key=lambda t: (lifted.get(t, -1.0), -TERMS.index(t)))
+    return Holdback(pred, g, term, lifted)
+
+
+def guard_sentence(
+    alpha: float | None,
+    c: float,
+    verify_steps: dict[int, float] | None = None,
+    name: str = "alpha",
+) -> str | None:
+    """One sentence when no gamma is predicted to beat plain decoding at the measured c and
+    alpha (the best prediction prints below 1.00x); None otherwise. verify_steps (width ->
+    target steps, measured at one width or more) price the verify call at every gamma,
+    linearly between and beyond the measured widths; without them, Leviathan's formula (a
+    verify call of one step) is the prediction, an upper bound, since a verify call costs at
+    least one target step. The sentence names what holds the prediction below 1 as
+    :func:`holdback` decides it. name is what the acceptance is called: "alpha", or "sum p
+    q" when the runs verified by exact match (specviz.metrics.expected_acceptance)."""
+    h = holdback(alpha, c, verify_steps)
+    if h is None or alpha is None:
+        return None
+    how = "Leviathan's formula predicts"
+    if verify_steps:
+        how = "the measured step and verify costs predict"
     return (
-        f"On this machine a draft step costs c = {c:.2f} target steps, and at alpha = "
-        f"{alpha:.2f} {how} at best {preds[g]:.2f}x (gamma {g}): speculative decoding cannot "
-        "beat plain decoding here because the draft is not cheap enough next to the target, "
-        "not because the method fails."
+        f"On this machine a draft step costs c = {c:.2f} target steps, and at {name} = "
+        f"{alpha:.2f} {how} at best {h.prediction:.2f}x (gamma {h.gamma}): speculative "
+        f"decoding cannot beat plain decoding here; {h.because(name)}."
     )
 
 

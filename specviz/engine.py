@@ -5,8 +5,11 @@ for "spec", a token for "ar") as soon as it completes, while ``run.trace`` fills
 consumer may stop iterating at any moment and still hold a consistent partial trace.
 ``generate`` runs to the end and returns the trace.
 
-Both methods share the warp and draw code and the clock, so a comparison
-between them measures the method and nothing else. Knows nothing of gradio or plotly.
+Both methods share the warp and draw code and the clock. The speculative clock also runs
+while each round's records are built (``round_decisions``: overlaps, top rows, texts), work
+the autoregressive baseline does not do, so a comparison charges the method with that
+bookkeeping too (trace level "minimal" records less of it). Knows nothing of gradio or
+plotly.
 
 One speculative round (Leviathan et al. 2022, Algorithm 1; Chen et al. 2023, Algorithm 2):
 draft k <= gamma tokens from q, score them with one target forward (k + 1 rows of p), accept

@@ -5,14 +5,15 @@ goes through markup.esc. Pure: no gradio, no torch.
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specviz import metrics
-from specviz.config import is_greedy
+from specviz import costs, metrics
+from specviz.config import is_greedy, verification_of
 from specviz.trace import Drafted, Round, Trace, round_number
 from specviz.views.markup import esc, num
 
@@ -73,18 +74,45 @@ def _need_spec(spec: Trace | None) -> Trace:
 
 
 def _speed_clause(spec: Trace, ar: Trace | None) -> str:
-    """The speedup, and what it is made of when it is below 1."""
+    """The speedup, and when it prints below 1.00x what keeps it there: at this run's c,
+    expected acceptance (alpha, or sum p q under exact match) and verify cost, the term that
+    specviz.costs.holdback finds at the run's gamma. Nothing is said of causes at 1.00x and
+    above, nor when the run did not measure c and the acceptance."""
     if ar is None or not ar.token_ids:
         return "No baseline ran (Compare off), so there is no speedup."
     s = metrics.speedup(ar, spec)
-    why = ""
-    if s < 1:
-        c = metrics.cost_ratio(spec, ar)
-        why = f"; below 1 because a draft step costs c = {c:.2f} of a target step here"
-    return (
+    head = (
         f"Speedup {_x(s)} ({ar.stats.ms_per_token:.1f} ms per token autoregressive against "
-        f"{spec.stats.ms_per_token:.1f} speculative{why})."
+        f"{spec.stats.ms_per_token:.1f} speculative"
     )
+    if not costs.printed_below_one(s):
+        return head + ")."
+    return f"{head}; below 1: {_below_one(spec, ar)})."
+
+
+def _below_one(spec: Trace, ar: Trace) -> str:
+    """Why a run's speedup is below 1, as far as its own measurements tell."""
+    c = metrics.cost_ratio(spec, ar)
+    name, accept = metrics.expected_acceptance(spec)
+    missing = [
+        *([f"{name} (not recorded in this trace)"] if accept is None else []),
+        *(["c (it needs two rounds and two baseline tokens)"] if c <= 0 else []),
+    ]
+    if accept is None or c <= 0:
+        return f"this run did not measure {' or '.join(missing)}, so it names no cause"
+    gamma = int(spec.settings.get("gamma", 0)) or max(len(r.drafted) for r in spec.rounds)
+    verify = metrics.verify_steps(spec, ar)
+    h = costs.holdback(accept, c, verify, [gamma])
+    said = f"at c = {c:.2f}, {name} = {accept:.2f}" + (
+        f" and a verify call of {verify[gamma + 1]:.2f} target steps" if verify else ""
+    )
+    if h is None:
+        _, pred = costs.best_prediction(accept, c, verify, [gamma])
+        return (
+            f"{said} the prediction is {pred:.2f}x at gamma {gamma}, so these terms do not "
+            "explain the loss"
+        )
+    return f"{said} the prediction is {h.prediction:.2f}x at gamma {gamma}; {h.because(name)}"
 
 
 def untouched_statement(spec: Trace | None, ar: Trace | None) -> str:
@@ -140,11 +168,27 @@ def temperature_statement(
     else:
         said += f"Acceptance {now.acceptance:.2f}, {now.tokens_per_call:.2f} tokens per call"
         said += f", speedup {_x(now.speedup)}. " if now.speedup is not None else ". "
-    said += (
-        "The text is still distributed as the target's at "
-        f"{target_sampling(spec.settings)}: only q changed, and the rule corrects any q."
-    )
+    said += _distributed(spec.settings)
     return f"<p>{said}</p>"
+
+
+def _distributed(settings: dict[str, Any]) -> str:
+    """What the text is distributed as under these settings: the target's, unless a
+    deliberately wrong rule verified it; and whether q was warped apart from p."""
+    rule = settings.get("rule", "exact")
+    if verification_of(settings) == "rejection" and rule != "exact":
+        return (
+            f"The rule {esc(rule)} is deliberately wrong, so nothing promises that the text "
+            "is distributed as the target's."
+        )
+    dt, t = settings.get("draft_temperature"), settings.get("temperature")
+    apart = dt is not None and not is_greedy(settings) and float(dt) != float(t)
+    why = (
+        "only q changed, and the verification corrects any q"
+        if apart
+        else "q is warped as p is here, and the verification corrects any q"
+    )
+    return f"The text is still distributed as the target's at {target_sampling(settings)}: {why}."
 
 
 def _fmt2(x: float) -> str:
@@ -183,7 +227,13 @@ def rejection_statement(trace: Trace | None) -> str:
         f"u = {u:.3f} is not below min(1, p/q) = {bar:.3f}, so it was rejected"
     )
     a = r.added
-    if a is not None and a.status == "resampled":
+    from_p = trace is not None and trace.settings.get("rule") == "resample-from-p"
+    if a is not None and a.status == "resampled" and from_p:
+        said += (
+            f". Its replacement {_q(a.text)} was drawn from p itself, where it has probability "
+            f"{num(a.prob)}: the deliberately wrong rule resample-from-p skips the residual"
+        )
+    elif a is not None and a.status == "resampled":
         said += (
             f". Its replacement {_q(a.text)} was drawn from the residual "
             f"norm(max(0, p − q)), where it has probability {num(a.prob)} "
@@ -199,7 +249,8 @@ def greedy_statement(
     spec: Trace | None, ar: Trace | None, decode: Callable[[list[int]], str] | None = None
 ) -> str:
     """Step 4: the greedy speculative text against the greedy autoregressive one: equal
-    (N tokens) or where they part; and that in bf16 they may part."""
+    (N tokens) or where they part; the target's dtype in both runs, and why they may part
+    when it is not float32 or when they did part."""
     spec = _need_spec(spec)
     if ar is None:
         raise ValueError("the greedy comparison needs the baseline: tick Compare")
@@ -223,36 +274,68 @@ def greedy_statement(
             f"They part at token {first} (the first {first} are equal): speculative "
             f"{_q(sa)}, autoregressive {_q(sb)}."
         )
-    dtype = str(spec.models.get("dtype", "") or "")
-    said += (
-        " In bf16 they may part: the two runs' different computation graphs round "
-        "differently and one flipped argmax changes all that follows (the Exactness tab's "
-        "greedy check shows where)."
-    )
-    if dtype:
-        said += f" This run: {esc(dtype)}."
+    dtypes = sorted({target_dtype(spec) or "unknown", target_dtype(ar) or "unknown"})
+    parted = first is not None
+    said += f" This run's target: {esc(' and '.join(dtypes))}."
+    if dtypes != ["float32"]:
+        said += (
+            " Outside float32 they may part: the two runs' different computation graphs "
+            "round differently, and one flipped argmax changes all that follows (the "
+            "Exactness tab's greedy check shows where)."
+        )
+    elif parted:
+        said += (
+            " Even in float32 the two runs' computation graphs differ (one verify call "
+            "against one call per token), and where they round differently one flipped "
+            "argmax changes all that follows."
+        )
     return f"<p>{said}</p>"
 
 
-def sweep_statement(rows: Sequence[dict[str, Any]]) -> str:
-    """Step 5: the measured best gamma and speedups, Leviathan's best gamma (at the measured
-    alpha and c), the refined prediction beside Leviathan's, and why too many drafts stop
-    paying."""
+_DESCRIBED_DTYPE = re.compile(r" on \S+ \(([^;()]+)[;)]")
+
+
+def target_dtype(trace: Trace) -> str | None:
+    """The dtype the trace's target ran in, read from its description in trace.models
+    ("name on cpu (float32; ...)", as specviz.pair.LoadedModel.describe writes it); None
+    when the trace does not say."""
+    m = _DESCRIBED_DTYPE.search(str(trace.models.get("target", "")))
+    return m.group(1).strip() if m else None
+
+
+def sweep_statement(rows: Sequence[dict[str, Any]], verification: str = "rejection") -> str:
+    """Step 5: the measured best gamma and speedups; Leviathan's formula at each cell's own
+    measured acceptance and c (alpha, or sum p q, the row's match_alpha, when the sweep
+    verified by exact match), and its best gamma at their medians; the refined prediction
+    beside it, and why too many drafts stop paying. Every expected figure is computed here
+    from the acceptance and c it is said to use."""
     rows = [r for r in rows if r.get("measured_speedup") is not None]
     if not rows:
         raise ValueError("the sweep measured no cell")
     rows = sorted(rows, key=lambda r: r["gamma"])
     best = max(rows, key=lambda r: r["measured_speedup"])
     measured = ", ".join(f"gamma {r['gamma']}: {_x(r['measured_speedup'])}" for r in rows)
-    alpha = statistics.median(r["alpha"] for r in rows)
+    name, key = ("sum p q", "match_alpha") if verification == "exact-match" else ("alpha", "alpha")
+    lev = ", ".join(_x(metrics.expected_speedup(r[key], r["gamma"], r["c"])) for r in rows)
+    accept = statistics.median(r[key] for r in rows)
     c = statistics.median(r["c"] for r in rows)
-    lev_best = metrics.best_gamma(alpha, c)
-    lev = ", ".join(_x(r["expected_speedup"]) for r in rows)
+    lev_best = metrics.best_gamma(accept, c)
+    spread = (
+        f"each cell's own measured {name} and c"
+        if len(rows) > 1
+        else f"the measured {name} {accept:.3f} and c {c:.2f}"
+    )
     said = (
         f"Measured: {measured}; <b>best gamma {best['gamma']}</b> "
-        f"({_x(best['measured_speedup'])}). Leviathan's formula at the measured alpha "
-        f"{alpha:.3f} and c {c:.2f} expects {lev} and puts the best gamma at "
-        f"<b>{lev_best}</b> (expected {_x(metrics.expected_speedup(alpha, lev_best, c))}). "
+        f"({_x(best['measured_speedup'])}). Leviathan's formula at {spread} expects {lev}"
+    )
+    if len(rows) > 1:
+        said += f"; at their medians, {name} {accept:.3f} and c {c:.2f}, it"
+    else:
+        said += " and"
+    said += (
+        f" puts the best gamma at <b>{lev_best}</b> "
+        f"(expected {_x(metrics.expected_speedup(accept, lev_best, c))}). "
     )
     refined = [r for r in rows if r.get("predicted_speedup") is not None]
     if refined:
@@ -278,9 +361,19 @@ def _p(x: float) -> str:
     return f"{x:.2g}"
 
 
+# Below this total-variation distance a rule's first-token distribution is p up to float
+# rounding: no number of samples tells the two apart.
+TV_ZERO = 1e-6
+# Wrong rules that accept exactly as the rejection rule does (only their fallback differs).
+ACCEPTS_AS_REJECTION = ("exact", "resample-from-p")
+
+
 def check_statement(wrong: Any, exact: Any) -> str:
     """Step 6: the wrong rule's and exact match's verdicts, smallest p-values and acceptance
-    (both are specviz.analysis.distribution_check.CheckResult)."""
+    (both are specviz.analysis.distribution_check.CheckResult). When the wrong rule passes,
+    its predicted_tv (the exact TV between p and the first token's distribution under it)
+    says whether more samples would catch it; the chance failure rate of a correct rule is
+    the results' own significance level."""
 
     def verdict(result: Any) -> str:
         v = "<b>fails</b>" if not result.passed else "<b>passes</b>"
@@ -289,27 +382,61 @@ def check_statement(wrong: Any, exact: Any) -> str:
             f"{result.threshold:.3g}; acceptance {result.spec_acceptance:.2f})"
         )
 
-    said = (
-        f"With {esc(wrong.rule)} the check {verdict(wrong)}; with exact-match verification it "
-        f"{verdict(exact)}. "
-    )
+    match = verification_of(exact.settings) == "exact-match"
+    by = "exact-match verification" if match else esc(exact.verifier)
+    said = f"With {esc(wrong.rule)} the check {verdict(wrong)}; with {by} it {verdict(exact)}. "
     if wrong.passed:
+        said += _slipped(wrong)
+    if not exact.passed:
+        sig = exact.significance
         said += (
-            f"The wrong rule slipped through at N = {wrong.n}: its shift of the first "
-            "token's distribution is small for this prompt; more samples would catch it. "
+            f"{'Exact match' if match else 'That rule'} is exact: at significance {sig:g} a "
+            f"correct rule fails this check by chance in at most about {100 * sig:g}% of "
+            "checks. "
         )
-    if exact.passed is False:
-        said += "Exact match is exact: a failure at this level happens 1 time in 100 by chance. "
-    a, b = exact.spec_acceptance, wrong.spec_acceptance
-    if a < b:
-        said += (
-            f"Exact match accepts less ({a:.2f} against the rejection rule's {b:.2f}: it "
-            "keeps a draft only when the target samples that very token, sum p q ≤ "
-            "sum min(p, q)), yet it is just as exact."
-        )
-    else:
-        said += (
-            f"Here exact match accepted {a:.2f} against the rejection rule's {b:.2f}; in "
-            "expectation it accepts less (sum p q ≤ sum min(p, q))."
-        )
+    if (
+        match
+        and wrong.rule in ACCEPTS_AS_REJECTION
+        and verification_of(wrong.settings) == ("rejection")
+    ):
+        said += _acceptances(exact.spec_acceptance, wrong.spec_acceptance, wrong.rule)
     return f"<p>{said}</p>"
+
+
+def _slipped(wrong: Any) -> str:
+    """Why a wrong rule passed, from the distance it moves the first token by."""
+    tv = wrong.predicted_tv
+    if tv is None:
+        return (
+            f"The wrong rule passed at N = {wrong.n}; this check did not compute how far it "
+            "moves the first token's distribution (that needs the model drafter), so "
+            "it cannot tell whether a larger N would catch it. "
+        )
+    if tv < TV_ZERO:
+        return (
+            f"The wrong rule passed at N = {wrong.n} because here it changes nothing on the "
+            f"first token: under it the first token is distributed as p (TV {tv:.1g}, "
+            "computed from p and q), so no number of samples would catch it there. "
+        )
+    return (
+        f"The wrong rule slipped through at N = {wrong.n}: it moves the first token's "
+        f"distribution by TV = {tv:.3g} (computed from p and q), a shift this many samples "
+        "did not show; enough more samples would catch it. "
+    )
+
+
+def _acceptances(a: float, b: float, rule: str) -> str:
+    """Exact match's measured acceptance against the rejection rule's (or a wrong rule's
+    that accepts as it does), and the inequality that holds in expectation."""
+    verb = "less" if a < b else "more" if a > b else "as much"
+    against = (
+        f"the rejection rule's {b:.2f}"
+        if rule == "exact"
+        else f"{b:.2f} under {esc(rule)}, which accepts as the rejection rule does"
+    )
+    return (
+        f"Here exact match accepted {verb} ({a:.2f} against {against}). In "
+        "expectation it never accepts more: it keeps a draft only when the target samples "
+        "that very token, sum p q ≤ sum min(p, q), with equality where p or q puts all its "
+        "mass on one token or they share none; either way it is exact."
+    )

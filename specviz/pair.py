@@ -6,6 +6,7 @@ and the loading are specviz.models.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,8 +134,9 @@ class ModelPair:
         """The same models on the compiled path with this torch.compile backend; None or
         "off": the eager path; "auto": specviz.compiled.auto_backend for the pair's device,
         or the eager path where a model cannot run compiled. Raises ValueError for a named
-        backend that a model cannot run."""
-        from specviz.compiled import auto_backend, check_compilable
+        backend that a model cannot run, except for a model with sliding-window attention:
+        that one runs eager whatever the backend, and one line on stderr says why."""
+        from specviz.compiled import SlidingWindowRefused, auto_backend, check_compilable
 
         auto = backend == "auto"
         if auto:
@@ -146,6 +148,9 @@ class ModelPair:
                 for m in (self.target, self.draft):
                     if m is not None:
                         check_compilable(m.model, backend)
+            except SlidingWindowRefused as exc:  # the eager path is exact for it: run that
+                print(f"specviz: {exc}", file=sys.stderr)
+                backend = None
             except ValueError:
                 if not auto:
                     raise

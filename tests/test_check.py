@@ -79,6 +79,24 @@ def test_goodness_of_fit_statistic_by_hand():
     assert t.dof == 1
 
 
+def test_the_pooled_statistic_by_hand():
+    # n = 100: a (50 expected), b (40) get cells; c (6) too; d, e (2 each) pool into 4 < 5,
+    # which joins the smallest cell, c: expected 10
+    exact = {"a": 0.5, "b": 0.4, "c": 0.06, "d": 0.02, "e": 0.02}
+    counts = {"a": 45, "b": 43, "c": 9, "d": 3}
+    stat, dof = chisquare.pooled_statistic(counts, exact, 100)
+    assert dof == 2
+    assert stat == pytest.approx(5**2 / 50 + 3**2 / 40 + (12 - 10) ** 2 / 10)
+    _, p = chisquare.pooled_chi_square(counts, exact, 100)
+    assert p == pytest.approx(chisquare.chi2_sf(stat, 2))
+    assert chisquare.pooled_chi_square({**counts, "z": 1}, exact, 101) == (math.inf, 0.0)
+
+
+def test_critical_values_match_the_tables():
+    assert chisquare.critical_value(1, 0.05) == pytest.approx(3.8415, abs=1e-3)
+    assert chisquare.critical_value(10, 0.01) == pytest.approx(23.209, abs=1e-2)
+
+
 def test_two_sample_identical_and_disjoint():
     assert chisquare.two_sample([10, 20, 30], [10, 20, 30]).p_value == pytest.approx(1.0)
     assert chisquare.two_sample([100, 0], [0, 100]).p_value < 1e-12
@@ -150,19 +168,20 @@ def test_rule_first_token_exact_is_p_and_wrong_rules_are_not():
     )
 
 
-def test_frequent_continuations_enumerate_the_whole_tree(pair):
+def test_continuations_enumerate_the_whole_tree(pair):
     probs = distribution_check.TargetProbs(pair, [1, 2], Settings().target_warp())
-    every = distribution_check.frequent_continuations(probs, 2, frozenset(), min_prob=0.0)
-    assert len(every) == 8 * 8
+    every, none = distribution_check.continuations(probs, 2, frozenset(), min_prob=0.0)
+    assert len(every) == 8 * 8 and none == 0.0
     assert sum(every.values()) == pytest.approx(1.0, abs=1e-5)
-    frequent = distribution_check.frequent_continuations(probs, 2, frozenset(), min_prob=0.05)
+    frequent, rest = distribution_check.continuations(probs, 2, frozenset(), min_prob=0.05)
     assert frequent == {o: p for o, p in every.items() if p >= 0.05}
+    assert rest == pytest.approx(sum(p for p in every.values() if p < 0.05), abs=1e-6)
 
 
 def test_eos_ends_a_continuation_early():
     pair = tiny_pair(vocab=8, eos=3, target_seed=0, draft_seed=2)
     probs = distribution_check.TargetProbs(pair, [1, 2], Settings(temperature=3.0).target_warp())
-    every = distribution_check.frequent_continuations(probs, 2, pair.eos_ids, min_prob=0.0)
+    every, _ = distribution_check.continuations(probs, 2, pair.eos_ids, min_prob=0.0)
     assert (3,) in every
     assert sum(every.values()) == pytest.approx(1.0, abs=1e-5)
 

@@ -11,7 +11,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specviz.compiled import StaticLM, cache_len, check_compilable, compiler_for
+from specviz.compiled import (
+    SlidingWindowRefused,
+    StaticLM,
+    cache_len,
+    check_compilable,
+    compiler_for,
+)
 from specviz.config import Settings
 from specviz.engine import Run, generate
 from specviz.lm import CachedLM
@@ -218,3 +224,133 @@ def test_the_cli_runs_the_compiled_path(pairs, monkeypatch, capsys):
         trace = json.loads(capsys.readouterr().out)
         assert "compiled" not in trace["models"]["target"], how
     assert cli.main([*argv, "--compile", "tvm"]) == 2
+
+
+# --- models with sliding-window attention: refused, and run eager ---------------------------
+
+WINDOW = 4
+
+
+def sliding_qwen2(seed: int, vocab: int = 16):
+    """A tiny Qwen2 whose every layer attends through a window of WINDOW positions: Qwen2
+    makes layer i sliding when use_sliding_window is set and i >= max_window_layers."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=vocab,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        tie_word_embeddings=False,
+        use_sliding_window=True,
+        sliding_window=WINDOW,
+        max_window_layers=0,
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(config).eval()
+        with torch.no_grad():
+            model.lm_head.weight.mul_(4.0 / model.lm_head.weight.std())
+    assert config.layer_types == ["sliding_attention"] * 2
+    return model
+
+
+@pytest.fixture(scope="module")
+def sliding_pair(one_thread):
+    from specviz.pair import LoadedModel
+    from tests.tiny import TinyTokenizer
+
+    pair = tiny_pair(vocab=16)
+    for role, seed in (("target", 0), ("draft", 1)):
+        model = sliding_qwen2(seed)
+        loaded = LoadedModel(
+            f"tiny-qwen2-{role}", model, torch.device("cpu"), "float32", 16, 0, "t"
+        )
+        setattr(pair, role, loaded)
+    pair.tokenizer = TinyTokenizer(16, None)
+    return pair
+
+
+def _one_line(err: str) -> list[str]:
+    return [line for line in err.splitlines() if "sliding-window attention" in line]
+
+
+@pytest.mark.parametrize("backend", ["auto", "eager", BACKEND])
+def test_a_sliding_window_model_runs_eager_with_one_line(
+    sliding_pair, backend, monkeypatch, capsys
+):
+    monkeypatch.setattr("specviz.compiled.auto_backend", lambda device: BACKEND)  # auto compiles
+    pair = sliding_pair.with_compile(backend)
+    assert pair.compile_backend is None
+    lines = _one_line(capsys.readouterr().err)
+    assert len(lines) == 1 and f"window {WINDOW}" in lines[0] and "runs eager" in lines[0]
+    ar = generate(pair, PROMPT, _greedy(method="ar"))
+    spec = generate(pair, PROMPT, _greedy())
+    assert len(ar.token_ids) == 40 > 2 * WINDOW  # far past the window
+    assert spec.token_ids == ar.token_ids
+    assert "compiled" not in spec.models["target"]
+
+
+def test_the_cli_runs_a_sliding_window_model_eager(sliding_pair, monkeypatch, capsys):
+    import json
+
+    import specviz.models
+    from specviz.cli import main as cli
+
+    monkeypatch.setattr(specviz.models, "load_pair", lambda *a, **k: sliding_pair)
+    argv = ["generate", "--prompt", PROMPT, "--greedy", "--max-new-tokens", "12", "--json"]
+    assert cli.main([*argv, "--gamma", str(GAMMA), "--compile", "eager"]) == 0
+    out = capsys.readouterr()
+    assert len(_one_line(out.err)) == 1
+    trace = json.loads(out.out)
+    assert len(trace["token_ids"]) == 12 and "compiled" not in trace["models"]["target"]
+
+
+def test_the_static_cache_refuses_sliding_layers_itself(sliding_pair):
+    # the rollback cannot be exact there: such a layer keeps WINDOW positions and rolls them
+    model = sliding_pair.target.model
+    with pytest.raises(ValueError, match="cannot roll back StaticSlidingWindowLayer"):
+        StaticLM(model, "t", 16, compiler_for(BACKEND), (1, GAMMA + 1), 64)
+
+
+@pytest.mark.parametrize(
+    "family,fields,window",
+    [
+        ("llama", {}, None),
+        ("qwen2", {}, None),  # use_sliding_window off: no window
+        ("qwen2", {"use_sliding_window": True, "sliding_window": 8, "max_window_layers": 0}, 8),
+        # every layer below max_window_layers attends in full: nothing slides
+        ("qwen2", {"use_sliding_window": True, "sliding_window": 8, "max_window_layers": 2}, None),
+        ("mistral", {"sliding_window": 16}, 16),  # Mistral v0.1: sliding_window, no layer_types
+        ("mistral", {"sliding_window": None}, None),
+        ("gemma2", {"sliding_window": 8}, 8),  # alternating sliding and full layers
+        ("gemma3_text", {"sliding_window": 8}, 8),
+    ],
+)
+def test_sliding_windows_are_found_in_every_family(family, fields, window):
+    from types import SimpleNamespace
+
+    from transformers import AutoConfig
+
+    from specviz.compiled import sliding_window
+
+    config = AutoConfig.for_model(
+        family,
+        vocab_size=16,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        **fields,
+    )
+    model = SimpleNamespace(config=config, _can_compile_fullgraph=True)
+    assert sliding_window(model) == window
+    if window is None:
+        check_compilable(model, BACKEND)
+    else:
+        with pytest.raises(SlidingWindowRefused, match=f"window {window}"):
+            check_compilable(model, BACKEND)

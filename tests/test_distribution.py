@@ -25,7 +25,7 @@ Sample counts are set by power, computed rather than guessed:
   view as the test pools it; the smallest N at which that wrong rule fails the case's
   exact test (some view at p <= 1e-4) with probability 0.99 (noncentral chi-square) is at
   most 520 (draft-temperature with resample-from-p); N_EXACT leaves a margin over it, and
-  keeps every case's "exercised" counts (scripts/distribution_power.py computes these).
+  keeps every case's "exercised" counts (tests/distribution_power.py computes these).
 - wrong rules, N_WRONG = 800 per case: the test asks for p < 1e-6; by the same estimate
   the hardest case (draft-temperature, resample-from-p) needs 640 for probability 0.99.
 A smaller run on a transformers Llama checks one case on the model class the app uses.
@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
+from specviz.analysis.chisquare import pooled_chi_square
 from specviz.config import Settings
 from specviz.engine import generate
 from specviz.trace import Trace
@@ -214,40 +215,14 @@ def sample(pair, case: Case, settings: Settings, n: int) -> tuple[Counter, Tally
     return counts, tally
 
 
-def pooled_statistic(counts: Counter, exact: dict, n: int) -> tuple[float, int]:
-    """Pearson's statistic and its degrees of freedom, cells expected below 5 pooled together
-    (and the pool into the smallest cell if it is itself below 5)."""
-    cells = [[exact[s] * n, counts.get(s, 0)] for s in sorted(exact, key=lambda s: -exact[s])]
-    big = [c for c in cells if c[0] >= 5]
-    pool = [sum(c[0] for c in cells if c[0] < 5), sum(c[1] for c in cells if c[0] < 5)]
-    if pool[0] >= 5:
-        big.append(pool)
-    elif pool[0] > 0:
-        big[-1] = [big[-1][0] + pool[0], big[-1][1] + pool[1]]
-    return sum((o - e) ** 2 / e for e, o in big), len(big) - 1
-
-
-def chi_square_pvalue(counts: Counter, exact: dict, n: int) -> tuple[float, float]:
-    """Pearson's chi-square and its p-value; cells expected below 5 are pooled together
-    (and the pool into the smallest cell if it is itself below 5)."""
-    impossible = sum(o for s, o in counts.items() if exact.get(s, 0.0) == 0.0)
-    if impossible:  # an outcome the target never produces was sampled
-        return math.inf, 0.0
-    stat, df = pooled_statistic(counts, exact, n)
-    p = torch.special.gammaincc(
-        torch.tensor(df / 2, dtype=torch.float64), torch.tensor(stat / 2, dtype=torch.float64)
-    )
-    return stat, float(p)
-
-
 def views(counts: Counter, exact: dict, n: int) -> dict[str, tuple[float, float]]:
     """(chi-square, p-value) for the whole continuation and for its first PREFIX tokens."""
     short: Counter = Counter()
     for s, c in counts.items():
         short[s[:PREFIX]] += c
     return {
-        "continuation": chi_square_pvalue(counts, exact, n),
-        f"first {PREFIX}": chi_square_pvalue(short, marginal(exact, PREFIX), n),
+        "continuation": pooled_chi_square(counts, exact, n),
+        f"first {PREFIX}": pooled_chi_square(short, marginal(exact, PREFIX), n),
     }
 
 

@@ -95,30 +95,16 @@ def race_traces() -> tuple[Trace, Trace]:
     return spec, ar
 
 
-def test_replay_counts_follow_the_measured_timelines():
+def test_replay_shows_both_texts_escaped_and_says_it_is_a_replay():
     spec, ar = race_traces()
-    assert race_replay.replay_counts(spec, ar, 0.05) == (0, 0)
-    assert race_replay.replay_counts(spec, ar, 0.25) == (4, 2)
-    assert race_replay.replay_counts(spec, ar, 1.0) == (4, 4)
-    # at 0.25x, replay second 1.0 is measured second 0.25; at 2x, 0.1 is 0.2
-    assert race_replay.replay_counts(spec, ar, 1.0, speed=0.25) == (4, 2)
-    assert race_replay.replay_counts(spec, ar, 0.1, speed=2.0) == (4, 2)
-    assert race_replay.duration(spec, ar, 0.25) == pytest.approx(1.6)
-    times = race_replay.frame_times(spec, ar, speed=2.0, fps=10)
-    assert times[0] == 0 and times[-1] == pytest.approx(0.2) and len(times) == 3
-
-
-def test_replay_html_shows_the_prefix_escaped_and_says_it_is_a_replay():
-    spec, ar = race_traces()
-    html = race_replay.replay_html(spec, ar, 0.15)
+    html = race_replay.replay_animation_html(spec, ar, 1.0)
     assert re.findall(r'data-method="(\w+)" data-shown="(\d+)"', html) == [
-        ("spec", "2"),
-        ("ar", "1"),
+        ("spec", "4"),
+        ("ar", "4"),
     ]
     assert "Replay of measured timings at 1x" in html
     assert "<script" not in html and "&lt;script&gt;" in html and "${" not in html
-    done = race_replay.replay_html(spec, ar, 10.0)
-    assert "done in 0.20 s" in done and "done in 0.40 s" in done
+    assert "measured 0.20 s" in html and "measured 0.40 s" in html
 
 
 def test_replay_animation_delays_each_token_by_its_time():
@@ -136,13 +122,13 @@ def test_replay_animation_delays_each_token_by_its_time():
 def test_replay_refuses_bad_speeds(speed):
     spec, ar = race_traces()
     with pytest.raises(ValueError, match="replay speed must be in"):
-        race_replay.replay_html(spec, ar, 0.0, speed)
+        race_replay.replay_animation_html(spec, ar, speed)
 
 
 def test_replay_refuses_swapped_or_textless_traces():
     spec, ar = race_traces()
     with pytest.raises(ValueError, match="needs a speculative and an autoregressive"):
-        race_replay.replay_html(ar, spec, 0.0)
+        race_replay.replay_animation_html(ar, spec)
     ar.token_texts = []
     with pytest.raises(ValueError, match="no text"):
         race_replay.replay_animation_html(spec, ar)
@@ -227,7 +213,7 @@ def test_narration_html_is_numbered_and_escaped():
     html = narration.narration_html(sample_trace().rounds[0])
     assert html.count("<li>") == 7 and "<ol>" in html
     assert "<script" not in html and "&lt;script&gt;" in html and "${" not in html
-    assert narration.narration_text(sample_trace().rounds[1]).startswith("1. The draft proposed 1")
+    assert narration.narrate_round(sample_trace().rounds[1])[0].startswith("The draft proposed 1")
 
 
 # --- figures -------------------------------------------------------------------------------

@@ -1,11 +1,13 @@
-"""Small statistics without SciPy: Pearson's chi-square (goodness of fit and two samples),
-its survival function from torch's regularised incomplete gamma, total variation,
-frequencies. The distribution check uses them."""
+"""Small statistics without SciPy: Pearson's chi-square (goodness of fit and two samples,
+and the pooled goodness of fit of outcome counts against an exact distribution), its
+survival function from torch's regularised incomplete gamma, its critical value, total
+variation, frequencies. The distribution check, the distribution tests and the power
+calculation behind their sample sizes use them."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -83,3 +85,41 @@ def frequencies(counts: Sequence[int]) -> list[float]:
     """Counts divided by their sum (all zeros when there are none)."""
     n = sum(counts)
     return [c / n if n else 0.0 for c in counts]
+
+
+def critical_value(dof: int, level: float) -> float:
+    """The statistic whose survival probability is `level` at dof degrees of freedom (the
+    test rejects above it), by bisection on chi2_sf."""
+    lo, hi = 0.0, 1000.0 + 50.0 * dof
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if chi2_sf(mid, dof) > level else (lo, mid)
+    return hi
+
+
+def pooled_statistic(
+    counts: Mapping[Hashable, int], exact: Mapping[Hashable, float], n: int
+) -> tuple[float, int]:
+    """Pearson's statistic of n samples' outcome counts against exact outcome probabilities,
+    and its degrees of freedom: outcomes expected fewer than 5 times are pooled into one
+    cell (and that pool into the smallest other cell if it is itself expected below 5)."""
+    order = sorted(exact, key=lambda s: -exact[s])
+    cells = [[exact[s] * n, counts.get(s, 0)] for s in order]
+    big = [c for c in cells if c[0] >= 5]
+    pool = [sum(c[0] for c in cells if c[0] < 5), sum(c[1] for c in cells if c[0] < 5)]
+    if pool[0] >= 5:
+        big.append(pool)
+    elif pool[0] > 0:
+        big[-1] = [big[-1][0] + pool[0], big[-1][1] + pool[1]]
+    return sum((o - e) ** 2 / e for e, o in big), len(big) - 1
+
+
+def pooled_chi_square(
+    counts: Mapping[Hashable, int], exact: Mapping[Hashable, float], n: int
+) -> tuple[float, float]:
+    """(statistic, p-value) of pooled_statistic; an outcome with exact probability 0 that
+    was sampled makes the statistic infinite and the p-value 0."""
+    if any(o for s, o in counts.items() if exact.get(s, 0.0) == 0.0):
+        return math.inf, 0.0
+    stat, dof = pooled_statistic(counts, exact, n)
+    return stat, chi2_sf(stat, dof)

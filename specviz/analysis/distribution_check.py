@@ -121,13 +121,6 @@ def continuations(
     return out, rest
 
 
-def frequent_continuations(
-    probs: TargetProbs, length: int, eos_ids: frozenset[int], min_prob: float
-) -> dict[Outcome, float]:
-    """Every continuation of `length` tokens (or ending at EOS) with P >= min_prob, exactly."""
-    return continuations(probs, length, eos_ids, min_prob)[0]
-
-
 # --- results -------------------------------------------------------------------------------
 
 

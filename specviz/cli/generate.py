@@ -109,7 +109,7 @@ def print_comparison(ar: Trace, spec: Trace) -> None:
     if is_greedy(ar.settings):
         same = ar.token_ids == spec.token_ids
         print(f"greedy outputs equal   {'yes' if same else 'no'}")
-    guard = guard_sentence(a, c, verify_steps)
+    guard = guard_sentence(a, c, verify_steps, name)
     if guard:
         print()
         print(guard)

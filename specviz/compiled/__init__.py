@@ -40,6 +40,11 @@ time recorded for that shape, kept beside torch's compile cache). Inductor's cac
 under the specviz cache directory unless TORCHINDUCTOR_CACHE_DIR says otherwise, so a
 restarted process reuses the generated code and compiles in a fraction of the first time.
 
+Refused: models whose cache has sliding-window (or chunked) layers. transformers'
+``StaticSlidingWindowLayer`` keeps only the window's last positions and rolls them over, so
+no move of the position can restore what a rollback needs; those models run eager, with one
+line on stderr (``check_compilable`` and ``SlidingWindowRefused`` in policy.py).
+
 Exactness. The rule, the warps and the draws are the eager path's own code; only the
 forward differs. Greedy speculative output equals greedy autoregressive output on this path
 as on the eager one. Compiled logits may differ from eager logits in the last bits (fused
@@ -51,9 +56,11 @@ from specviz.compiled.compiler import Compiler, compile_cache_dir, compiler_for
 from specviz.compiled.policy import (
     BACKENDS,
     MIN_CACHE_LEN,
+    SlidingWindowRefused,
     auto_backend,
     cache_len,
     check_compilable,
+    sliding_window,
 )
 from specviz.compiled.static_lm import StaticLM, acquire_cache, release_cache
 
@@ -61,6 +68,7 @@ __all__ = [
     "BACKENDS",
     "MIN_CACHE_LEN",
     "Compiler",
+    "SlidingWindowRefused",
     "StaticLM",
     "acquire_cache",
     "auto_backend",
@@ -69,4 +77,5 @@ __all__ = [
     "compile_cache_dir",
     "compiler_for",
     "release_cache",
+    "sliding_window",
 ]

@@ -1,7 +1,22 @@
 """The compiled path's policy: which backend a run takes, which models it can run, and the
-static cache's length."""
+static cache's length.
+
+The static cache rolls back by moving each layer's position (specviz.compiled.static_lm),
+which is exact for transformers' plain ``StaticLayer`` only: it keeps every position up to
+the cache's length. A sliding-window (or chunked) layer, ``StaticSlidingWindowLayer``, keeps
+only the last min(window, max_cache_len) positions and rolls them over, so after a rollback
+past an evicted position the cache no longer holds what the eager path would; its length
+and masks also follow a Python counter (``cumulative_length_int``) that moving the position
+does not reset. Such models are refused with :class:`SlidingWindowRefused`, after which a
+run takes the eager path (which is exact for them) whatever backend was named. The layers
+are read as ``StaticCache`` itself builds them (``get_layer_types_and_kwargs``: the config's
+``layer_types``, or each layer's ``sliding_window`` / ``attention_chunk_size``), which
+covers Gemma 2 and 3, Mistral's ``sliding_window`` and Qwen2's ``use_sliding_window``.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
@@ -19,8 +34,50 @@ def auto_backend(device: torch.device) -> str | None:
     return "inductor" if device.type == "cuda" and not on_zero_gpu() else None
 
 
+class SlidingWindowRefused(ValueError):
+    """The model has sliding-window attention layers: the compiled path's rollback cannot be
+    exact for it, and the run takes the eager path instead (one line on stderr says so)."""
+
+
+def cache_layers(model: torch.nn.Module) -> list[tuple[str, dict[str, Any]]] | None:
+    """(layer type, its kwargs) of every layer of the StaticCache that transformers would
+    build for this model, as StaticCache itself reads the config; None for a model without
+    a transformers config."""
+    from transformers.cache_utils import get_layer_types_and_kwargs
+
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(config, "get_text_config"):
+        return None
+    types, kwargs = get_layer_types_and_kwargs(config.get_text_config(decoder=True))
+    return list(zip(types, kwargs, strict=True))
+
+
+def sliding_window(model: torch.nn.Module) -> int | None:
+    """The smallest window of the model's sliding-window or chunked attention layers (the
+    static cache keeps that many positions in them), or None when it has none."""
+    from transformers.cache_utils import STATIC_LAYER_TYPE_MAPPING, StaticSlidingWindowLayer
+
+    windows = [
+        int(kw.get("sliding_window") or 0)
+        for kind, kw in cache_layers(model) or []
+        if issubclass(STATIC_LAYER_TYPE_MAPPING.get(kind, object), StaticSlidingWindowLayer)
+        or kw.get("sliding_window") is not None
+    ]
+    return min(windows) if windows else None
+
+
+def _unrollable(model: torch.nn.Module) -> list[str]:
+    """The cache layer types of the model that moving a position cannot roll back: all but
+    transformers' plain StaticLayer (sliding windows are told apart by sliding_window)."""
+    from transformers.cache_utils import STATIC_LAYER_TYPE_MAPPING, StaticLayer
+
+    kinds = {kind for kind, _ in cache_layers(model) or []}
+    return sorted(k for k in kinds if STATIC_LAYER_TYPE_MAPPING.get(k) is not StaticLayer)
+
+
 def check_compilable(model: torch.nn.Module, backend: str) -> None:
-    """Raise ValueError unless the compiled path can run this model with this backend."""
+    """Raise ValueError unless the compiled path can run this model with this backend;
+    SlidingWindowRefused (a ValueError) for a model with sliding-window layers."""
     if backend not in BACKENDS:
         raise ValueError(f"compile backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
     if on_zero_gpu():
@@ -31,6 +88,19 @@ def check_compilable(model: torch.nn.Module, backend: str) -> None:
     spread = set((getattr(model, "hf_device_map", None) or {}).values())
     if len(spread) > 1:
         raise ValueError("the compiled path needs the target on one device (SPECVIZ_DEVICE_MAP)")
+    window = sliding_window(model)
+    if window is not None:
+        raise SlidingWindowRefused(
+            f"{name} has sliding-window attention (window {window}): the compiled path's "
+            "static cache keeps only the window's last positions and cannot roll back "
+            "exactly, so it runs eager"
+        )
+    other = _unrollable(model)
+    if other:
+        raise ValueError(
+            f"{name} cannot run on the compiled path: its cache layers ({', '.join(other)}) "
+            "cannot roll back by moving a position"
+        )
 
 
 def cache_len(needed: int) -> int:

@@ -9,6 +9,7 @@ import weakref
 
 import torch
 from transformers import StaticCache
+from transformers.cache_utils import StaticLayer
 
 from specviz.compiled.compiler import Compiler
 from specviz.compiled.policy import cache_len
@@ -60,6 +61,10 @@ class StaticLM:
         self.out_device = out_device or self.device
         self.length = cache_len(max_len)
         self.cache: StaticCache | None = acquire_cache(model, self.length)
+        # Moving the position rolls back a plain StaticLayer only (policy.py says why).
+        other = sorted({type(x).__name__ for x in self.cache.layers if type(x) is not StaticLayer})
+        if other:
+            raise ValueError(f"{name}: the compiled path cannot roll back {', '.join(other)}")
         self._move(0)  # a reused cache starts empty: what it held lies beyond the position
         self.tokens: list[int] = []  # the tokens whose keys and values the cache holds
         self.calls = 0

@@ -297,7 +297,9 @@ def status_html(message: str, kind: str = "info") -> str:
 
 def exact_note_html(settings: dict[str, Any], drafter: str = "the draft") -> str:
     """What the text is distributed as: the target's own sampling at these settings,
-    whatever the draft does (the promise of both papers, in one sentence)."""
+    whatever the draft does (the promise of both papers, in one sentence). A draft
+    temperature is mentioned only when it differs from the target's (then q's warp differs
+    from p's); it can raise or lower the acceptance, so no direction is claimed."""
     greedy = is_greedy(settings)
     if greedy:
         how = "the target's own greedy decoding (argmax of p at every step)"
@@ -311,9 +313,12 @@ def exact_note_html(settings: dict[str, Any], drafter: str = "the draft") -> str
         f"This text is distributed exactly as {how}, whatever {drafter} proposes: "
         "the draft changes how fast the text comes, never which text it is likely to be."
     )
-    dt = settings.get("draft_temperature")
-    if dt is not None and not greedy:
-        note += f" The draft samples at temperature {dt:g}: fewer drafts are accepted."
+    dt, t = settings.get("draft_temperature"), settings.get("temperature")
+    if dt is not None and not greedy and float(dt) != float(t):
+        note += (
+            f" The draft samples at temperature {dt:g}, the target at {t:g}: q is warped "
+            "differently from p, which can change how many drafts are accepted."
+        )
     return f'<div class="sv-exact-note">{esc(note)}</div>'
 
 

@@ -106,11 +106,6 @@ def narrate_round(rnd: Round) -> list[str]:
     return lines
 
 
-def narration_text(rnd: Round) -> str:
-    """Numbered plain text, one sentence a line."""
-    return "\n".join(f"{i}. {s}" for i, s in enumerate(narrate_round(rnd), 1))
-
-
 def narration_html(rnd: Round) -> str:
     """The numbered sentences as an escaped ordered list."""
     items = "".join(f"<li>{esc(s)}</li>" for s in narrate_round(rnd))

@@ -6,16 +6,14 @@ Each trace's ``timeline`` holds [seconds since its start, tokens so far] after e
 speed s (1x real time, 0.25x slower, 2x faster), a side shows the tokens it had at measured
 time t * s. Nothing is re-run: this is a replay of measured timings, and says so.
 
-Two ways to show it: ``replay_html(spec, ar, t, speed)`` is one frame (for a step-by-step
-player or a slider), ``replay_animation_html(spec, ar, speed)`` is one page update whose
-tokens appear by CSS animation delays, so a long run replays without further updates.
-Every token text is escaped. No gradio.
+``replay_animation_html(spec, ar, speed)`` is one page update whose tokens appear by CSS
+animation delays, so a long run replays without further updates. Every token text is
+escaped. No gradio.
 """
 
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
 
 from specviz.trace import Trace
 from specviz.views.markup import esc
@@ -41,39 +39,12 @@ def check_speed(speed: float) -> float:
     return float(speed)
 
 
-def tokens_at(timeline: list[list[float]], t_s: float) -> int:
-    """Tokens a run had produced at measured time t_s (its last point at or before t_s)."""
-    i = bisect_right([p[0] for p in timeline], t_s)
-    return int(timeline[i - 1][1]) if i else 0
-
-
 def token_times(timeline: list[list[float]]) -> list[float]:
     """The measured time at which each token appeared: [tokens]."""
     times: list[float] = []
     for t_s, n in timeline:
         times.extend([t_s] * (int(n) - len(times)))
     return times
-
-
-def duration(spec: Trace, ar: Trace, speed: float = 1.0) -> float:
-    """Replay seconds until both sides are complete."""
-    ends = [t.timeline[-1][0] for t in (spec, ar) if t.timeline]
-    return max(ends, default=0.0) / check_speed(speed)
-
-
-def replay_counts(spec: Trace, ar: Trace, t: float, speed: float = 1.0) -> tuple[int, int]:
-    """(speculative tokens, autoregressive tokens) shown at replay time t."""
-    measured = max(0.0, t) * check_speed(speed)
-    return tokens_at(spec.timeline, measured), tokens_at(ar.timeline, measured)
-
-
-def frame_times(spec: Trace, ar: Trace, speed: float = 1.0, fps: int = 10) -> list[float]:
-    """Replay times of the frames at fps, from 0 to the end (the end always included)."""
-    if isinstance(fps, bool) or not isinstance(fps, int) or not 1 <= fps <= 60:
-        raise ValueError(f"fps must be an integer in 1..60, got {fps!r}")
-    end = duration(spec, ar, speed)
-    n = math.ceil(end * fps)
-    return [min(end, i / fps) for i in range(n + 1)]
 
 
 def _note(speed: float) -> str:
@@ -100,20 +71,6 @@ def _wrap(speed: float, sides: str, extra: str = "") -> str:
         f'<div class="sv-race-note">{esc(_note(speed))}</div>'
         f'<div style="{grid}">{sides}</div></div>'
     )
-
-
-def replay_html(spec: Trace, ar: Trace, t: float, speed: float = 1.0) -> str:
-    """One frame: both texts as they stood at replay time t."""
-    check_pair(spec, ar)
-    speed = check_speed(speed)
-    counts = replay_counts(spec, ar, t, speed)
-    measured = max(0.0, t) * speed
-    sides = ""
-    for label, trace, shown in zip(SIDES, (spec, ar), counts, strict=True):
-        end = trace.timeline[-1][0] if trace.timeline else 0.0
-        clock = f"done in {end:.2f} s" if measured >= end else f"{measured:.2f} s"
-        sides += _side(trace, label, shown, clock, esc("".join(trace.token_texts[:shown])))
-    return _wrap(speed, sides)
 
 
 def replay_animation_html(spec: Trace, ar: Trace, speed: float = 1.0, nonce: int = 0) -> str:

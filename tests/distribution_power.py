@@ -3,41 +3,30 @@ rule (and the broken exact match of the model-drafter exact-match cases), estima
 noncentrality per sample, (chi-square - df) / n, from NEST wrong-rule samples in each view
 as the test pools it, then find the smallest N at which that wrong rule fails the exact
 test (p <= EXACT_P in some view) and the wrong-rule test (p < WRONG_P) with probability
-POWER. Run from the repository root: `python scripts/distribution_power.py`.
+POWER. Run from the repository root: `python -m tests.distribution_power`.
+
+It lives beside the tests because it reads their cases, tiny models and broken exact match;
+the pooled chi-square it shares with them is specviz.analysis.chisquare's.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from specviz import engine  # noqa: E402
-from tests import test_distribution as T  # noqa: E402
-from tests.broken import match_then_residual  # noqa: E402
+from specviz import engine
+from specviz.analysis.chisquare import critical_value, pooled_statistic
+from tests import test_distribution as T
+from tests.broken import match_then_residual
 
 NEST = 2000
 POWER = 0.99
 DRAWS = 200_000
 gen = torch.Generator().manual_seed(0)
-
-
-def critical(df: int, alpha: float) -> float:
-    lo, hi = 0.0, 1000.0 + 50 * df
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        p = torch.special.gammaincc(
-            torch.tensor(df / 2, dtype=torch.float64), torch.tensor(mid / 2, dtype=torch.float64)
-        )
-        lo, hi = (mid, hi) if float(p) > alpha else (lo, mid)
-    return hi
 
 
 def power(df: int, lam: float, c: float) -> float:
@@ -52,7 +41,7 @@ def power(df: int, lam: float, c: float) -> float:
 def needed(per_sample: float, df: int, alpha: float) -> float:
     if per_sample <= 0:
         return math.inf
-    c, hi = critical(df, alpha), 1
+    c, hi = critical_value(df, alpha), 1
     while power(df, hi * per_sample, c) < POWER:
         hi *= 2
     lo = hi // 2
@@ -84,7 +73,7 @@ def main() -> None:
             views = {"continuation": (counts, exact), "first": (short, T.marginal(exact, T.PREFIX))}
             best = {"exact": math.inf, "wrong": math.inf}
             for cnt, ex in views.values():
-                stat, df = T.pooled_statistic(cnt, ex, NEST)
+                stat, df = pooled_statistic(cnt, ex, NEST)
                 for test, alpha in (("exact", T.EXACT_P), ("wrong", T.WRONG_P)):
                     best[test] = min(best[test], needed(max(0.0, (stat - df) / NEST), df, alpha))
             row = {"case": name, "verification": verification, "wrong": rule, **best}
