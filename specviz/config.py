@@ -421,7 +421,7 @@ class Settings:
         lo=0,
         slider=(0, 2, 0.05),
         elem_id="sv-temperature",
-        help="the sampling temperature of p and q (0: greedy)",
+        help="the sampling temperature of p and q, 0 for greedy",
     )
     # Temperature of the draft's q only (None: the target's). The output stays exact: the
     # rule corrects any q, a mis-calibrated one just gets accepted less often.
@@ -438,7 +438,7 @@ class Settings:
             1.5,
             elem_id="sv-own-draft-temp",
         ),
-        help="changes q only (unset: the target's temperature)",
+        help="changes q only; unset, the draft samples at the target's temperature",
     )
     top_k: int = setting(0, "top-k (0 = off)", lo=0, help="0 disables top-k")
     top_p: float = setting(
@@ -449,7 +449,7 @@ class Settings:
         lo_open=True,
         slider=(0.05, 1, 0.05),
         elem_id="sv-top-p",
-        help="nucleus sampling: the smallest set of tokens holding this much of p (and q)",
+        help="nucleus sampling: keep the smallest set of tokens holding this much of p and q",
     )
     greedy: bool = setting(
         False, "greedy (argmax p and q)", help="argmax decoding (one-hot p and q)"
