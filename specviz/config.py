@@ -174,6 +174,7 @@ class Warp:
 # --- the schema: what the front ends know about each setting ---------------------------------
 
 FRONT_ENDS = ("cli", "app", "api")  # the CLI's flags, the app's form, the /generate API
+APP_GROUPS = ("models", "sampling")  # the app's sections that hold settings
 SCHEMA_KEY = "specviz"  # the key of a Settings field's Meta in its dataclass metadata
 
 
@@ -210,7 +211,7 @@ class Meta:
     fronts: tuple[str, ...] = FRONT_ENDS
     flag: str | None = None  # the CLI's flag where it is not --name-with-dashes
     slider: tuple[float, float | None, float] | None = None  # min, max (None: hi), step
-    group: str = "sampling"  # the app's section: "sampling" or "models"
+    group: str = "sampling"  # the app's section (one of APP_GROUPS)
     elem_id: str | None = None
     switch: Switch | None = None  # how the app turns an optional number on
 
@@ -372,6 +373,8 @@ def _check_meta(s: Setting) -> None:
     unknown = sorted(set(m.fronts) - set(FRONT_ENDS))
     if unknown:
         raise TypeError(f"setting {s.name}: unknown front end(s) {', '.join(unknown)}")
+    if m.group not in APP_GROUPS:
+        raise TypeError(f"setting {s.name}: group must be one of {', '.join(APP_GROUPS)}")
     if m.choices and s.kind is not str:
         raise TypeError(f"setting {s.name}: choices need a str setting")
     if m.slider is not None and s.kind not in (int, float):

@@ -44,7 +44,7 @@ def add_sampling_args(p: argparse.ArgumentParser, cls: type[Settings] = Settings
             help_text += f", {entries}in {bounds}" if interval else f" ({entries}{bounds})"
         if s.kind is bool:
             action = argparse.BooleanOptionalAction if s.default else "store_true"
-            p.add_argument(s.flag, dest=s.name, action=action, help=help_text)
+            p.add_argument(s.flag, dest=s.name, action=action, default=s.default, help=help_text)
         elif s.kind is tuple:
             default = None if s.default is None else s.text(s.default)
             p.add_argument(s.flag, dest=s.name, default=default, help=f"{help_text}, e.g. 2,2,1")
