@@ -443,7 +443,6 @@ class Settings:
         ),
         help="changes q only; unset, the draft samples at the target's temperature",
     )
-    top_k: int = setting(0, "top-k (0 = off)", lo=0, help="0 disables top-k")
     top_p: float = setting(
         0.9,
         "top-p",
@@ -454,8 +453,17 @@ class Settings:
         elem_id="sv-top-p",
         help="nucleus sampling: keep the smallest set of tokens holding this much of p and q",
     )
+    top_k: int = setting(0, "top-k (0 = off)", lo=0, help="0 disables top-k")
     greedy: bool = setting(
         False, "greedy (argmax p and q)", help="argmax decoding (one-hot p and q)"
+    )
+    verification: str = setting(
+        "rejection",
+        "verification (both lossless): rejection u < p/q, or exact match "
+        "(the target's own sample must equal the draft)",
+        choices=VERIFICATIONS,
+        elem_id="sv-verification",
+        help="rejection: u < p/q; exact-match: the target's own sample equals the draft",
     )
     max_new_tokens: int = setting(
         128,
@@ -480,14 +488,6 @@ class Settings:
     )
     rule: str = setting(
         "exact", "rule", choices=RULES, fronts=(), help="the rejection rule, or a broken variant"
-    )
-    verification: str = setting(
-        "rejection",
-        "verification (both lossless): rejection u < p/q, or exact match "
-        "(the target's own sample must equal the draft)",
-        choices=VERIFICATIONS,
-        elem_id="sv-verification",
-        help="rejection: u < p/q; exact-match: the target's own sample equals the draft",
     )
     trace_level: str = setting(
         "full", "trace level", choices=TRACE_LEVELS, fronts=(), help="what each round records"
