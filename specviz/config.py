@@ -257,10 +257,12 @@ class Setting:
         lo, hi, kind = self.meta.lo, self.high(limits), self.item or self.kind
         if lo is None and hi is None or kind not in (int, float):
             return ""
-        if kind is int:
-            return f">= {lo:g}" if hi is None else f"{_bound(lo)}..{_bound(hi)}"
         if hi is None:
-            return f"{'>' if self.meta.lo_open else '>='} {lo:g}"
+            return f"{'>' if self.meta.lo_open and kind is float else '>='} {lo:g}"
+        if lo is None:
+            return f"<= {_bound(hi) if kind is int else format(hi, 'g')}"
+        if kind is int:
+            return f"{_bound(lo)}..{_bound(hi)}"
         return f"{'(' if self.meta.lo_open else '['}{lo:g}, {hi:g}]"
 
     def check(self, value: Any, limits: Limits) -> Any:
