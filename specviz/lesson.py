@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from specviz.config import Settings
+from specviz.config import form_defaults
 from specviz.lesson_statements import (  # noqa: F401 - the lesson's public face
     STATUSES,
     RunNumbers,
@@ -26,24 +26,10 @@ from specviz.lesson_statements import (  # noqa: F401 - the lesson's public face
     untouched_statement,
 )
 
-DEFAULTS = Settings()
 # The controls an untouched page starts from (the CLI's defaults), as Form fields; every
 # step starts from these, so that a step's run does not depend on what was touched before.
-BASE: dict[str, Any] = {
-    "drafter": DEFAULTS.drafter,
-    "gamma": DEFAULTS.gamma,
-    "adaptive_gamma": DEFAULTS.adaptive_gamma,
-    "temperature": DEFAULTS.temperature,
-    "own_draft_temperature": False,
-    "draft_temperature": 1.5,
-    "top_p": DEFAULTS.top_p,
-    "top_k": DEFAULTS.top_k,
-    "greedy": DEFAULTS.greedy,
-    "verification": DEFAULTS.verification,
-    "max_new_tokens": DEFAULTS.max_new_tokens,
-    "seed": DEFAULTS.seed,
-    "compare": True,
-}
+# Derived from config.Settings: each setting the app offers, and the baseline on.
+BASE: dict[str, Any] = {**form_defaults(), "compare": True}
 HOT_DRAFT = 1.5  # step 2's draft temperature
 SWEEP_GAMMAS = (1, 2, 4, 8)
 SWEEP_TOKENS = 16  # tokens per sweep run: the sweep stays short

@@ -47,6 +47,8 @@ STATS_KEYS = {
         (["--prompt", "hi", "--draft", "a/b"], "needs both a draft id and a target id"),
         (["--prompt", "hi", "--gamma", "two"], "invalid int value"),
         (["--prompt", "hi", "--verification", "exact"], "argument --verification: invalid"),
+        (["--prompt", "hi", "--top-n", "0"], "top_n must be in 1..100, got 0"),
+        (["--prompt", "hi", "--seed", "-1"], "seed must be in 0..9223372036854775807"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_code_2(capsys, argv, message):

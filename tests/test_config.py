@@ -25,6 +25,14 @@ BAD = [
     ({"temperature": 0.009}, "temperature must be 0 (greedy) or at least 0.01"),
     ({"draft_temperature": 1e-40}, "draft_temperature must be 0 (greedy) or at least 0.01"),
     ({"verification": "exact"}, "verification must be one of rejection, exact-match"),
+    # the ranges and choices each field's schema entry declares
+    ({"seed": -1}, "seed must be in 0..9223372036854775807, got -1"),
+    ({"top_n": 0}, "top_n must be in 1..100, got 0"),
+    ({"ngram_size": 17}, "ngram_size must be in 1..16, got 17"),
+    ({"rule": "lenient"}, "rule must be one of exact, resample-from-p, accept-without-draw"),
+    ({"trace_level": "some"}, "trace_level must be one of full, minimal"),
+    ({"top_p": True}, "top_p must be in (0, 1], got True"),
+    ({"draft_temperature": "hot"}, "draft_temperature must be a number >= 0, got 'hot'"),
     # a deliberately wrong rule is a variant of the rejection rule only
     (
         {"verification": "exact-match", "rule": "resample-from-p"},

@@ -1,5 +1,9 @@
 """What several commands share: the model and sampling argument groups, and Settings and the
-model pair from parsed arguments, and small helpers for commands."""
+model pair from parsed arguments, and small helpers for commands.
+
+The sampling flags are derived from config.Settings (config.offered("cli")): a setting
+declared there with the CLI among its front ends is a flag here, under its name with dashes.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ import argparse
 import sys
 from typing import Any
 
-from specviz.config import COMPILE_CHOICES, DRAFTERS, VERIFICATIONS, Settings
+from specviz.config import COMPILE_CHOICES, Limits, Settings, offered
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -27,42 +31,29 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-# The Settings fields add_sampling_args sets, each from the argument of the same name.
-SAMPLING_FIELDS = (
-    "drafter",
-    "gamma",
-    "adaptive_gamma",
-    "temperature",
-    "draft_temperature",
-    "top_p",
-    "top_k",
-    "greedy",
-    "max_new_tokens",
-    "seed",
-    "top_n",
-    "verification",
-)
-
-
-def add_sampling_args(p: argparse.ArgumentParser) -> None:
-    d = Settings()
-    p.add_argument("--drafter", default=d.drafter, choices=DRAFTERS)
-    p.add_argument("--gamma", type=int, default=d.gamma, help="tokens drafted per round (1..32)")
-    p.add_argument("--adaptive-gamma", action="store_true", help="grow/shrink gamma per round")
-    p.add_argument("--temperature", type=float, default=d.temperature)
-    p.add_argument("--draft-temperature", type=float, default=None, help="changes q only")
-    p.add_argument("--top-p", type=float, default=d.top_p)
-    p.add_argument("--top-k", type=int, default=d.top_k, help="0 disables top-k")
-    p.add_argument("--greedy", action="store_true", help="argmax decoding (one-hot p and q)")
-    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--top-n", type=int, default=d.top_n, help="tokens listed per position")
-    p.add_argument(
-        "--verification",
-        default=d.verification,
-        choices=VERIFICATIONS,
-        help="rejection: u < p/q; exact-match: the target's own sample equals the draft",
-    )
+def add_sampling_args(p: argparse.ArgumentParser, cls: type[Settings] = Settings) -> None:
+    """One flag per setting the CLI offers (config.schema): its type, default, choices and
+    help, the valid range appended."""
+    limits = Limits()
+    for s in offered("cli", cls):
+        help_text = s.meta.help or s.meta.label
+        bounds = s.range_text(limits)
+        if bounds:
+            entries = "entries " if s.kind is tuple else ""
+            interval = bounds[0] in "(["
+            help_text += f", {entries}in {bounds}" if interval else f" ({entries}{bounds})"
+        if s.kind is bool:
+            action = argparse.BooleanOptionalAction if s.default else "store_true"
+            p.add_argument(s.flag, dest=s.name, action=action, default=s.default, help=help_text)
+        elif s.kind is tuple:
+            default = None if s.default is None else s.text(s.default)
+            p.add_argument(s.flag, dest=s.name, default=default, help=f"{help_text}, e.g. 2,2,1")
+        elif s.meta.choices:
+            p.add_argument(
+                s.flag, dest=s.name, default=s.default, choices=s.meta.choices, help=help_text
+            )
+        else:
+            p.add_argument(s.flag, dest=s.name, type=s.kind, default=s.default, help=help_text)
 
 
 def add_run_args(p: argparse.ArgumentParser) -> None:
@@ -71,12 +62,12 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     add_sampling_args(p)
 
 
-def settings_from_args(args: argparse.Namespace, method: str = "spec") -> Settings:
+def settings_from_args(
+    args: argparse.Namespace, method: str = "spec", cls: type[Settings] = Settings
+) -> Settings:
     """Validated Settings from parsed arguments (raises ValueError)."""
-    from specviz.config import Limits
-
-    sampling = {name: getattr(args, name) for name in SAMPLING_FIELDS}
-    return Settings(method=method, limits=Limits.from_env(), **sampling)
+    sampling = {s.name: s.parse(getattr(args, s.name)) for s in offered("cli", cls)}
+    return cls(method=method, limits=Limits.from_env(), **sampling)
 
 
 def load_pair_from_args(args: argparse.Namespace, compiled: bool = True) -> Any:

@@ -1,6 +1,7 @@
 """The named API, ``/generate``, for gradio_client users and notebooks: the CLI's
 ``generate`` parameters under the CLI's names and defaults, answered with the JSON trace of
 ``generate --json`` (plus the autoregressive trace and the speedup when compare is set).
+The settings among its parameters are derived from config.Settings (config.offered("api")).
 
     from gradio_client import Client
     trace = Client("http://127.0.0.1:7860").predict(prompt="Why is the sky blue?",
@@ -9,18 +10,22 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
 import gradio as gr
 
 from specviz import metrics
+from specviz.config import Setting, offered
 from specviz.trace import Trace
 from specviz.ui.errors import user_errors
 from specviz.ui.live import complete_traces
 from specviz.ui.page import Page
 from specviz.ui.pairs import CUSTOM, AppContext
-from specviz.ui.state import DEFAULTS, Form
+from specviz.ui.state import Controls, Form, convert
+
+POSITIONAL = inspect.Parameter.POSITIONAL_OR_KEYWORD
 
 
 def api_result(spec: Trace, ar: Trace | None) -> dict[str, Any]:
@@ -33,54 +38,106 @@ def api_result(spec: Trace, ar: Trace | None) -> dict[str, Any]:
     return out
 
 
-def generate_endpoint(ctx: AppContext) -> Callable[..., dict[str, Any]]:
-    """The named API endpoint /generate: the CLI's `generate` parameters, by the CLI's names
-    and with its defaults; returns the JSON trace (plus the baseline with compare)."""
+# The parameters that are not settings, before and after the settings the API offers.
+HEAD = (
+    inspect.Parameter("prompt", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str),
+    inspect.Parameter("pair", POSITIONAL, default="default", annotation=str),
+    inspect.Parameter("draft", POSITIONAL, default=None, annotation=str | None),
+    inspect.Parameter("target", POSITIONAL, default=None, annotation=str | None),
+)
+TAIL = (inspect.Parameter("compare", POSITIONAL, default=False, annotation=bool),)
+HELP = {
+    "prompt": "the prompt",
+    "pair": "a pair this app offers",
+    "draft": "a custom pair's draft id (with target)",
+    "target": "a custom pair's target id (with draft)",
+    "compare": "also run the autoregressive baseline and return it with the speedup",
+}
 
-    @user_errors
-    def generate(
-        prompt: str,
-        pair: str = "default",
-        draft: str | None = None,
-        target: str | None = None,
-        drafter: str = DEFAULTS.drafter,
-        gamma: int = DEFAULTS.gamma,
-        adaptive_gamma: bool = DEFAULTS.adaptive_gamma,
-        temperature: float = DEFAULTS.temperature,
-        draft_temperature: float | None = DEFAULTS.draft_temperature,
-        top_p: float = DEFAULTS.top_p,
-        top_k: int = DEFAULTS.top_k,
-        greedy: bool = DEFAULTS.greedy,
-        max_new_tokens: int = DEFAULTS.max_new_tokens,
-        seed: int = DEFAULTS.seed,
-        compare: bool = False,
-        verification: str = DEFAULTS.verification,
-    ) -> dict[str, Any]:
-        """Generate speculatively (and, with compare, autoregressively) and return the trace."""
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise ValueError("prompt is empty")
-        form = Form(
-            prompt=prompt,
-            pair=CUSTOM if (draft or target) else pair,
-            custom_draft=draft or "",
-            custom_target=target or "",
-            drafter=drafter,
-            gamma=gamma,
-            adaptive_gamma=adaptive_gamma,
-            temperature=temperature,
-            own_draft_temperature=draft_temperature is not None,
-            draft_temperature=draft_temperature,
-            top_p=top_p,
-            top_k=top_k,
-            greedy=greedy,
-            max_new_tokens=max_new_tokens,
-            seed=seed,
-            compare=compare,
-            verification=verification,
+
+def api_type(s: Setting) -> Any:
+    """The parameter's type: the setting's kind (a tuple arrives as a list), or None too."""
+    kind = list[s.item] if s.kind is tuple else s.kind
+    return kind | None if s.optional else kind
+
+
+def generate_signature(form: type[Controls] = Form) -> inspect.Signature:
+    """The parameters of /generate: the prompt and the pair, each setting the API offers
+    (config.offered("api")) under its name with its default, and compare."""
+    settings = tuple(
+        inspect.Parameter(
+            s.name,
+            POSITIONAL,
+            default=list(s.default) if isinstance(s.default, tuple) else s.default,
+            annotation=api_type(s),
         )
-        return api_result(*complete_traces(ctx, form, ctx.settings(form)))
+        for s in offered("api", form.settings_class)
+    )
+    return inspect.Signature([*HEAD, *settings, *TAIL], return_annotation=dict[str, Any])
 
-    return generate
+
+def api_form(form: type[Controls], values: dict[str, Any]) -> tuple[Controls, dict[str, Any]]:
+    """The Form of one /generate call from its arguments, and the values of the settings
+    the API offers but the app does not (applied over the Form's settings). An optional
+    number's switch is on when the argument is given."""
+    cls = form.settings_class
+    on_page = {s.name for s in offered("app", cls)}
+    fields: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    for s in offered("api", cls):
+        x = values[s.name]
+        if s.name not in on_page:
+            extra[s.name] = None if x is None and s.optional else convert(s, x)
+            continue
+        if s.meta.switch is not None:
+            fields[s.meta.switch.name] = x is not None
+        fields[s.name] = x
+    draft, target = values["draft"], values["target"]
+    made = form(
+        prompt=values["prompt"],
+        pair=CUSTOM if (draft or target) else values["pair"],
+        custom_draft=draft or "",
+        custom_target=target or "",
+        compare=values["compare"],
+        **fields,
+    )
+    return made, extra
+
+
+def generate_endpoint(ctx: AppContext, form: type[Controls] = Form) -> Callable[..., Any]:
+    """The named API endpoint /generate: the CLI's `generate` parameters, by the CLI's names
+    and with its defaults; returns the JSON trace (plus the baseline with compare). Its
+    signature is derived from the settings (see :func:`generate_signature`): gradio reads
+    the function's signature and type hints to describe the endpoint."""
+    signature = generate_signature(form)
+
+    def generate(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        values = bound.arguments
+        if not isinstance(values["prompt"], str) or not values["prompt"].strip():
+            raise ValueError("prompt is empty")
+        made, extra = api_form(form, values)
+        settings = ctx.settings(made)
+        settings = settings.with_(**extra) if extra else settings
+        return api_result(*complete_traces(ctx, made, settings))
+
+    helps = {s.name: s.meta.help or s.meta.label for s in offered("api", form.settings_class)}
+    helps = {**HELP, **helps}
+    generate.__signature__ = signature
+    generate.__annotations__ = {
+        **{p.name: p.annotation for p in signature.parameters.values()},
+        "return": signature.return_annotation,
+    }
+    generate.__doc__ = "\n".join(
+        [
+            "Generate speculatively (and, with compare, autoregressively) and return the trace.",
+            "",
+            "Args:",
+            *(f"    {name}: {helps[name]}" for name in signature.parameters),
+        ]
+    )
+    return user_errors(generate)
 
 
 def wire(page: Page) -> None:

@@ -1,10 +1,11 @@
 """The left column: presets, the prompt, Run/Step/Stop, the presentation toggle and the
 help text first, then the pair and the sampling controls; and the events of the controls
-themselves (a preset fills them in, a new pair loads and warms, the draft-temperature
-switch reveals its slider).
+themselves (a preset fills them in, a new pair loads and warms, an optional setting's switch
+reveals its widget).
 
-Every control starts at Form's default, which is the CLI's: an untouched page runs what
-``python -m specviz generate`` runs.
+The settings' widgets are derived from config.Settings: each setting the app offers gets
+the widget its kind and Meta call for (:func:`widget`). Every control starts at Form's
+default, which is the CLI's: an untouched page runs what ``python -m specviz generate`` runs.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 import gradio as gr
 
-from specviz.config import DRAFTERS, VERIFICATIONS, Deployment
+from specviz.config import Deployment, Limits, Setting, Settings, form_defaults, offered
 from specviz.ui.content import HOW_TO_READ, PRESET_FIELDS, PRESETS, apply_preset
 from specviz.ui.errors import user_errors
 from specviz.ui.page import INTERNAL, Page
@@ -78,59 +79,58 @@ def settings(c: dict[str, Any], pairs: list[str], dep: Deployment) -> None:
             c["custom_target"] = gr.Textbox(
                 "", label="custom target id", placeholder="owner/name", max_length=200
             )
-        c["drafter"] = gr.Radio(list(DRAFTERS), value=f.drafter, label="drafter")
+        setting_widgets(c, limits, "models")
         c["models"] = gr.HTML(
             markup.status_html("models load when the page opens"),
             js_on_load=None,
             elem_id="sv-models",
         )
     with gr.Accordion("sampling", open=True):
-        c["gamma"] = gr.Slider(
-            1,
-            limits.max_gamma,
-            min(f.gamma, limits.max_gamma),
-            step=1,
-            label="gamma (drafts/round)",
-            elem_id="sv-gamma",
-        )
-        c["adaptive_gamma"] = gr.Checkbox(f.adaptive_gamma, label="adaptive gamma")
-        c["temperature"] = gr.Slider(
-            0, 2, f.temperature, step=0.05, label="temperature", elem_id="sv-temperature"
-        )
-        c["own_draft_temperature"] = gr.Checkbox(
-            f.own_draft_temperature,
-            label="draft uses its own temperature (changes q only: the output stays exact, "
-            "acceptance drops)",
-            elem_id="sv-own-draft-temp",
-        )
-        c["draft_temperature"] = gr.Slider(
-            0.05,
-            3,
-            f.draft_temperature,
-            step=0.05,
-            label="draft temperature",
-            visible=f.own_draft_temperature,
-            elem_id="sv-draft-temp",
-        )
-        c["top_p"] = gr.Slider(0.05, 1, f.top_p, step=0.05, label="top-p", elem_id="sv-top-p")
-        c["top_k"] = gr.Number(f.top_k, precision=0, minimum=0, label="top-k (0 = off)")
-        c["greedy"] = gr.Checkbox(f.greedy, label="greedy (argmax p and q)")
-        c["verification"] = gr.Radio(
-            list(VERIFICATIONS),
-            value=f.verification,
-            label="verification (both lossless): rejection u < p/q, or exact match "
-            "(the target's own sample must equal the draft)",
-            elem_id="sv-verification",
-        )
-        c["max_new_tokens"] = gr.Slider(
-            1,
-            min(512, limits.max_new_tokens),
-            min(f.max_new_tokens, limits.max_new_tokens),
-            step=1,
-            label="max new tokens",
-            elem_id="sv-max-new",
-        )
-        c["seed"] = gr.Number(f.seed, precision=0, minimum=0, label="seed")
+        setting_widgets(c, limits, "sampling")
+
+
+def setting_widgets(
+    c: dict[str, Any], limits: Limits, group: str, cls: type[Settings] = Settings
+) -> None:
+    """The widgets of the settings in one section of the app (config.offered("app"), by
+    their Meta's group), into c by form field, each at its Form default: an optional
+    number's switch box, then its widget (hidden until the box is ticked)."""
+    starts = form_defaults(cls)
+    for s in offered("app", cls):
+        if s.meta.group != group:
+            continue
+        visible = True
+        if s.meta.switch is not None:
+            box = s.meta.switch
+            c[box.name] = gr.Checkbox(starts[box.name], label=box.label, elem_id=box.elem_id)
+            visible = bool(starts[box.name])
+        c[s.name] = widget(s, starts[s.name], limits, visible)
+
+
+def widget(s: Setting, value: Any, limits: Limits, visible: bool = True) -> Any:
+    """The widget of one setting, from its kind and Meta: a checkbox for a flag, radio
+    buttons for a choice, a slider (capped by the deployment's limit) or a number box for
+    a number, a text box for a list of numbers."""
+    m = s.meta
+    common: dict[str, Any] = {"label": m.label, "elem_id": m.elem_id, "visible": visible}
+    if s.kind is bool:
+        return gr.Checkbox(value, **common)
+    if m.choices:
+        return gr.Radio(list(m.choices), value=value, **common)
+    if s.kind is tuple:
+        return gr.Textbox(value, placeholder="e.g. 2,2,1", max_lines=1, **common)
+    if s.kind is str:
+        return gr.Textbox(value, max_lines=1, **common)
+    hi = s.high(limits)
+    if m.slider is not None:
+        low, top, step = m.slider
+        tops = [x for x in (top, hi) if x is not None]
+        top = min(tops) if tops else low
+        return gr.Slider(low, top, min(value, top), step=step, **common)
+    bounds: dict[str, Any] = {"minimum": m.lo}
+    if hi is not None and hi < 2**53:  # a browser's numbers are doubles
+        bounds["maximum"] = hi
+    return gr.Number(value, precision=0 if s.kind is int else None, **bounds, **common)
 
 
 def pair_updates(ctx: AppContext, form: Form) -> Iterator[View]:
@@ -166,14 +166,16 @@ def wire(page: Page) -> None:
         api_name="preset",
         **page.quiet,
     )
-    c["own_draft_temperature"].change(
-        lambda on: gr.Slider(visible=bool(on)),
-        [c["own_draft_temperature"]],
-        [c["draft_temperature"]],
-        queue=False,
-        show_progress="hidden",
-        **INTERNAL,
-    )
+    for s in offered("app"):  # an optional number's switch reveals its widget
+        if s.meta.switch is not None:
+            c[s.meta.switch.name].change(
+                lambda on: gr.update(visible=bool(on)),
+                [c[s.meta.switch.name]],
+                [c[s.name]],
+                queue=False,
+                show_progress="hidden",
+                **INTERNAL,
+            )
     load = page.stream(lambda *values: pair_updates(page.ctx, page.form(values)))
     options = {**page.live, **INTERNAL}
     for comp in (c["pair"], c["dtype"]):

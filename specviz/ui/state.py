@@ -2,8 +2,10 @@
 tab keeps in ``gr.State``. Nothing here renders: the session holds the HTML that
 specviz.ui.views rendered for its rounds.
 
-Form's defaults are the controls' initial values and equal the CLI's defaults, so an
-untouched page runs exactly what ``python -m specviz generate`` runs.
+Form is derived from config.Settings: one field per setting the app offers, beside the
+controls that are not settings (:class:`Controls`). Its defaults are the controls' initial
+values and equal the CLI's defaults, so an untouched page runs exactly what
+``python -m specviz generate`` runs.
 """
 
 from __future__ import annotations
@@ -11,12 +13,12 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass, field, fields, make_dataclass
+from typing import Any, ClassVar
 
 from specviz.analysis.calibration import Calibration
 from specviz.analysis.runlog import ExperimentLog
-from specviz.config import DEFAULT_PROMPT, Limits, Settings
+from specviz.config import DEFAULT_PROMPT, Limits, Setting, Settings, form_defaults, offered
 from specviz.engine import Update
 from specviz.trace import Trace, has_overlaps
 
@@ -25,60 +27,84 @@ View = dict[str, Any]  # a handler's output: view name -> value
 
 
 DEFAULTS = Settings()  # the CLI's defaults: untouched controls mean exactly these
-DRAFT_TEMPERATURE = 1.5  # where the draft-temperature slider starts once it is switched on
 
 
 @dataclass
-class Form:
-    """The control values of one request, as the widgets deliver them. The defaults are the
-    widgets' initial values, which are the CLI's defaults (:data:`DEFAULTS`)."""
+class Controls:
+    """The controls of one request that are not settings: the prompt, the pair, the baseline
+    and the compiled path. :func:`form_class` adds one field per setting the app offers."""
 
     prompt: str = DEFAULT_PROMPT
     pair: str = "default"
     dtype: str = "auto"
     custom_draft: str = ""
     custom_target: str = ""
-    drafter: str = DEFAULTS.drafter
-    gamma: float = DEFAULTS.gamma
-    adaptive_gamma: bool = DEFAULTS.adaptive_gamma
-    temperature: float = DEFAULTS.temperature
-    # The draft's own temperature applies only while the box is ticked: an untouched page
-    # drafts at the target's temperature, as the CLI does without --draft-temperature.
-    own_draft_temperature: bool = False
-    draft_temperature: float | None = DRAFT_TEMPERATURE
-    top_p: float = DEFAULTS.top_p
-    top_k: float = DEFAULTS.top_k
-    greedy: bool = DEFAULTS.greedy
-    verification: str = DEFAULTS.verification
-    max_new_tokens: float = DEFAULTS.max_new_tokens
-    seed: float = DEFAULTS.seed
     compare: bool = True
     # The compiled path (specviz.compiled, inductor): static caches and compiled forwards.
     # None: the machine's default (specviz.compiled.auto_backend: on CUDA, not on a CPU,
     # where the first run of each shape compiles for minutes), as the CLI's --compile auto.
     compile: bool | None = None
 
+    settings_class: ClassVar[type[Settings]] = Settings
+
     def settings(self, limits: Limits) -> Settings:
         """Validated settings (raises ValueError with the engine's one-line message)."""
         check_prompt_size(self.prompt, limits)
-        return Settings(
-            drafter=self.drafter,
-            gamma=as_int("gamma", self.gamma),
-            adaptive_gamma=bool(self.adaptive_gamma),
-            temperature=as_float("temperature", self.temperature),
-            draft_temperature=as_float("draft temperature", self.draft_temperature)
-            if self.own_draft_temperature
-            else None,
-            top_p=as_float("top_p", self.top_p),
-            top_k=as_int("top_k", self.top_k),
-            greedy=bool(self.greedy),
-            verification=self.verification,
-            max_new_tokens=as_int("max_new_tokens", self.max_new_tokens),
-            seed=as_int("seed", self.seed),
-            limits=limits,
-        )
+        values = {s.name: setting_value(s, self) for s in offered("app", self.settings_class)}
+        return self.settings_class(**values, limits=limits)
 
 
+def form_class(cls: type[Settings] = Settings) -> type[Controls]:
+    """The form of an app over cls: :class:`Controls` and, per setting the app offers (in
+    field order), a field at its widget's initial value (config.form_defaults), an optional
+    number's switch box just before it."""
+    starts = form_defaults(cls)
+    specs: list[tuple[str, Any, Any]] = []
+    for s in offered("app", cls):
+        if s.meta.switch is not None:
+            specs.append((s.meta.switch.name, bool, field(default=False)))
+        specs.append((s.name, _widget_type(s), field(default=starts[s.name])))
+    doc = (
+        "The control values of one request, as the widgets deliver them. The defaults are "
+        "the widgets' initial values, which are the CLI's defaults."
+    )
+    made = make_dataclass("Form", specs, bases=(Controls,), namespace={"__doc__": doc})
+    made.__module__ = __name__
+    made.settings_class = cls
+    return made
+
+
+def _widget_type(s: Setting) -> Any:
+    """What the setting's widget delivers: number boxes and sliders give floats, a tuple's
+    text box a string; an optional number may arrive empty."""
+    kind = {int: float, tuple: str}.get(s.kind, s.kind)
+    return kind | None if s.optional and s.kind is not tuple else kind
+
+
+def setting_value(s: Setting, form: Any) -> Any:
+    """The setting's value from its widget: whole floats become ints, a tuple's text is
+    parsed, an optional number is None unless its switch is on; ValueError for an empty
+    number."""
+    if s.meta.switch is not None and not getattr(form, s.meta.switch.name):
+        return None
+    return convert(s, getattr(form, s.name))
+
+
+def convert(s: Setting, x: Any) -> Any:
+    """A widget's or an argument's value as the setting takes it (ValueError when empty)."""
+    if s.kind is bool:
+        return bool(x)
+    if s.kind is int:
+        return as_int(s.words, x)
+    if s.kind is float:
+        return as_float(s.words, x)
+    return s.parse(x)
+
+
+# The control values of one request: Controls and the Settings the app offers. An untouched
+# page's draft runs at the target's temperature, as the CLI's without --draft-temperature:
+# an optional setting applies only while its switch is on.
+Form = form_class(Settings)
 FORM_FIELDS = tuple(f.name for f in fields(Form))
 
 
