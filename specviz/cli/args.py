@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Any
 
-from specviz.config import COMPILE_CHOICES, DRAFTERS, VERIFICATIONS, Settings
+from specviz.config import COMPILE_CHOICES, DRAFTERS, VERIFICATIONS, Settings, parse_tree
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -41,6 +41,7 @@ SAMPLING_FIELDS = (
     "seed",
     "top_n",
     "verification",
+    "tree",
 )
 
 
@@ -63,6 +64,19 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
         choices=VERIFICATIONS,
         help="rejection: u < p/q; exact-match: the target's own sample equals the draft",
     )
+    p.add_argument(
+        "--tree",
+        type=_tree_arg,
+        default=None,
+        help="draft a tree: children per depth, e.g. 2,2,1 (replaces --gamma; eager path)",
+    )
+
+
+def _tree_arg(text: str) -> tuple[int, ...]:
+    try:
+        return parse_tree(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_run_args(p: argparse.ArgumentParser) -> None:
@@ -88,6 +102,8 @@ def load_pair_from_args(args: argparse.Namespace, compiled: bool = True) -> Any:
         args.pair, draft=args.draft, target=args.target, dtype=args.dtype, device=args.device
     )
     backend = getattr(args, "compile", None)
+    if backend == "auto" and getattr(args, "tree", None) is not None:
+        backend = "off"  # trees run on the eager path only (specviz.compiled.policy)
     return pair.with_compile(backend) if backend and compiled else pair
 
 
