@@ -33,7 +33,14 @@ METHODS = ("spec", "ar")
 DRAFTERS = ("model", "ngram")
 # "exact" is the rule of both papers. The others are deliberately wrong, kept so that the
 # distribution check (tests, CLI, app) can show that it catches a broken algorithm.
-RULES = ("exact", "resample-from-p", "accept-without-draw")
+RULES = ("exact", "resample-from-p", "accept-without-draw", "same-target-for-siblings")
+# "same-target-for-siblings" tries every sibling of a tree against the original p (a wrong
+# multi-draft rule); on a chain it equals "exact", so it needs a tree.
+TREE_ONLY_RULES = ("same-target-for-siblings",)
+# The verifications a tree supports: the lossless ones (each node's siblings are trials).
+TREE_VERIFICATIONS = ("rejection", "exact-match")
+# A tree's node budget: each round's draft and verify calls are this wide at most.
+MAX_TREE_NODES = 64
 # How a round verifies its drafts; both are lossless. "rejection" is the papers' rule (accept
 # x_i iff u_i < p(x_i)/q(x_i), resample from norm(max(0, p - q)) at the first rejection);
 # "exact-match" samples the target's own y_i ~ p_i and accepts x_i iff y_i == x_i, keeping
@@ -494,6 +501,15 @@ class Settings:
     trace_level: str = setting(
         "full", "trace level", choices=TRACE_LEVELS, fronts=(), help="what each round records"
     )
+    # Children per depth of a drafted tree (specviz.tree), e.g. (2, 2, 1); None: a chain of
+    # gamma. With a tree, gamma is its depth.
+    tree: tuple[int, ...] | None = setting(
+        None,
+        "tree (children per depth, e.g. 2,2,1; empty: a chain of gamma)",
+        lo=1,
+        elem_id="sv-tree",
+        help="draft a tree: children per depth, e.g. 2,2,1 (10 nodes); unset, a chain of gamma",
+    )
     limits: Limits = field(default_factory=Limits, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -509,6 +525,41 @@ class Settings:
             )
         _above_greedy("temperature", self.temperature)
         _above_greedy("draft_temperature", self.draft_temperature)
+        self._check_tree()
+
+    def _check_tree(self) -> None:
+        """Validate the tree shape and what combines with it; a tree sets gamma to its depth."""
+        if self.tree is None:
+            if self.rule in TREE_ONLY_RULES:
+                raise ValueError(
+                    f"rule {self.rule!r} differs from the exact rule only on a tree: "
+                    "give a tree (--tree)"
+                )
+            return
+        shape = self.tree
+        if isinstance(shape, list):
+            shape = tuple(shape)
+        if not isinstance(shape, tuple) or not shape:
+            raise ValueError(f"tree must be a non-empty list of children per depth, got {shape!r}")
+        for b in shape:
+            _int_range("tree branching", b, 1, MAX_TREE_NODES)
+        _int_range("tree depth", len(shape), 1, self.limits.max_gamma)
+        nodes = tree_nodes(shape)
+        if nodes > MAX_TREE_NODES:
+            raise ValueError(
+                f"tree {shape_text(shape)} has {nodes} nodes; at most {MAX_TREE_NODES}"
+            )
+        if self.drafter != "model":
+            raise ValueError("a tree needs the model drafter (n-gram lookup proposes one chain)")
+        if self.adaptive_gamma:
+            raise ValueError("adaptive gamma changes a chain's length: it cannot run on a tree")
+        if self.verification not in TREE_VERIFICATIONS:
+            raise ValueError(
+                f"{self.verification} verification is not supported on a tree "
+                f"(only {', '.join(TREE_VERIFICATIONS)})"
+            )
+        object.__setattr__(self, "tree", shape)
+        object.__setattr__(self, "gamma", len(shape))
 
     @property
     def is_greedy(self) -> bool:
@@ -543,6 +594,29 @@ class Settings:
         if unknown:
             raise ValueError(f"unknown setting(s): {', '.join(unknown)}")
         return cls(**d, limits=limits or Limits())
+
+
+def tree_nodes(shape: tuple[int, ...]) -> int:
+    """Nodes of a tree with shape[d] children under every node of depth d: 2,2,1 has 10."""
+    total, width = 0, 1
+    for b in shape:
+        width *= b
+        total += width
+    return total
+
+
+def shape_text(shape: tuple[int, ...]) -> str:
+    """A tree shape as the command line writes it: "2,2,1"."""
+    return ",".join(str(b) for b in shape)
+
+
+def parse_tree(text: str) -> tuple[int, ...]:
+    """A tree shape from "2,2,1" (raises ValueError with a one-line message)."""
+    try:
+        shape = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise ValueError(f"tree must be integers like 2,2,1, got {text!r}") from None
+    return shape
 
 
 def _is_number(x: Any) -> bool:

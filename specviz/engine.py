@@ -39,6 +39,7 @@ from specviz.pair import LoadedModel, ModelPair
 from specviz.record import round_decisions
 from specviz.sampling import draw, next_token, verify, verify_exact_match, warp
 from specviz.trace import Round, Trace
+from specviz.tree_run import check_tree_request, tree_rounds
 
 
 @dataclass
@@ -84,6 +85,8 @@ def check_request(pair: ModelPair, prompt: Any, settings: Settings, raw: bool = 
     first; a caller that runs several generations can make it once, before any output."""
     if settings.method == "spec" and settings.drafter == "model" and pair.draft is None:
         raise ValueError(f"pair {pair.name!r} has no draft model; use the ngram drafter")
+    if settings.method == "spec":
+        check_tree_request(pair, settings)
     return prompt_ids_for(pair, prompt, settings, raw)
 
 
@@ -112,6 +115,8 @@ class Run:
         if self._started:
             raise RuntimeError("a Run can be iterated once")
         self._started = True
+        if self.settings.method == "spec" and self.settings.tree is not None:
+            return tree_rounds(self)  # specviz.tree_run
         return self._spec() if self.settings.method == "spec" else self._ar()
 
     # --- shared pieces ---------------------------------------------------------------

@@ -8,6 +8,11 @@ read-only between requests; the cache belongs to one request.
 A target spread over several devices by a device map (accelerate's hooks move activations
 from block to block) returns its logits on the device of its last block; ``CachedLM`` hands
 them over on one chosen device, so that p and q meet where the rule runs.
+
+For a drafted tree (specviz.tree), ``CachedLM.masked_logits`` feeds tokens after the cache
+with a custom attention mask and explicit position ids (several tokens at one position, each
+seeing only its ancestors), and ``CachedLM.keep`` then gathers the accepted path: the cache
+holds branches in between, and only those two methods may touch it then.
 """
 
 from __future__ import annotations
@@ -85,6 +90,7 @@ class CachedLM:
         self.tokens: list[int] = []  # the tokens whose keys and values the cache holds
         self.calls = 0
         self.busy_s = 0.0  # seconds inside the model's forward (specviz.costs reads it)
+        self.branched = False  # the cache holds tree branches (masked_logits until keep)
 
     @property
     def cached(self) -> int:
@@ -95,6 +101,7 @@ class CachedLM:
 
     def rollback(self, seq: list[int]) -> None:
         """Crop the cache to the longest prefix it shares with seq."""
+        self._linear()
         keep = common_prefix(self.tokens, seq)
         self._crop(keep)
 
@@ -107,6 +114,7 @@ class CachedLM:
     @torch.inference_mode()
     def logits(self, seq: list[int], keep: int = 1) -> torch.Tensor:
         """Logits [keep, V] for the last `keep` positions of seq, feeding only uncached tokens."""
+        self._linear()
         start = min(common_prefix(self.tokens, seq), len(seq) - keep)
         self._crop(start)
         ids = torch.tensor([seq[start:]], dtype=torch.long, device=self.device)
@@ -119,6 +127,85 @@ class CachedLM:
         self.tokens.extend(seq[start:])
         self.calls += 1
         return logits
+
+    def _linear(self) -> None:
+        if self.branched:
+            raise RuntimeError("the cache holds a tree: keep() the accepted path first")
+
+    @torch.inference_mode()
+    def masked_logits(
+        self, ids: list[int], positions: list[int], visible: torch.Tensor, keep: int | None = None
+    ) -> torch.Tensor:
+        """Logits [keep, V] for the last `keep` (default: all) of n tokens fed after the
+        cache's slots at the given position ids, where row j attends to the slots visible[j]
+        marks (bool [n, cached + n]: the cache's slots, then this call's tokens). Each
+        token's keys and values take the next slot."""
+        n, total = len(ids), self.cached + len(ids)
+        keep = n if keep is None else keep
+        if visible.shape != (n, total):
+            raise ValueError(f"mask must be [{n}, {total}], got {list(visible.shape)}")
+        ids_t = torch.tensor([ids], dtype=torch.long, device=self.device)
+        pos_t = torch.tensor([positions], dtype=torch.long, device=self.device)
+        t0 = time.perf_counter()
+        out = self.model(
+            input_ids=ids_t,
+            position_ids=pos_t,
+            attention_mask=attention_mask_4d(self.model, visible.to(self.device)),
+            past_key_values=self.cache,
+            use_cache=True,
+            logits_to_keep=keep,
+        )
+        logits = out.logits[0, -keep:, : self.vocab_size].to(self.out_device)  # [keep, V]
+        self.busy_s += finished(logits) - t0
+        self.tokens.extend(ids)
+        self.calls += 1
+        self.branched = True
+        return logits
+
+    def keep(self, slots: list[int]) -> None:
+        """Keep only these cache slots, in this order (a prefix, then the accepted path):
+        DynamicCache has no gather, so each layer's keys and values are index_select'ed
+        along the sequence dimension. The cache is linear again afterwards."""
+        index = torch.tensor(slots, dtype=torch.long)
+        for layer in self.cache.layers:
+            if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
+                continue
+            at = index.to(layer.keys.device)
+            layer.keys = layer.keys.index_select(-2, at)
+            layer.values = layer.values.index_select(-2, at)
+        self.tokens = [self.tokens[s] for s in slots]
+        self.branched = False
+
+
+def attention_mask_4d(model: torch.nn.Module, visible: torch.Tensor) -> torch.Tensor:
+    """A custom 4D mask [1, 1, n, kv] that transformers passes through unchanged: bool for
+    SDPA (True attends), additive in the model's dtype for eager attention."""
+    impl = getattr(model.config, "_attn_implementation", None) or "eager"
+    mask = visible[None, None]
+    if impl == "sdpa":
+        return mask
+    if impl == "eager":
+        dtype = next(model.parameters()).dtype
+        zero = torch.zeros((), dtype=dtype, device=mask.device)
+        return torch.where(mask, zero, torch.finfo(dtype).min)
+    raise ValueError(f"trees need sdpa or eager attention; this model uses {impl}")
+
+
+def tree_refusal(model: torch.nn.Module) -> str | None:
+    """Why a tree cannot run on this model (None: it can): a custom 4D mask replaces the
+    sliding-window masks, so models with sliding or mixed attention layers are refused."""
+    config = getattr(model, "config", None)
+    if config is None:
+        return f"{type(model).__name__} takes no attention mask"
+    kinds = set(getattr(config, "layer_types", None) or ["full_attention"])
+    window = getattr(config, "sliding_window", None)
+    sliding = window is not None and getattr(config, "use_sliding_window", True)
+    if sliding or kinds != {"full_attention"}:
+        return f"{type(model).__name__} has sliding-window or mixed attention layers"
+    impl = getattr(config, "_attn_implementation", None) or "eager"
+    if impl not in ("sdpa", "eager"):
+        return f"trees need sdpa or eager attention; this model uses {impl}"
+    return None
 
 
 def finished(t: torch.Tensor) -> float:

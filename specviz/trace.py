@@ -10,6 +10,14 @@ p is the target's distribution and q the draft's, both after temperature, top-k 
 exactly the distributions the verification used. Which verification that was (the rejection
 rule or exact match) is in the settings (``config.verification_of``); fields added after the
 first traces were written (the exact-match ones, match_prob) are optional when loading.
+
+A round that drafted a tree (specviz.tree) also records its shape and every node
+(:class:`Node`: parent index, depth, its trial among its siblings). Such a trace is written
+under schema version 2; a trace without tree rounds is written under version 1, exactly as
+before, and both versions load. A tree round's ``drafted`` is its path view: one entry per
+depth it reached (the accepted nodes, then the first child tried where every child was
+rejected, then that child's first descendants, discarded), so every positional reader works
+on it unchanged; the nodes hold the rest.
 """
 
 from __future__ import annotations
@@ -19,7 +27,10 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-SCHEMA = "specviz-trace/1"
+SCHEMA_CHAIN = "specviz-trace/1"
+SCHEMA = "specviz-trace/2"  # adds tree rounds: Round.tree and Round.nodes
+SCHEMAS = (SCHEMA_CHAIN, SCHEMA)
+NODE_STATUSES = ("accepted", "rejected", "untried")
 DRAFT_STATUSES = ("accepted", "rejected", "discarded")
 ADDED_STATUSES = ("resampled", "bonus")
 TOKEN_STATUSES = ("accepted", "rejected", "resampled", "bonus")
@@ -51,6 +62,25 @@ class Drafted:
 
 
 @dataclass
+class Node:
+    """One node of a drafted tree and the trial it got (if any) among its siblings."""
+
+    id: int
+    text: str
+    parent: int  # index of its parent in Round.nodes; -1: a child of the root
+    depth: int  # 1 for the root's children
+    q: float  # draft probability it was drawn with, at its parent
+    p: float  # target probability at its parent (the original p)
+    status: str  # accepted | rejected | untried (its parent was not reached, or a sibling won)
+    trial: int | None = None  # its turn among its siblings, from 0; None: untried
+    # the updated target p'(x) at its trial (p itself at the first trial; exact match: p)
+    p_prime: float | None = None
+    # min(1, p'(x)/q(x)) under the rejection rule, p(x) under exact match; None: untried
+    accept_prob: float | None = None
+    u: float | None = None  # the rejection rule's uniform; None: untried, greedy, exact match
+
+
+@dataclass
 class Added:
     """The token the target adds at the end of a round."""
 
@@ -79,6 +109,15 @@ class Round:
     draft_ms: float
     verify_ms: float
     t_s: float  # seconds since the start of the generation when the round ended
+    tree: list[int] | None = None  # children per depth; None: a chain round
+    nodes: list[Node] | None = None  # the tree's nodes, breadth first; None: a chain round
+
+    @property
+    def trials(self) -> int:
+        """Drafts the rule tested: every tried node of a tree, the verified drafts of a chain."""
+        if self.nodes is None:
+            return len(self.verified)
+        return sum(n.trial is not None for n in self.nodes)
 
     @property
     def verified(self) -> list[Drafted]:
@@ -144,7 +183,7 @@ class Trace:
     timeline: list[list[float]] = field(default_factory=list)
     stats: Stats = field(default_factory=Stats)
     stop_reason: str = "running"
-    schema: str = SCHEMA
+    schema: str = SCHEMA_CHAIN  # to_dict writes SCHEMA when the trace has tree rounds
 
     def append_call(
         self, new_ids: list[int], texts: list[str], t_s: float, rnd: Round | None = None
@@ -159,7 +198,14 @@ class Trace:
         self.timeline.append([t_s, float(len(self.token_ids))])
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Plain values; a trace without tree rounds is written as schema version 1."""
+        d = asdict(self)
+        tree = any(r.nodes is not None for r in self.rounds)
+        if not tree:
+            for r in d["rounds"]:
+                del r["tree"], r["nodes"]
+        d["schema"] = SCHEMA if tree else SCHEMA_CHAIN
+        return d
 
     def to_json(self, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False, allow_nan=False)
@@ -176,8 +222,11 @@ class Trace:
     def from_dict(cls, d: Any) -> Trace:
         """Build a Trace from plain values, checking every field against the schema."""
         _expect(d, dict, "trace")
-        if d.get("schema", SCHEMA) != SCHEMA:
-            raise ValueError(f"unsupported trace schema {d.get('schema')!r}, expected {SCHEMA}")
+        if d.get("schema", SCHEMA_CHAIN) not in SCHEMAS:
+            raise ValueError(
+                f"unsupported trace schema {d.get('schema')!r}, "
+                f"expected one of {', '.join(SCHEMAS)}"
+            )
         method = _get(d, "method", str, "trace")
         if method not in ("spec", "ar"):
             raise ValueError(f"trace.method must be 'spec' or 'ar', got {method!r}")
@@ -371,6 +420,12 @@ def _round(r: Any, i: int) -> Round:
             prob=_num(added, "prob", w),
             top=_top(added.get("top", []), "residual", f"{w}.top"),
         )
+    tree, nodes = r.get("tree"), r.get("nodes")
+    if tree is not None:
+        tree = _ints(_expect(tree, list, f"{where}.tree"), f"{where}.tree")
+    if nodes is not None:
+        _expect(nodes, list, f"{where}.nodes")
+        nodes = [_node(x, f"{where}.nodes[{j}]", j) for j, x in enumerate(nodes)]
     return Round(
         index=_get(r, "index", int, where),
         start=_get(r, "start", int, where),
@@ -380,6 +435,31 @@ def _round(r: Any, i: int) -> Round:
         draft_ms=_num(r, "draft_ms", where),
         verify_ms=_num(r, "verify_ms", where),
         t_s=_num(r, "t_s", where),
+        tree=tree,
+        nodes=nodes,
+    )
+
+
+def _node(x: Any, w: str, j: int) -> Node:
+    _expect(x, dict, w)
+    status = _get(x, "status", str, w)
+    if status not in NODE_STATUSES:
+        raise ValueError(f"{w}.status must be one of {', '.join(NODE_STATUSES)}")
+    parent = _get(x, "parent", int, w)
+    if not -1 <= parent < j:
+        raise ValueError(f"{w}.parent must be -1 or an earlier node, got {parent}")
+    return Node(
+        id=_get(x, "id", int, w),
+        text=_get(x, "text", str, w),
+        parent=parent,
+        depth=_get(x, "depth", int, w),
+        q=_num(x, "q", w),
+        p=_num(x, "p", w),
+        status=status,
+        trial=_optional(x, "trial", int, w),
+        p_prime=_opt_num(x, "p_prime", w, optional=True),
+        accept_prob=_opt_num(x, "accept_prob", w, optional=True),
+        u=_opt_num(x, "u", w, optional=True),
     )
 
 

@@ -33,6 +33,7 @@ CLI_FLAGS = {
     "--seed",
     "--top-n",
     "--verification",
+    "--tree",
 }
 API_NAMES = {
     "prompt",
@@ -51,6 +52,7 @@ API_NAMES = {
     "seed",
     "compare",
     "verification",
+    "tree",
 }
 FORM_NAMES = {
     "prompt",
@@ -70,6 +72,7 @@ FORM_NAMES = {
     "verification",
     "max_new_tokens",
     "seed",
+    "tree",
     "compare",
     "compile",
 }

@@ -42,6 +42,7 @@ from specviz.engine import generate, prompt_ids_for
 from specviz.lm import CachedLM
 from specviz.pair import ModelPair
 from specviz.sampling import residual, warp
+from specviz.tree import sibling_first_token
 
 MIN_N = 200
 MAX_N = 100_000
@@ -314,6 +315,9 @@ def _predicted_tv(
     p = probs.row(())  # [V]
     if s.is_greedy:
         return 0.0
+    if s.tree is not None:  # b children at the root, tried one after another
+        first = sibling_first_token(p, q, s.tree[0], rule if s.verification == "rejection" else "")
+        return float(0.5 * (first - p).abs().sum())
     return float(0.5 * (rule_first_token(p, q, rule, s.verification) - p).abs().sum())
 
 

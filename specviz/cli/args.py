@@ -79,6 +79,8 @@ def load_pair_from_args(args: argparse.Namespace, compiled: bool = True) -> Any:
         args.pair, draft=args.draft, target=args.target, dtype=args.dtype, device=args.device
     )
     backend = getattr(args, "compile", None)
+    if backend == "auto" and getattr(args, "tree", None) is not None:
+        backend = "off"  # trees run on the eager path only (specviz.compiled.policy)
     return pair.with_compile(backend) if backend and compiled else pair
 
 

@@ -103,6 +103,13 @@ def check_compilable(model: torch.nn.Module, backend: str) -> None:
         )
 
 
+def check_tree_path(backend: str | None) -> None:
+    """Raise ValueError when a tree would run on the compiled path: its static cache has no
+    tree attention mask or path gather, so trees run on the eager path only."""
+    if backend is not None:
+        raise ValueError("--tree runs on the eager path only: add --compile off")
+
+
 def cache_len(needed: int) -> int:
     """The static cache's length: a power of two of at least MIN_CACHE_LEN positions."""
     n = MIN_CACHE_LEN

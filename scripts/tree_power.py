@@ -1,0 +1,50 @@
+"""The sample size of the tree check tests (tests/test_tree.py), from power, as
+scripts/distribution_power.py computes the chain's: for each tree shape, draw NEST samples
+of the distribution check under the wrong sibling rule "same-target-for-siblings" (target
+temperature 1.0, draft temperature 0.7), estimate the noncentrality per sample,
+(chi-square - df) / n, in each of the check's views as it bins them, and find the smallest N
+at which the rule fails the check (some view below significance / views) with probability
+POWER. Run from the repository root: `python scripts/tree_power.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from scripts.distribution_power import needed  # noqa: E402
+from specviz.analysis import distribution_check as dc  # noqa: E402
+from tests import test_tree as T  # noqa: E402
+
+NEST = 1000
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    pair = T.check_pair()
+    for shape in T.CHECK_SHAPES:
+        s = T.check_settings(shape)
+        r = dc.run_check(pair, T.CHECK_PROMPT, s, n=NEST, length=3, rule=T.WRONG_RULE)
+        alpha = r.threshold
+        best = min(
+            needed(
+                max(0.0, (v.spec_test.statistic - v.spec_test.dof) / NEST), v.spec_test.dof, alpha
+            )
+            for v in r.views
+        )
+        row = {
+            "tree": shape,
+            "rule": T.WRONG_RULE,
+            "predicted_tv": r.predicted_tv,
+            "needed_n": best,
+        }
+        print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
