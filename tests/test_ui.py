@@ -358,17 +358,61 @@ def test_distribution_check_tab_passes_the_exact_rule_and_catches_a_wrong_one() 
 
     pair = tiny_pair(vocab=8, target_seed=0, draft_seed=2)  # first-position overlap ~0.4
     loader = lambda name, dtype: pair  # noqa: E731
-    seen: list[float] = []
     f = form(prompt="1 2", temperature=1.0, gamma=2)
-    exact = ui.check_updates(
-        ui.AppContext(loader, LIMITS), f, 200, 1, "exact", lambda x, _: seen.append(x)
+    frames, exact = drain(ui.check_updates(ui.AppContext(loader, LIMITS), f, 200, 1, "exact"))
+    assert frames[0] == {**frames[0], "check_n": 200, "check_len": 1, "check_rule": "exact"}
+    assert "PASS" in frames[-1]["check_summary"] and frames[-1]["check_plot"] is not None
+    assert (
+        exact.n == 200
+        and exact.rule == "exact"
+        and exact.summary() in html.unescape(frames[-1]["check_summary"])
     )
-    assert "PASS" in exact["check_summary"] and exact["check_plot"] is not None
-    assert seen and seen[-1] == pytest.approx(1.0)
-    broken = ui.check_updates(ui.AppContext(loader, LIMITS), f, 200, 1, "resample-from-p")
-    assert "FAIL" in broken["check_summary"]
+    assert any("<progress" in fr.get("check_summary", "") for fr in frames[:-1])
+    frames, broken = drain(
+        ui.check_updates(ui.AppContext(loader, LIMITS), f, 200, 1, "resample-from-p")
+    )
+    assert "FAIL" in frames[-1]["check_summary"] and broken.rule == "resample-from-p"
     with pytest.raises(ValueError, match="samples must be in 200"):
-        ui.check_updates(ui.AppContext(loader, LIMITS), f, 50, 1, "exact")
+        drain(ui.check_updates(ui.AppContext(loader, LIMITS), f, 50, 1, "exact"))
+
+
+def test_a_stopped_check_ends_after_the_sample_in_progress() -> None:
+    """Stop (the session's stop event) ends the check after one more sample, with no
+    result; the model thread is left idle."""
+    from specviz.modelthread import MODEL_THREAD
+    from tests.tiny import tiny_pair
+
+    pair = tiny_pair()
+    calls: list[int] = []
+    hook = pair.target.model.register_forward_pre_hook(lambda *_: calls.append(1))
+    stop = threading.Event()
+    ctx = ui.AppContext(lambda n, d: pair, LIMITS)
+    updates = ui.check_updates(ctx, form(), 2000, 3, "exact", stop)
+    frames: list[dict] = []
+    try:
+        while True:
+            try:
+                frames.append(next(updates))
+            except StopIteration as end:
+                result = end.value
+                break
+            if len(calls) > 50:
+                stop.set()
+    finally:
+        hook.remove()
+    assert result is None and "stopped" in frames[-1]["check_summary"]
+    assert MODEL_THREAD.idle()
+    assert len(calls) < 2000  # 2000 samples take at least 8000 target calls
+
+
+def drain(updates):
+    """Every frame a handler generator yields, and what it returns."""
+    frames = []
+    while True:
+        try:
+            frames.append(next(updates))
+        except StopIteration as end:
+            return frames, end.value
 
 
 # --- untouched controls and the named API ----------------------------------------------

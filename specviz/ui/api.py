@@ -16,10 +16,11 @@ import gradio as gr
 
 from specviz import metrics
 from specviz.trace import Trace
+from specviz.ui.context import AppContext
 from specviz.ui.errors import user_errors
 from specviz.ui.live import complete_traces
 from specviz.ui.page import Page
-from specviz.ui.pairs import CUSTOM, AppContext
+from specviz.ui.pairs import CUSTOM
 from specviz.ui.state import DEFAULTS, Form
 
 

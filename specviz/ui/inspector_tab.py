@@ -11,9 +11,9 @@ from typing import Any
 
 import gradio as gr
 
+from specviz.ui.frames import inspect_view
 from specviz.ui.page import INTERNAL, Page
 from specviz.ui.state import Session, View, as_int
-from specviz.ui.views import inspect_view
 from specviz.views import markup
 
 
@@ -69,7 +69,7 @@ def opened() -> dict[str, Any]:
 
 def wire(page: Page) -> None:
     """The Inspect button, and clicks on the token view and the round rows."""
-    v = page.views
+    v = page.components
 
     def pick(sess: Session, rnd: Any, pos: Any) -> dict[str, Any]:
         return {**typed_view(sess.spec, rnd, pos), **opened()}
