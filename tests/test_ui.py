@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import json
 import threading
+import time
 from pathlib import Path
 
 import gradio as gr
@@ -290,10 +291,16 @@ def test_six_tabs_that_wrap_and_a_presentation_view() -> None:
 
 
 @pytest.fixture(scope="module")
-def app_url():
+def served():
+    """The pair the launched app serves."""
     from tests.tiny import tiny_pair
 
-    pair = tiny_pair()
+    return tiny_pair()
+
+
+@pytest.fixture(scope="module")
+def app_url(served):
+    pair = served
     demo = ui.build_app(loader=lambda p, d: pair, pairs=["tiny"])
     demo.queue().launch(
         prevent_thread_lock=True, server_name="127.0.0.1", quiet=True, **ui.launch_options()
@@ -342,6 +349,40 @@ def test_client_runs_exports_and_sees_errors(app_url) -> None:
         a.predict(*client_args(own_draft_temperature=True, draft_temperature=-2.0), api_name="/run")
     out = a.predict(*client_args(seed=7, max_new_tokens=5), api_name="/run")  # still serving
     assert any(isinstance(x, str) and "data-status" in x for x in out)
+
+
+def wait_for(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+def test_a_cancelled_check_frees_the_model_thread(app_url, served) -> None:
+    """A long check through gradio_client, cancelled while it draws: the model thread stops
+    it after the sample in progress (idle within 5 s), and the next request starts at once."""
+    from gradio_client import Client
+    from gradio_client.utils import Status
+
+    from specviz.modelthread import MODEL_THREAD
+
+    calls: list[int] = []
+    hook = served.target.model.register_forward_pre_hook(lambda *_: calls.append(1))
+    try:
+        client = Client(app_url, verbose=False)
+        job = client.submit(2000, 3, "exact", *client_args(), api_name="/check")
+        wait_for(lambda: len(calls) > 200, 120, "the check never started")
+        job.cancel()
+        wait_for(MODEL_THREAD.idle, 5, "the cancelled check kept the model thread busy")
+        stopped_at = len(calls)
+        assert stopped_at < 8000  # 2000 samples take at least 8000 target calls
+        nxt = client.submit(*client_args(max_new_tokens=4), api_name="/step")
+        wait_for(lambda: nxt.done() or nxt.status().code == Status.PROCESSING, 5, "the next waited")
+        out = nxt.result(timeout=60)
+        assert any(isinstance(x, str) and "step mode: round 1 done" in x for x in out)
+        assert len(calls) > stopped_at  # it ran, and the check did not come back
+    finally:
+        hook.remove()
 
 
 def test_sessions_can_be_deep_copied(loader) -> None:

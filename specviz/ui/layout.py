@@ -44,7 +44,7 @@ from specviz.ui import (
     theory_tab,
     token_view,
 )
-from specviz.ui.context import app_context
+from specviz.ui.context import AppContext, app_context
 from specviz.ui.page import Page
 from specviz.ui.pairs import CustomLoader, Loader
 from specviz.ui.runners import Runner
@@ -90,23 +90,32 @@ def build_app(
     dep = replace(dep, limits=limits) if limits is not None else dep
     ctx, menu = app_context(dep, loader, pairs, custom_loader, runner)
     with gr.Blocks(title="specviz: speculative decoding, decision by decision") as demo:
-        session = gr.State(new_session, time_to_live=3600)
-        gr.HTML(HEADER, js_on_load=None, elem_id="sv-header")
-        with gr.Row(elem_id="sv-main"):
-            with gr.Column(scale=1, min_width=320, elem_id="sv-left"):
-                c = controls.layout(menu, dep, ctx.runner)
-            with gr.Column(scale=3, elem_id="sv-right"):
-                panel = lesson_panel.layout()  # the guided lesson comes first
-                v = main_views()
-        state = panel.pop(lesson_panel.STATE)
-        page = Page(ctx, dep.concurrency, session, c, {**v, "models": c["models"]}, panel, demo)
+        page, lesson_state = compose(ctx, menu, dep, demo)
         for section in SECTIONS:
             section.wire(page)
-        lesson_panel.wire(page, state)
+        lesson_panel.wire(page, lesson_state)
     for fn in demo.fns.values():  # the per-visitor state's initialiser is no API either
         if fn.fn is new_session:
             fn.api_visibility = "private"
     return demo
+
+
+def compose(
+    ctx: AppContext, menu: list[str], dep: Deployment, demo: gr.Blocks
+) -> tuple[Page, gr.State]:
+    """Every component of the page, inside the Blocks being built, by name; and the lesson's
+    per-visitor state. Wires nothing."""
+    session = gr.State(new_session, time_to_live=3600)
+    gr.HTML(HEADER, js_on_load=None, elem_id="sv-header")
+    with gr.Row(elem_id="sv-main"):
+        with gr.Column(scale=1, min_width=320, elem_id="sv-left"):
+            c = controls.layout(menu, dep, ctx.runner)
+        with gr.Column(scale=3, elem_id="sv-right"):
+            panel = lesson_panel.layout()  # the guided lesson comes first
+            v = main_views()
+    state = panel.pop(lesson_panel.STATE)
+    page = Page(ctx, dep.concurrency, session, c, {**v, "models": c["models"]}, panel, demo)
+    return page, state
 
 
 def main_views() -> dict[str, Any]:
