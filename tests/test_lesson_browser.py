@@ -55,14 +55,33 @@ def no_error_shown(page) -> None:
     assert page.dialogs == []
 
 
-def test_clicking_ahead_keeps_each_statement_on_its_own_step(browser, app_url) -> None:
+@pytest.fixture(scope="module")
+def short_url(offline_pair, app_url):
+    """The app on the offline pair with runs capped at 48 tokens (the lesson's steps keep
+    within the deployment's limits), so that two steps' runs stay short."""
+    from specviz import ui
+    from specviz.config import Limits
+
+    demo = ui.build_app(
+        loader=lambda pair, dtype: offline_pair,
+        pairs=["default"],
+        limits=Limits(max_new_tokens=48),
+    )
+    demo.queue().launch(
+        prevent_thread_lock=True, server_name="127.0.0.1", quiet=True, **ui.launch_options()
+    )
+    yield demo.local_url
+    demo.close()
+
+
+def test_clicking_ahead_keeps_each_statement_on_its_own_step(browser, short_url) -> None:
     """Step 1's button, Next while it runs, then step 2's button (queued behind it): step
     1's statement lands on step 1, step 2's on step 2, and nothing shows an error.
 
     Set SPECVIZ_SCREENSHOT_DIR to also write lesson-click-ahead.png there (the end state)."""
     from specviz.modelthread import MODEL_THREAD
 
-    with opened(browser, app_url, 1280, 720) as page:
+    with opened(browser, short_url, 1280, 720) as page:
         page.click("#sv-lesson-go")
         page.locator("#sv-lesson-said").filter(has_text="step 1: running").wait_for(timeout=60_000)
         page.click("#sv-lesson-next")

@@ -31,7 +31,7 @@ CHECK_MAX_SAMPLES = 2000  # the distribution check: most samples per method
 
 
 def layout(v: dict[str, Any]) -> None:
-    """The check's components, into the views by name."""
+    """The check's components, into the page's components by name."""
     gr.Markdown(
         "Draw N short continuations of the prompt with speculative and with "
         "autoregressive sampling (current settings) and compare both with the exact "

@@ -18,7 +18,7 @@ from specviz.views import markup
 
 
 def layout(v: dict[str, Any]) -> None:
-    """The inspector's components, into the views by name."""
+    """The inspector's components, into the page's components by name."""
     with gr.Row():
         v["insp_round"] = gr.Number(
             None,

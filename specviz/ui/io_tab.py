@@ -99,7 +99,7 @@ def export_files(session: Session) -> list[str]:
 
 
 def layout(v: dict[str, Any]) -> None:
-    """The Data tab's components, into the views by name."""
+    """The Data tab's components, into the page's components by name."""
     v["export"] = gr.Button("Export trace (JSON) and rounds (CSV)")
     v["files"] = gr.File(label="exported files", file_count="multiple", interactive=False)
     v["upload"] = gr.File(

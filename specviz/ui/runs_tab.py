@@ -33,7 +33,7 @@ CALIBRATION_NOTE = (
 
 
 def layout(v: dict[str, Any]) -> None:
-    """The calibration, then the log with its picker, file and chart, into the views by name
+    """The calibration, then the log with its picker, file and chart, into the page's components by name
     (the Acceptance tab lays them out under the acceptance charts)."""
     gr.Markdown(CALIBRATION_NOTE)
     v["calib_summary"] = gr.HTML(js_on_load=None, elem_id="sv-calib-summary")

@@ -39,7 +39,7 @@ INTRO = (
 
 
 def layout(v: dict[str, Any]) -> None:
-    """The sweep's components, into the views by name."""
+    """The sweep's components, into the page's components by name."""
     gr.Markdown(INTRO)
     with gr.Row():
         v["sweep_gammas"] = gr.CheckboxGroup(

@@ -17,7 +17,7 @@ from specviz.views import figures, theory_figures
 
 
 def layout(v: dict[str, Any]) -> None:
-    """The theory and projection figures and the c slider, into the views by name."""
+    """The theory and projection figures and the c slider, into the page's components by name."""
     v["theory"] = gr.Plot(label="expected speedup against gamma (Leviathan)")
     v["c_user"] = gr.Slider(
         0.01,
