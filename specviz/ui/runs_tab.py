@@ -33,8 +33,8 @@ CALIBRATION_NOTE = (
 
 
 def layout(v: dict[str, Any]) -> None:
-    """The calibration, then the log with its picker, file and chart, into the page's components by name
-    (the Acceptance tab lays them out under the acceptance charts)."""
+    """The calibration, then the log with its picker, file and chart, into the page's
+    components by name (the Acceptance tab lays them out under the acceptance charts)."""
     gr.Markdown(CALIBRATION_NOTE)
     v["calib_summary"] = gr.HTML(js_on_load=None, elem_id="sv-calib-summary")
     v["calib_plot"] = gr.Plot(label="reliability diagram of the rule", elem_id="sv-calib")
