@@ -83,7 +83,12 @@ def test_clicking_ahead_keeps_each_statement_on_its_own_step(browser, short_url)
 
     with opened(browser, short_url, 1280, 720) as page:
         page.click("#sv-lesson-go")
-        page.locator("#sv-lesson-said").filter(has_text="step 1: running").wait_for(timeout=60_000)
+        # the busy line is in the panel (gradio may hide an output while its event runs)
+        page.wait_for_function(
+            "() => document.querySelector('#sv-lesson-said').textContent"
+            ".includes('step 1: running')",
+            timeout=120_000,
+        )
         page.click("#sv-lesson-next")
         page.locator("#sv-lesson").filter(has_text="step 2 of 6").wait_for(timeout=30_000)
         assert "temperature 1.5" in page.inner_text("#sv-lesson-go")
