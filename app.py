@@ -28,9 +28,9 @@ def space_setup() -> None:
 if __name__ == "__main__":
     space_setup()
     from specviz.config import Deployment
-    from specviz.ui import build_app, serve
-    from specviz.ui.zerogpu import preload
+    from specviz.ui import build_app, choose_runner, serve
 
     deployment = Deployment.from_env()
-    preload(deployment)  # on ZeroGPU the Space's pair loads at start-up, onto 'cuda'
-    serve(build_app(deployment=deployment), deployment)
+    runner = choose_runner()  # the local model thread, or ZeroGPU on a ZeroGPU Space
+    runner.preload(deployment)  # on ZeroGPU the Space's pair loads at start-up, onto 'cuda'
+    serve(build_app(deployment=deployment, runner=runner), deployment)

@@ -1,13 +1,17 @@
 """The guided lesson: six steps, each a few sentences and one button that sets the controls
-and runs on the current pair, and after each run a statement computed from that run's own
-numbers (specviz.lesson_statements).
+and does the step's action on the current pair (a Run, opening a stored rejection, a sweep,
+two distribution checks), and after it a statement computed from that action's own numbers
+(specviz.lesson_statements).
 
-Pure: no gradio, no torch. The steps name the controls they set by the app's Form field
-names (specviz.ui.state.Form); specviz.ui.lesson_tab lays the lesson out and runs it.
+Pure: no gradio, no torch. The steps are data: each names the controls it sets by the
+app's Form field names (specviz.ui.state.Form) and carries its action, which
+specviz.ui.lesson_panel carries out with the page's own handlers; its HTML comes from
+specviz.views.markup.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +29,8 @@ from specviz.lesson_statements import (  # noqa: F401 - the lesson's public face
     temperature_statement,
     untouched_statement,
 )
+from specviz.trace import Trace
+from specviz.views.markup import status_word
 
 # The controls an untouched page starts from (the CLI's defaults), as Form fields; every
 # step starts from these, so that a step's run does not depend on what was touched before.
@@ -37,95 +43,17 @@ SWEEP_REPS = 1
 # The distribution check of step 6: the fewest samples the check accepts, one token per
 # continuation (one view, so no Bonferroni split), and a draft sharper than the target, so
 # that its rejections fall on tokens p makes likely: resampling from p then puts mass back
-# where the residual has none. On the offline pair and the default prompt this moves the
-# first token by TV 0.13 and the check catches it at N = 200 with power above 0.99
-# (simulated from the exact p and q), while exact match accepts less (sum p q 0.67 against
-# alpha 0.83). A hotter draft, as in step 2, moves it far less (TV 0.04 to 0.08).
+# where the residual has none, which moves the first token's distribution further than a
+# hotter draft (as in step 2) does, and so within reach of few samples. How far it moves it
+# on the pair in use is what the check itself predicts (CheckResult.predicted_tv).
 CHECK_N = 200
 CHECK_LENGTH = 1
 CHECK_TEMPERATURE = 1.0
 CHECK_DRAFT_TEMPERATURE = 0.7
 WRONG_RULE = "resample-from-p"
+RIGHT_RULE = "exact"  # the papers' rule, checked under exact-match verification
 
-
-@dataclass(frozen=True)
-class Step:
-    """One step of the lesson: a title, a few sentences, its button, the controls it sets
-    (Form fields over BASE) and the tab it brings to the front (None: none)."""
-
-    title: str
-    text: str  # HTML, written here (no outside text)
-    button: str
-    controls: dict[str, Any] = field(default_factory=dict)
-    tab: str | None = None
-
-    def form_values(self) -> dict[str, Any]:
-        """Every control this step sets: BASE with the step's own changes."""
-        return {**BASE, **self.controls}
-
-
-STEPS: tuple[Step, ...] = (
-    Step(
-        "An untouched Run",
-        "Each round the draft proposes gamma tokens and <b>one</b> target call checks them "
-        "all. Colours: <span class='sv-tok sv-accepted'>accepted</span> drafts, "
-        "<span class='sv-tok sv-rejected'>rejected</span> ones (struck through), the "
-        "<span class='sv-tok sv-resampled'>resampled</span> token that replaces a rejection, "
-        "the <span class='sv-tok sv-bonus'>bonus</span> token a call adds when every draft "
-        "passed. <i>Tokens per target call</i> is what one expensive call buys.",
-        "Run the defaults (with the baseline)",
-    ),
-    Step(
-        "A hotter draft",
-        f"The draft samples at temperature {HOT_DRAFT:g} while the target keeps its own: q "
-        "moves away from p, so more drafts are rejected and resampled. The rule corrects "
-        "any q: the text is still distributed as the target's.",
-        f"Run with draft temperature {HOT_DRAFT:g}",
-        {"own_draft_temperature": True, "draft_temperature": HOT_DRAFT},
-    ),
-    Step(
-        "One rejection, up close",
-        "The Decision tab opens on the first rejected draft: p and q for that token, the "
-        "draw u against min(1, p/q), and the residual norm(max(0, p − q)) its replacement "
-        "was drawn from. It reads the stored run (without a rejection yet, step 2 runs "
-        "first).",
-        "Open the first rejection",
-        {"own_draft_temperature": True, "draft_temperature": HOT_DRAFT},
-        tab="insp",
-    ),
-    Step(
-        "Greedy: the same text",
-        "With Greedy on, p and q are one-hot: a draft is accepted exactly when it is the "
-        "target's own argmax, so speculative decoding must give the autoregressive text "
-        "token for token.",
-        "Run greedy (with the baseline)",
-        {"greedy": True},
-    ),
-    Step(
-        "How many drafts?",
-        f"A short sweep measures gamma {', '.join(map(str, SWEEP_GAMMAS))} "
-        f"({SWEEP_TOKENS} tokens, {SWEEP_REPS} repetition) against Leviathan's formula and "
-        "the refined prediction (Theory tab). Drafts pay only while they are accepted.",
-        "Run the sweep",
-        {"max_new_tokens": SWEEP_TOKENS},
-        tab="theory",
-    ),
-    Step(
-        "Breaking the rule",
-        f"The distribution check draws {CHECK_N} one-token continuations twice (target at "
-        f"temperature {CHECK_TEMPERATURE:g}, a sharper draft at {CHECK_DRAFT_TEMPERATURE:g}): "
-        "with a wrong rule (after a rejection, resample from p instead of the residual) and "
-        "with exact-match verification (keep a draft only if the target's own sample equals "
-        "it). It must catch the first and pass the second (minutes on a CPU).",
-        "Run both checks",
-        {
-            "temperature": CHECK_TEMPERATURE,
-            "own_draft_temperature": True,
-            "draft_temperature": CHECK_DRAFT_TEMPERATURE,
-        },
-        tab="exact",
-    ),
-)
+Decode = Callable[[list[int]], str]
 
 
 # --- the lesson's own state, per visitor ---------------------------------------------------
@@ -147,5 +75,146 @@ class Lesson:
         return STEPS[self.index]
 
 
-def new_lesson() -> Lesson:
-    return Lesson()
+# --- what a step does ----------------------------------------------------------------------
+
+# What a Run step states: from the lesson (which it may update), the run's traces and the
+# pair's decoder.
+RunStatement = Callable[[Lesson, Trace | None, Trace | None, Decode | None], str]
+
+
+@dataclass(frozen=True)
+class RunAction:
+    """Press Run with the step's controls, then state the run."""
+
+    statement: RunStatement
+
+
+@dataclass(frozen=True)
+class RejectionAction:
+    """Open the stored run's first rejection in the Decision tab and state it (no model
+    call); without a rejection stored, Run with the step's controls first."""
+
+
+@dataclass(frozen=True)
+class SweepAction:
+    """The measured sweep at these gammas and repetitions (tokens: the step's max new
+    tokens), then state what it measured."""
+
+    gammas: tuple[int, ...]
+    reps: int
+
+
+@dataclass(frozen=True)
+class CheckAction:
+    """Two distribution checks of n continuations of `length` tokens: the wrong rule, then
+    the right rule with the controls in `right` set; then state both."""
+
+    n: int
+    length: int
+    wrong_rule: str
+    right_rule: str
+    right: dict[str, Any] = field(default_factory=dict)
+
+
+Action = RunAction | RejectionAction | SweepAction | CheckAction
+
+
+def _untouched(lesson: Lesson, spec: Trace | None, ar: Trace | None, _: Decode | None) -> str:
+    """Step 1: its run's figures, kept for step 2 to compare against."""
+    lesson.first = RunNumbers.of(spec, ar) if spec is not None and spec.rounds else None
+    return untouched_statement(spec, ar)
+
+
+def _hotter(lesson: Lesson, spec: Trace | None, ar: Trace | None, _: Decode | None) -> str:
+    return temperature_statement(spec, ar, lesson.first)
+
+
+def _greedy(_: Lesson, spec: Trace | None, ar: Trace | None, decode: Decode | None) -> str:
+    return greedy_statement(spec, ar, decode)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of the lesson: a title, a few sentences, its button, its action, the
+    controls it sets (Form fields over BASE) and the tab it brings to the front (None:
+    none)."""
+
+    title: str
+    text: str  # HTML, written here (no outside text); its markup from views.markup
+    button: str
+    action: Action
+    controls: dict[str, Any] = field(default_factory=dict)
+    tab: str | None = None
+
+    def form_values(self) -> dict[str, Any]:
+        """Every control this step sets: BASE with the step's own changes."""
+        return {**BASE, **self.controls}
+
+
+STEPS: tuple[Step, ...] = (
+    Step(
+        "An untouched Run",
+        "Each round the draft proposes gamma tokens and <b>one</b> target call checks them "
+        f"all. Colours: {status_word('accepted')} drafts, {status_word('rejected')} ones "
+        f"(struck through), the {status_word('resampled')} token that replaces a rejection, "
+        f"the {status_word('bonus')} token a call adds when every draft passed. "
+        "<i>Tokens per target call</i> is what one expensive call buys.",
+        "Run the defaults (with the baseline)",
+        RunAction(_untouched),
+    ),
+    Step(
+        "A hotter draft",
+        f"The draft samples at temperature {HOT_DRAFT:g} while the target keeps its own: q "
+        "moves away from p, so more drafts are rejected and resampled. The rule corrects "
+        "any q: the text is still distributed as the target's.",
+        f"Run with draft temperature {HOT_DRAFT:g}",
+        RunAction(_hotter),
+        {"own_draft_temperature": True, "draft_temperature": HOT_DRAFT},
+    ),
+    Step(
+        "One rejection, up close",
+        "The Decision tab opens on the first rejected draft: p and q for that token, the "
+        "draw u against min(1, p/q), and the residual norm(max(0, p − q)) its replacement "
+        "was drawn from. It reads the stored run (without a rejection yet, step 2 runs "
+        "first).",
+        "Open the first rejection",
+        RejectionAction(),
+        {"own_draft_temperature": True, "draft_temperature": HOT_DRAFT},
+        tab="insp",
+    ),
+    Step(
+        "Greedy: the same text",
+        "With Greedy on, p and q are one-hot: a draft is accepted exactly when it is the "
+        "target's own argmax, so speculative decoding must give the autoregressive text "
+        "token for token.",
+        "Run greedy (with the baseline)",
+        RunAction(_greedy),
+        {"greedy": True},
+    ),
+    Step(
+        "How many drafts?",
+        f"A short sweep measures gamma {', '.join(map(str, SWEEP_GAMMAS))} "
+        f"({SWEEP_TOKENS} tokens, {SWEEP_REPS} repetition) against Leviathan's formula and "
+        "the refined prediction (Theory tab). Drafts pay only while they are accepted.",
+        "Run the sweep",
+        SweepAction(SWEEP_GAMMAS, SWEEP_REPS),
+        {"max_new_tokens": SWEEP_TOKENS},
+        tab="theory",
+    ),
+    Step(
+        "Breaking the rule",
+        f"The distribution check draws {CHECK_N} one-token continuations twice (target at "
+        f"temperature {CHECK_TEMPERATURE:g}, a sharper draft at {CHECK_DRAFT_TEMPERATURE:g}): "
+        "with a wrong rule (after a rejection, resample from p instead of the residual) and "
+        "with exact-match verification (keep a draft only if the target's own sample equals "
+        "it). It must catch the first and pass the second (minutes on a CPU).",
+        "Run both checks",
+        CheckAction(CHECK_N, CHECK_LENGTH, WRONG_RULE, RIGHT_RULE, {"verification": "exact-match"}),
+        {
+            "temperature": CHECK_TEMPERATURE,
+            "own_draft_temperature": True,
+            "draft_temperature": CHECK_DRAFT_TEMPERATURE,
+        },
+        tab="exact",
+    ),
+)

@@ -6,7 +6,9 @@ answers requests on a pool of long-lived threads, so a model touched from severa
 leaves several teams competing for the cores, and a model step slows once another live
 thread has run a parallel matrix product (docs/app.md has the measurement). The app
 therefore sends every model call
-(loading, warm-up, runs, steps, the distribution check) to this one thread. No gradio.
+(loading, warm-up, runs, steps, the distribution check) to this one thread. Whether it is
+idle (nothing running, nothing queued) can be asked at any time: work nobody will see any
+more (a visitor left) must not keep it busy. No gradio.
 """
 
 from __future__ import annotations
@@ -28,15 +30,23 @@ class ModelThread:
         self._jobs: queue.SimpleQueue[tuple[Callable[[], object], Future]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._pending = 0  # calls queued or running
 
     def call(self, fn: Callable[[], T]) -> T:
         """fn() on the model thread (inline when already there); its result or its error."""
         if threading.current_thread() is self._thread:
             return fn()
         future: Future = Future()
+        with self._lock:
+            self._pending += 1
         self._jobs.put((fn, future))
         self._start()
         return future.result()
+
+    def idle(self) -> bool:
+        """Whether no call is running or queued."""
+        with self._lock:
+            return self._pending == 0
 
     def _start(self) -> None:
         with self._lock:
@@ -47,12 +57,17 @@ class ModelThread:
     def _serve(self) -> None:
         while True:
             fn, future = self._jobs.get()
-            if not future.set_running_or_notify_cancel():
-                continue
             try:
-                future.set_result(fn())
-            except BaseException as exc:  # handed to the caller
-                future.set_exception(exc)
+                if future.set_running_or_notify_cancel():
+                    try:
+                        result = fn()
+                    except BaseException as exc:  # handed to the caller
+                        future.set_exception(exc)
+                    else:
+                        future.set_result(result)
+            finally:
+                with self._lock:
+                    self._pending -= 1
 
 
 MODEL_THREAD = ModelThread()

@@ -235,3 +235,39 @@ def test_step_narration_and_a_measured_sweep(page) -> None:
     assert "measured" in chart and "formula" in chart
     assert page.inner_text("#sv-sweep-table").count("\n") == 2
     assert page.dialogs == []
+
+
+def test_a_closed_tab_frees_the_model_thread(browser, app_url, offline_pair) -> None:
+    """A tab closed during a long Run: the model thread stops that run within a round or
+    two of target calls (counted, not timed: this machine's load sets a round's time), and
+    the next visitor's Run starts and finishes."""
+    from specviz.modelthread import MODEL_THREAD
+
+    calls: list[int] = []
+    hook = offline_pair.target.model.register_forward_pre_hook(lambda *_: calls.append(1))
+    try:
+        with opened(browser, app_url, 1280, 900) as gone:
+            gone.fill("#sv-max-new input[type=number]", "400")
+            gone.press("#sv-max-new input[type=number]", "Enter")
+            gone.click("#sv-run")
+            gone.wait_for_selector("#sv-tokens [data-status]", timeout=120_000)
+            assert not MODEL_THREAD.idle()
+        at_close = len(calls)
+        deadline = time.monotonic() + 120
+        while not MODEL_THREAD.idle():
+            assert time.monotonic() < deadline, "the closed tab's run kept the model thread busy"
+            time.sleep(0.05)
+        # the round in progress, the one that told gradio the page had gone, one more at
+        # most; the rest of 400 tokens and the whole baseline never ran
+        assert len(calls) - at_close <= 3, (at_close, len(calls))
+    finally:
+        hook.remove()
+    with opened(browser, app_url, 1280, 900) as page:
+        page.fill("#sv-max-new input[type=number]", "8")
+        page.press("#sv-max-new input[type=number]", "Enter")
+        page.click("#sv-run")
+        page.wait_for_function(
+            "document.querySelector('#sv-status').innerText.includes('done')", timeout=120_000
+        )
+        assert "done (" in page.inner_text("#sv-status")
+        assert page.dialogs == []

@@ -50,7 +50,7 @@ def test_stop_mid_run_then_run_again_gives_a_complete_trace(tiny) -> None:
     assert session.spec.stop_reason == "max_new_tokens" and len(session.spec.token_ids) == 40
     assert session.spec.token_ids == generate(tiny, "1 2 3", settings).token_ids
     assert session.ar.token_ids == generate(tiny, "1 2 3", settings.with_(method="ar")).token_ids
-    assert session.parts and len(session.parts) == len(session.spec.rounds)
+    assert session.spans and len(session.spans) == len(session.spec.rounds)
 
 
 def failing(exc: BaseException):

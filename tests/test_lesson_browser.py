@@ -43,3 +43,71 @@ def test_the_lesson_and_run_on_screen_and_step_one_states_its_run(browser, app_u
         page.click("#sv-lesson-prev")
         said.filter(has_text="target calls").wait_for(timeout=30_000)
         assert page.dialogs == []
+
+
+STEP_ONE = re.compile(r"\d+ tokens from \d+ target calls")
+
+
+def no_error_shown(page) -> None:
+    """No "Error" badge or toast anywhere, and a status line that is not an error."""
+    assert page.get_by_text("Error", exact=True).count() == 0
+    assert "sv-status-error" not in page.inner_html("#sv-status")
+    assert page.dialogs == []
+
+
+@pytest.fixture(scope="module")
+def short_url(offline_pair, app_url):
+    """The app on the offline pair with runs capped at 48 tokens (the lesson's steps keep
+    within the deployment's limits), so that two steps' runs stay short."""
+    from specviz import ui
+    from specviz.config import Limits
+
+    demo = ui.build_app(
+        loader=lambda pair, dtype: offline_pair,
+        pairs=["default"],
+        limits=Limits(max_new_tokens=48),
+    )
+    demo.queue().launch(
+        prevent_thread_lock=True, server_name="127.0.0.1", quiet=True, **ui.launch_options()
+    )
+    yield demo.local_url
+    demo.close()
+
+
+def test_clicking_ahead_keeps_each_statement_on_its_own_step(browser, short_url) -> None:
+    """Step 1's button, Next while it runs, then step 2's button (queued behind it): step
+    1's statement lands on step 1, step 2's on step 2, and nothing shows an error.
+
+    Set SPECVIZ_SCREENSHOT_DIR to also write lesson-click-ahead.png there (the end state)."""
+    from specviz.modelthread import MODEL_THREAD
+
+    with opened(browser, short_url, 1280, 720) as page:
+        page.click("#sv-lesson-go")
+        # the busy line is in the panel (gradio may hide an output while its event runs)
+        page.wait_for_function(
+            "() => document.querySelector('#sv-lesson-said').textContent"
+            ".includes('step 1: running')",
+            timeout=120_000,
+        )
+        page.click("#sv-lesson-next")
+        page.locator("#sv-lesson").filter(has_text="step 2 of 6").wait_for(timeout=30_000)
+        assert "temperature 1.5" in page.inner_text("#sv-lesson-go")
+        assert not MODEL_THREAD.idle(), "step 1 still runs when step 2's button is pressed"
+        page.click("#sv-lesson-go")
+        said = page.locator("#sv-lesson-said .sv-lesson-said")
+        # Step 2 is shown: its own statement arrives there, after step 1's run ended.
+        said.filter(has_text="draft temperature 1.5").wait_for(timeout=900_000)
+        assert not STEP_ONE.search(said.inner_text())
+        page.wait_for_function(
+            "() => !document.querySelector('#sv-status .sv-status-busy')", timeout=60_000
+        )
+        no_error_shown(page)
+        page.evaluate("window.scrollTo(0, 0)")
+        page.mouse.move(0, 0)
+        shot(page, "lesson-click-ahead.png")
+        # Step 1 kept its own statement.
+        page.click("#sv-lesson-prev")
+        page.locator("#sv-lesson").filter(has_text="step 1 of 6").wait_for(timeout=30_000)
+        said.filter(has_text=STEP_ONE).wait_for(timeout=30_000)
+        assert "draft temperature 1.5" not in said.inner_text()
+        no_error_shown(page)

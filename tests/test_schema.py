@@ -16,7 +16,8 @@ from specviz import config, lesson
 from specviz.cli import args as cli
 from specviz.config import Limits, Settings, Switch, setting
 from specviz.ui import api, controls
-from specviz.ui.pairs import AppContext
+from specviz.ui.context import AppContext
+from specviz.ui.runners import LocalRunner
 from specviz.ui.state import FORM_FIELDS, Form, form_class
 
 # What users type today: these names must not move when the schema changes.
@@ -141,7 +142,7 @@ def test_the_form_and_the_lesson_start_from_the_schema() -> None:
 
 def test_the_widgets_start_at_the_form_defaults() -> None:
     with gr.Blocks():
-        c = controls.layout(["default"], config.Deployment())
+        c = controls.layout(["default"], config.Deployment(), LocalRunner())
     assert set(FORM_FIELDS) <= set(c)
     starts = config.form_defaults()
     for name, value in starts.items():

@@ -334,7 +334,7 @@ def _first_token_law(p, q, kids, rule) -> torch.Tensor:
         ({"tree": (9, 8)}, "81 nodes; at most 64"),
         ({"tree": (1,) * 33}, "tree depth"),
         ({"tree": ()}, "non-empty"),
-        ({"tree": (2, 0)}, "tree branching"),
+        ({"tree": (2, 0)}, "tree entries must be in >= 1"),
         ({"tree": (2,), "drafter": "ngram"}, "model drafter"),
         ({"tree": (2,), "adaptive_gamma": True}, "adaptive gamma"),
         ({"rule": WRONG_RULE}, "only on a tree"),
@@ -359,7 +359,7 @@ def test_a_tree_sets_gamma_and_round_trips():
     assert s.tree == (2, 2, 1) and s.gamma == 3
     assert Settings.from_dict(s.to_dict()) == s
     assert config.parse_tree("2,2,1") == (2, 2, 1)
-    with pytest.raises(ValueError, match="integers like"):
+    with pytest.raises(ValueError, match="comma-separated integers"):
         config.parse_tree("2,x")
 
 
@@ -379,7 +379,7 @@ def test_the_compiled_path_and_sliding_windows_are_refused():
 
 def test_cli_refusals_exit_2_without_a_traceback(capsys):
     assert cli_main(["generate", "--prompt", "hi", "--tree", "2,x"]) == 2
-    assert "integers like" in capsys.readouterr().err
+    assert "comma-separated integers" in capsys.readouterr().err
     assert cli_main(["check", "--break-rule", WRONG_RULE]) == 2
     err = capsys.readouterr().err
     assert "only on a tree" in err and "Traceback" not in err

@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import json
 import threading
+import time
 from pathlib import Path
 
 import gradio as gr
@@ -290,10 +291,16 @@ def test_six_tabs_that_wrap_and_a_presentation_view() -> None:
 
 
 @pytest.fixture(scope="module")
-def app_url():
+def served():
+    """The pair the launched app serves."""
     from tests.tiny import tiny_pair
 
-    pair = tiny_pair()
+    return tiny_pair()
+
+
+@pytest.fixture(scope="module")
+def app_url(served):
+    pair = served
     demo = ui.build_app(loader=lambda p, d: pair, pairs=["tiny"])
     demo.queue().launch(
         prevent_thread_lock=True, server_name="127.0.0.1", quiet=True, **ui.launch_options()
@@ -344,6 +351,40 @@ def test_client_runs_exports_and_sees_errors(app_url) -> None:
     assert any(isinstance(x, str) and "data-status" in x for x in out)
 
 
+def wait_for(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+def test_a_cancelled_check_frees_the_model_thread(app_url, served) -> None:
+    """A long check through gradio_client, cancelled while it draws: the model thread stops
+    it after the sample in progress (idle within 5 s), and the next request starts at once."""
+    from gradio_client import Client
+    from gradio_client.utils import Status
+
+    from specviz.modelthread import MODEL_THREAD
+
+    calls: list[int] = []
+    hook = served.target.model.register_forward_pre_hook(lambda *_: calls.append(1))
+    try:
+        client = Client(app_url, verbose=False)
+        job = client.submit(2000, 3, "exact", *client_args(), api_name="/check")
+        wait_for(lambda: len(calls) > 200, 120, "the check never started")
+        job.cancel()
+        wait_for(MODEL_THREAD.idle, 5, "the cancelled check kept the model thread busy")
+        stopped_at = len(calls)
+        assert stopped_at < 8000  # 2000 samples take at least 8000 target calls
+        nxt = client.submit(*client_args(max_new_tokens=4), api_name="/step")
+        wait_for(lambda: nxt.done() or nxt.status().code == Status.PROCESSING, 5, "the next waited")
+        out = nxt.result(timeout=60)
+        assert any(isinstance(x, str) and "step mode: round 1 done" in x for x in out)
+        assert len(calls) > stopped_at  # it ran, and the check did not come back
+    finally:
+        hook.remove()
+
+
 def test_sessions_can_be_deep_copied(loader) -> None:
     import copy
 
@@ -358,17 +399,61 @@ def test_distribution_check_tab_passes_the_exact_rule_and_catches_a_wrong_one() 
 
     pair = tiny_pair(vocab=8, target_seed=0, draft_seed=2)  # first-position overlap ~0.4
     loader = lambda name, dtype: pair  # noqa: E731
-    seen: list[float] = []
     f = form(prompt="1 2", temperature=1.0, gamma=2)
-    exact = ui.check_updates(
-        ui.AppContext(loader, LIMITS), f, 200, 1, "exact", lambda x, _: seen.append(x)
+    frames, exact = drain(ui.check_updates(ui.AppContext(loader, LIMITS), f, 200, 1, "exact"))
+    assert frames[0] == {**frames[0], "check_n": 200, "check_len": 1, "check_rule": "exact"}
+    assert "PASS" in frames[-1]["check_summary"] and frames[-1]["check_plot"] is not None
+    assert (
+        exact.n == 200
+        and exact.rule == "exact"
+        and exact.summary() in html.unescape(frames[-1]["check_summary"])
     )
-    assert "PASS" in exact["check_summary"] and exact["check_plot"] is not None
-    assert seen and seen[-1] == pytest.approx(1.0)
-    broken = ui.check_updates(ui.AppContext(loader, LIMITS), f, 200, 1, "resample-from-p")
-    assert "FAIL" in broken["check_summary"]
+    assert any("<progress" in fr.get("check_summary", "") for fr in frames[:-1])
+    frames, broken = drain(
+        ui.check_updates(ui.AppContext(loader, LIMITS), f, 200, 1, "resample-from-p")
+    )
+    assert "FAIL" in frames[-1]["check_summary"] and broken.rule == "resample-from-p"
     with pytest.raises(ValueError, match="samples must be in 200"):
-        ui.check_updates(ui.AppContext(loader, LIMITS), f, 50, 1, "exact")
+        drain(ui.check_updates(ui.AppContext(loader, LIMITS), f, 50, 1, "exact"))
+
+
+def test_a_stopped_check_ends_after_the_sample_in_progress() -> None:
+    """Stop (the session's stop event) ends the check after one more sample, with no
+    result; the model thread is left idle."""
+    from specviz.modelthread import MODEL_THREAD
+    from tests.tiny import tiny_pair
+
+    pair = tiny_pair()
+    calls: list[int] = []
+    hook = pair.target.model.register_forward_pre_hook(lambda *_: calls.append(1))
+    stop = threading.Event()
+    ctx = ui.AppContext(lambda n, d: pair, LIMITS)
+    updates = ui.check_updates(ctx, form(), 2000, 3, "exact", stop)
+    frames: list[dict] = []
+    try:
+        while True:
+            try:
+                frames.append(next(updates))
+            except StopIteration as end:
+                result = end.value
+                break
+            if len(calls) > 50:
+                stop.set()
+    finally:
+        hook.remove()
+    assert result is None and "stopped" in frames[-1]["check_summary"]
+    assert MODEL_THREAD.idle()
+    assert len(calls) < 2000  # 2000 samples take at least 8000 target calls
+
+
+def drain(updates):
+    """Every frame a handler generator yields, and what it returns."""
+    frames = []
+    while True:
+        try:
+            frames.append(next(updates))
+        except StopIteration as end:
+            return frames, end.value
 
 
 # --- untouched controls and the named API ----------------------------------------------

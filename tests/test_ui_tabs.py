@@ -218,3 +218,69 @@ def test_sweep_refuses_bad_choices_in_one_line(ctx, choices, message) -> None:
     assert message in shown and "\n" not in shown
     with pytest.raises(gr.Error, match="adaptive gamma off"):
         list(handler(ui.new_session(), form(adaptive_gamma=True), ctx, [1], "", 1))
+
+
+# --- the page's one mapping of names onto components, and the lesson clicked ahead ------
+
+
+def built_page(ctx):
+    """The page's components by name as the app builds them, around a context."""
+    from specviz.config import Deployment
+    from specviz.ui import layout
+
+    with gr.Blocks() as demo:
+        page, _ = layout.compose(ctx, ["tiny"], Deployment(limits=ctx.limits), demo)
+    return page
+
+
+def test_an_update_names_components_of_the_page_or_skips(ctx) -> None:
+    page = built_page(ctx)
+    assert page.keyed({}) == gr.skip()  # never an empty dict: gradio takes it as one value
+    with pytest.raises(KeyError, match="no component named 'nowhere'"):
+        page.keyed({"status": "x", "nowhere": 1})
+    out = page.keyed({"status": "s", "gamma": 2, "lesson_said": "l"})
+    assert list(out.values()) == ["s", 2, "l"]
+    assert list(out) == [
+        page.components["status"],
+        page.controls["gamma"],
+        page.lesson["lesson_said"],
+    ]
+    # a stream that yields nothing new sends gr.skip(), and is closed when gradio closes it
+    closed = threading.Event()
+
+    def handler():
+        try:
+            yield {}
+            yield {"status": "s"}
+        finally:
+            closed.set()
+
+    event = page.stream(handler)()
+    assert next(event) == gr.skip()
+    event.close()
+    assert closed.is_set()
+
+
+def test_clicking_ahead_keeps_each_statement_on_its_own_step(tiny) -> None:
+    """Step 1's button, Next while it runs, then step 2's button: every update names page
+    components, step 1's statement is kept for step 1 and not shown on step 2, and step 2's
+    lands on step 2."""
+    from specviz.lesson import Lesson
+    from specviz.ui import lesson_panel
+
+    ctx = ui.AppContext(lambda pair, dtype: tiny, Limits(max_new_tokens=64))
+    page, session, state = built_page(ctx), ui.new_session(), Lesson()
+    first = lesson_panel.lesson_updates(session, state, form(), ctx)
+    started = next(first)
+    assert "step 1: running" in started["lesson_said"]
+    lesson_panel.move_update(state, 1)  # Next, while step 1 runs
+    rest = list(first)
+    assert rest and all("lesson_said" not in out for out in rest)
+    assert "target calls" in state.said[0] and 1 not in state.said
+    second = list(lesson_panel.lesson_updates(session, state, form(), ctx))
+    assert "draft temperature 1.5" in second[-1]["lesson_said"]
+    assert "target calls" not in second[-1]["lesson_said"]
+    for out in [started, *rest, *second]:
+        page.keyed(out)  # raises on a name the page does not have
+    assert lesson_panel.move_update(state, -1)["lesson_said"] == lesson_panel.said_html(state)
+    assert "target calls" in lesson_panel.said_html(state)

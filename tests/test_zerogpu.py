@@ -1,5 +1,6 @@
-"""ZeroGPU wiring: the start-up load, the decorated streaming run, Stop, Step and the named
-API, with a stand-in for ``spaces`` in ZeroGPU mode (the real package needs the Spaces
+"""ZeroGPU wiring: the runner chosen once when the app's context is built, the start-up load,
+the decorated streaming run, Stop, Step and the named API, with a stand-in for ``spaces`` in
+ZeroGPU mode (the real package needs the Spaces
 infrastructure there; off ZeroGPU it is tested in test_deploy). The stand-in sends every
 argument and every yield through pickle, as the process boundary of a GPU call does."""
 
@@ -60,7 +61,29 @@ def form(**changes) -> ui.Form:
 
 
 def ctx() -> ui.AppContext:
-    return ui.AppContext(ui.PairSource(lambda p, d: None, ["tiny"], Deployment()), LIMITS)
+    """The context an app builds here: its runner chosen for this process."""
+    built, menu = ui.app_context(Deployment(limits=LIMITS), lambda p, d: None, ["tiny"])
+    assert menu[0] == "tiny"
+    return built
+
+
+def test_the_runner_is_chosen_once_when_the_context_is_built(zero, tiny, monkeypatch) -> None:
+    built = ctx()
+    assert isinstance(built.runner, ui.ZeroGpuRunner) and ui.has_gpu(built.runner)
+    # the context keeps its runner: the handlers never ask again
+    monkeypatch.delenv("SPACES_ZERO_GPU")
+    assert isinstance(ui.choose_runner(), ui.LocalRunner)
+    session = ui.new_session()
+    list(ui.run_updates(session, form(seed=2, max_new_tokens=6), built))
+    assert len(zero.durations) == 1  # the run went through one GPU call
+    with pytest.raises(ValueError, match="does not run on ZeroGPU"):
+        list(ui.sweep_updates(session, form(), built, [1, 2], "", 1))
+
+
+def test_a_zerogpu_page_hides_the_compiled_path(zero) -> None:
+    demo = ui.build_app(loader=lambda p, d: None, pairs=["tiny"])
+    box = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "sv-compile")
+    assert box.visible is False
 
 
 def test_the_run_streams_out_of_one_gpu_call(zero, tiny) -> None:
@@ -118,11 +141,15 @@ def test_the_named_api_and_the_start_up_load(zero, tiny) -> None:
     settings = Settings(gamma=3, max_new_tokens=20, seed=3)
     assert spec.token_ids == generate(tiny, PROMPT, settings).token_ids and ar.method == "ar"
     zero.loaded.clear()
-    assert zerogpu.preload(Deployment()) is tiny
+    assert ui.choose_runner().preload(Deployment()) is tiny
     assert zero.loaded == ["smollm2"]  # the first pair a GPU Space offers
 
 
 def test_nothing_is_preloaded_off_zerogpu(monkeypatch) -> None:
     monkeypatch.delenv("SPACES_ZERO_GPU", raising=False)
     monkeypatch.setattr(pairs, "default_loader", lambda *a: pytest.fail("loaded off ZeroGPU"))
-    assert zerogpu.preload(Deployment()) is None
+    runner = ui.choose_runner()
+    assert isinstance(runner, ui.LocalRunner) and runner.preload(Deployment()) is None
+    demo = ui.build_app(loader=lambda p, d: None, pairs=["default"])
+    box = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "sv-compile")
+    assert box.visible is not False

@@ -19,10 +19,11 @@ import gradio as gr
 from specviz import metrics
 from specviz.config import Setting, offered
 from specviz.trace import Trace
+from specviz.ui.context import AppContext
 from specviz.ui.errors import user_errors
 from specviz.ui.live import complete_traces
 from specviz.ui.page import Page
-from specviz.ui.pairs import CUSTOM, AppContext
+from specviz.ui.pairs import CUSTOM
 from specviz.ui.state import Controls, Form, convert
 
 POSITIONAL = inspect.Parameter.POSITIONAL_OR_KEYWORD

@@ -1,29 +1,37 @@
 """The distribution check (in the Exactness tab, under the greedy check): N speculative and
 N autoregressive continuations of the prompt, at the current settings, against the exact
 target probabilities; a deliberately wrong rule can be chosen to watch the same check catch
-it (specviz.analysis.distribution_check does the work)."""
+it (specviz.analysis.distribution_check does the work).
+
+The check runs on the model thread through a Worker, one sample at a time, so that Stop, or
+the visitor leaving, ends it after the sample in progress; the handler streams its
+progress and returns the typed result beside its views, for the lesson's statement."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import gradio as gr
 
+from specviz.analysis import distribution_check
+from specviz.analysis.distribution_check import CheckResult
 from specviz.config import RULES
-from specviz.modelthread import MODEL_THREAD
-from specviz.ui.errors import model_failures, user_errors
+from specviz.ui.context import AppContext
+from specviz.ui.errors import model_failures
 from specviz.ui.page import HIDDEN, Page
-from specviz.ui.pairs import AppContext, pair_label
-from specviz.ui.state import Form, View, as_int
+from specviz.ui.pairs import pair_label
+from specviz.ui.state import Form, Session, View, as_int
 from specviz.ui.warm import warmed_pair
+from specviz.ui.worker import Worker
 from specviz.views import markup
 
 CHECK_MAX_SAMPLES = 2000  # the distribution check: most samples per method
 
 
 def layout(v: dict[str, Any]) -> None:
-    """The check's components, into the views by name."""
+    """The check's components, into the page's components by name."""
     gr.Markdown(
         "Draw N short continuations of the prompt with speculative and with "
         "autoregressive sampling (current settings) and compare both with the exact "
@@ -41,17 +49,29 @@ def layout(v: dict[str, Any]) -> None:
     v["check_plot"] = gr.Plot(label="empirical against exact", elem_id="sv-check-plot")
 
 
+def progress_html(done: int, total: int, stage: str) -> str:
+    """A progress bar and the stage in progress."""
+    bar = f'<progress value="{done}" max="{max(1, total)}" style="width: 100%"></progress>'
+    return bar + markup.status_html(f"{stage}: {done} of {total} samples", "busy")
+
+
+def summary_html(result: CheckResult) -> str:
+    """The check's summary as the tab shows it."""
+    return f"<pre class='sv-check'>{markup.esc(result.summary())}</pre>"
+
+
 def check_updates(
     ctx: AppContext,
     form: Form,
     n: Any,
     length: Any,
     rule: str,
-    progress: Callable[[float, str], None] | None = None,
-) -> View:
-    """The distribution check for the form's prompt and settings (the CheckResult itself
-    under "check_result", for the lesson's statement: no component shows that key)."""
-    from specviz.analysis import distribution_check
+    stop: threading.Event | None = None,
+) -> Generator[View, None, CheckResult | None]:
+    """The distribution check for the form's prompt and settings, on the model thread: its
+    choices and progress as it draws, then its figure and summary. Returns the CheckResult
+    (None when `stop` was set, or the handler closed, before it finished). A set stop event
+    ends it after the sample in progress."""
     from specviz.views import check_figure
 
     n, length = as_int("samples", n), as_int("length", length)
@@ -59,47 +79,43 @@ def check_updates(
         raise ValueError(f"samples must be in 200..{CHECK_MAX_SAMPLES}, got {n!r}")
     settings = ctx.settings(form)
     distribution_check.validate(n, length, rule)
+    choices: View = {"check_n": n, "check_len": length, "check_rule": rule}
+    yield {**choices, "check_summary": progress_html(0, 2 * n, "warming up")}
     pair = warmed_pair(ctx, form)
-
-    def report(p: distribution_check.Progress) -> None:
-        if progress is not None:
-            progress(p.done / max(1, p.total), p.stage)
-
-    with model_failures(f"checking pair {pair_label(form)!r}"):
-        result = MODEL_THREAD.call(
-            lambda: distribution_check.run_check(
-                pair, form.prompt, settings, n, length, rule, progress_cb=report
-            )
-        )
-    return {
-        "check_plot": check_figure.check_figure(result),
-        "check_summary": f"<pre class='sv-check'>{markup.esc(result.summary())}</pre>",
-        "check_result": result,
-    }
+    items: list[distribution_check.Progress | distribution_check.CheckResult] = []
+    check = distribution_check.iter_check(pair, form.prompt, settings, n, length, rule)
+    worker = Worker([check], stop or threading.Event(), sink=items)
+    shown = 0
+    for _ in worker.polls():
+        if len(items) > shown:
+            shown = len(items)
+            last = items[shown - 1]
+            if isinstance(last, distribution_check.Progress):
+                yield {"check_summary": progress_html(last.done, last.total, last.stage)}
+    if worker.error is not None:
+        with model_failures(f"checking pair {pair_label(form)!r}"):
+            raise worker.error
+    result = items[-1] if items else None
+    if not isinstance(result, distribution_check.CheckResult):
+        yield {"check_summary": markup.status_html("the check was stopped")}
+        return None
+    yield {"check_plot": check_figure.check_figure(result), "check_summary": summary_html(result)}
+    return result
 
 
 def wire(page: Page) -> None:
-    v = page.views
+    v, sess = page.components, page.session
 
-    @user_errors
-    def run(
-        n: Any,
-        length: Any,
-        rule: str,
-        *values: Any,
-        progress: Any = gr.Progress(),  # noqa: B008 - gradio injects the tracker by default
-    ) -> dict[Any, Any]:
-        def report(fraction: float, stage: str) -> None:
-            progress(fraction, desc=stage)
+    def run(s: Session, n: Any, length: Any, rule: str, *values: Any) -> Iterator[View]:
+        return check_updates(page.ctx, page.form(values), n, length, rule, s.new_stop())
 
-        return page.keyed(check_updates(page.ctx, page.form(values), n, length, rule, report))
-
+    choices = [v["check_n"], v["check_len"], v["check_rule"]]
     v["check_run"].click(
-        run,
-        [v["check_n"], v["check_len"], v["check_rule"], *page.inputs],
-        [v["check_plot"], v["check_summary"]],
+        page.stream(run),
+        [sess, *choices, *page.inputs],
+        [*choices, v["check_plot"], v["check_summary"]],
         api_name="check",
-        show_progress="full",
+        show_progress="minimal",
         **page.model_queue,
         **HIDDEN,
     )

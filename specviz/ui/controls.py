@@ -17,15 +17,17 @@ import gradio as gr
 
 from specviz.config import Deployment, Limits, Setting, Settings, form_defaults, offered
 from specviz.ui.content import HOW_TO_READ, PRESET_FIELDS, PRESETS, apply_preset
+from specviz.ui.context import AppContext
 from specviz.ui.errors import user_errors
 from specviz.ui.page import INTERNAL, Page
-from specviz.ui.pairs import CUSTOM, AppContext, compiled_by_default, pair_label, zero_gpu
+from specviz.ui.pairs import CUSTOM, compiled_by_default, pair_label
+from specviz.ui.runners import Runner
 from specviz.ui.state import PROMPT_CHARS_PER_TOKEN, Form, View
 from specviz.ui.warm import warmed_pair
 from specviz.views import markup
 
 
-def layout(pairs: list[str], dep: Deployment) -> dict[str, Any]:
+def layout(pairs: list[str], dep: Deployment, runner: Runner) -> dict[str, Any]:
     """The left column: what a person needs first (preset, prompt, Run/Step/Stop, the
     presentation toggle, the help text), then the settings (compare, compile, models,
     sampling). Every control starts at Form's default, which is the CLI's."""
@@ -53,11 +55,11 @@ def layout(pairs: list[str], dep: Deployment) -> dict[str, Any]:
         with gr.Accordion("How to read this", open=False, elem_id="sv-help"):
             gr.Markdown(HOW_TO_READ)
     with gr.Column(elem_id="sv-settings"):
-        settings(c, pairs, dep)
+        settings(c, pairs, dep, runner)
     return c
 
 
-def settings(c: dict[str, Any], pairs: list[str], dep: Deployment) -> None:
+def settings(c: dict[str, Any], pairs: list[str], dep: Deployment, runner: Runner) -> None:
     """Compare, the compiled path, the models and the sampling controls, into c by name."""
     limits, f = dep.limits, Form()
     c["compare"] = gr.Checkbox(
@@ -67,7 +69,7 @@ def settings(c: dict[str, Any], pairs: list[str], dep: Deployment) -> None:
         compiled_by_default(),  # Form's None: the machine's default, as the CLI's
         label="compiled path (torch.compile, static KV cache; the first run compiles)",
         elem_id="sv-compile",
-        visible=not zero_gpu(),  # ZeroGPU has no torch.compile
+        visible=runner.compiles,  # ZeroGPU has no torch.compile
     )
     with gr.Accordion("models", open=True):
         c["pair"] = gr.Dropdown(pairs, value=pairs[0], label="pair (draft -> target)")

@@ -11,14 +11,14 @@ from typing import Any
 
 import gradio as gr
 
+from specviz.ui.frames import inspect_view
 from specviz.ui.page import INTERNAL, Page
 from specviz.ui.state import Session, View, as_int
-from specviz.ui.views import inspect_view
 from specviz.views import markup
 
 
 def layout(v: dict[str, Any]) -> None:
-    """The inspector's components, into the views by name."""
+    """The inspector's components, into the page's components by name."""
     with gr.Row():
         v["insp_round"] = gr.Number(
             None,
@@ -69,7 +69,7 @@ def opened() -> dict[str, Any]:
 
 def wire(page: Page) -> None:
     """The Inspect button, and clicks on the token view and the round rows."""
-    v = page.views
+    v = page.components
 
     def pick(sess: Session, rnd: Any, pos: Any) -> dict[str, Any]:
         return {**typed_view(sess.spec, rnd, pos), **opened()}

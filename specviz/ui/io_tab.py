@@ -16,9 +16,9 @@ import gradio as gr
 from specviz import metrics
 from specviz.trace import Trace
 from specviz.ui.errors import failure, user_errors
+from specviz.ui.frames import final_frame, sync_rounds
 from specviz.ui.page import HIDDEN, Page
 from specviz.ui.state import Session, View
-from specviz.ui.views import final_frame, sync_rounds
 from specviz.views import markup
 
 MAX_IMPORT_BYTES = 5_000_000  # a trace file for import: 5 MB
@@ -63,12 +63,12 @@ def replay_updates(session: Session, trace: Trace | None = None) -> Iterator[Vie
         raise ValueError("nothing to replay: press Run, or import a JSON trace")
     gamma = int((spec or session.ar).settings.get("gamma", 4))  # type: ignore[union-attr]
     if spec is not None and spec.rounds:
-        session.parts, session.rows = [], []
+        session.spans, session.rows = [], []
         delay = min(0.25, REPLAY_SECONDS / len(spec.rounds))
         for i in range(1, len(spec.rounds) + 1):
             sync_rounds(session, upto=i)
             yield {
-                "tokens": markup.tokens_html(session.parts, spec.prompt),
+                "tokens": markup.tokens_html(session.spans, spec.prompt),
                 "rounds": markup.rounds_html(session.rows),
                 "status": markup.status_html(f"replaying round {i} of {len(spec.rounds)}", "busy"),
             }
@@ -99,7 +99,7 @@ def export_files(session: Session) -> list[str]:
 
 
 def layout(v: dict[str, Any]) -> None:
-    """The Data tab's components, into the views by name."""
+    """The Data tab's components, into the page's components by name."""
     v["export"] = gr.Button("Export trace (JSON) and rounds (CSV)")
     v["files"] = gr.File(label="exported files", file_count="multiple", interactive=False)
     v["upload"] = gr.File(
@@ -111,7 +111,7 @@ def layout(v: dict[str, Any]) -> None:
 
 
 def wire(page: Page) -> None:
-    v, sess = page.views, page.session
+    v, sess = page.components, page.session
     v["export"].click(
         user_errors(export_files), [sess], [v["files"]], api_name="export", **page.quiet
     )

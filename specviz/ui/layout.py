@@ -1,8 +1,8 @@
-"""The page: the Blocks built from its parts, and how it is served.
+"""The page: the Blocks built from its sections, and how it is served.
 
 Two columns. The left: what a person needs first (preset, prompt, Run/Step/Stop, the
 presentation toggle, the help text), then the settings (specviz.ui.controls). The right:
-the guided lesson (lesson_tab), the live view (status, token view, round table,
+the guided lesson (lesson_panel), the live view (status, token view, round table,
 narration, the exactness note; token_view), then six tabs, each reading top to bottom:
 
     Decision    the decision inspector (inspector_tab)
@@ -13,7 +13,7 @@ narration, the exactness note; token_view), then six tabs, each reading top to b
     Exactness   the greedy check, the distribution check (check_tab)
     Data        export and import (io_tab)
 
-Each part builds its own components and wires its own events; the tabs are composed here
+Each section builds its own components and wires its own events; the tabs are composed here
 (no tab module imports another), with the views that only show figures. The presentation
 view (present) and the phone layout are CSS in assets/specviz.css. Nothing loads at import
 or build time.
@@ -35,7 +35,7 @@ from specviz.ui import (
     controls,
     inspector_tab,
     io_tab,
-    lesson_tab,
+    lesson_panel,
     live,
     present,
     race,
@@ -44,8 +44,10 @@ from specviz.ui import (
     theory_tab,
     token_view,
 )
+from specviz.ui.context import AppContext, app_context
 from specviz.ui.page import Page
-from specviz.ui.pairs import CustomLoader, Loader, app_context
+from specviz.ui.pairs import CustomLoader, Loader
+from specviz.ui.runners import Runner
 from specviz.ui.state import DEFAULTS, new_session
 from specviz.views import markup
 
@@ -54,7 +56,8 @@ HEADER = (
     "<h1>specviz</h1><p>Speculative decoding, decision by decision: "
     "<b>p</b> is the target's distribution, <b>q</b> the draft's.</p>"
 )
-PARTS = (
+# The sections that build their own components and wire their own events.
+SECTIONS = (
     controls,
     live,
     api,
@@ -76,31 +79,43 @@ def build_app(
     limits: Limits | None = None,
     deployment: Deployment | None = None,
     custom_loader: CustomLoader | None = None,
+    runner: Runner | None = None,
 ) -> gr.Blocks:
     """The Blocks app. Loads nothing: models load on the first event that needs them.
 
     pairs: the registry pairs offered (default: those the deployment allows, ordered for
-    this machine's device); limits overrides the deployment's input limits."""
+    this machine's device); limits overrides the deployment's input limits; runner is where
+    the models run (default: chosen for this machine, specviz.ui.runners.choose_runner)."""
     dep = deployment or Deployment.from_env()
     dep = replace(dep, limits=limits) if limits is not None else dep
-    ctx, menu = app_context(dep, loader, pairs, custom_loader)
+    ctx, menu = app_context(dep, loader, pairs, custom_loader, runner)
     with gr.Blocks(title="specviz: speculative decoding, decision by decision") as demo:
-        session = gr.State(new_session, time_to_live=3600)
-        gr.HTML(HEADER, js_on_load=None, elem_id="sv-header")
-        with gr.Row(elem_id="sv-main"):
-            with gr.Column(scale=1, min_width=320, elem_id="sv-left"):
-                c = controls.layout(menu, dep)
-            with gr.Column(scale=3, elem_id="sv-right"):
-                taught = lesson_tab.layout()  # the guided lesson comes first
-                v = main_views()
-        page = Page(ctx, dep.concurrency, session, c, {**v, "models": c["models"]}, demo)
-        for part in PARTS:
-            part.wire(page)
-        lesson_tab.wire(page, taught)
+        page, lesson_state = compose(ctx, menu, dep, demo)
+        for section in SECTIONS:
+            section.wire(page)
+        lesson_panel.wire(page, lesson_state)
     for fn in demo.fns.values():  # the per-visitor state's initialiser is no API either
         if fn.fn is new_session:
             fn.api_visibility = "private"
     return demo
+
+
+def compose(
+    ctx: AppContext, menu: list[str], dep: Deployment, demo: gr.Blocks
+) -> tuple[Page, gr.State]:
+    """Every component of the page, inside the Blocks being built, by name; and the lesson's
+    per-visitor state. Wires nothing."""
+    session = gr.State(new_session, time_to_live=3600)
+    gr.HTML(HEADER, js_on_load=None, elem_id="sv-header")
+    with gr.Row(elem_id="sv-main"):
+        with gr.Column(scale=1, min_width=320, elem_id="sv-left"):
+            c = controls.layout(menu, dep, ctx.runner)
+        with gr.Column(scale=3, elem_id="sv-right"):
+            panel = lesson_panel.layout()  # the guided lesson comes first
+            v = main_views()
+    state = panel.pop(lesson_panel.STATE)
+    page = Page(ctx, dep.concurrency, session, c, {**v, "models": c["models"]}, panel, demo)
+    return page, state
 
 
 def main_views() -> dict[str, Any]:

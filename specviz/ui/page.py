@@ -1,39 +1,47 @@
-"""The built page as each part's wiring sees it: the app context, the per-visitor session
-state, the controls and every view by name, and the event options shared by all parts.
+"""The built page as each section's wiring sees it: the app context, the per-visitor session
+state, the controls and every other component by name, and the event options shared by all
+sections.
 
-Handlers yield or return :data:`~specviz.ui.state.View` dicts keyed by view name;
-:meth:`Page.stream` and :meth:`Page.once` turn them into gradio event functions that map
-names onto components and show a ValueError as one line.
+Handlers yield or return :data:`~specviz.ui.state.View` dicts keyed by component name;
+:meth:`Page.keyed` is the one place that maps those names onto components, and
+:meth:`Page.stream` and :meth:`Page.once` turn handlers into gradio event functions through
+it and show a ValueError as one line. A name the page does not have is a KeyError (a bug,
+caught by the tests that drive each event), never dropped; an update that names nothing
+becomes ``gr.skip()``, never an empty dict (which gradio would take as one output value).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
+import gradio as gr
+
+from specviz.ui.context import AppContext
 from specviz.ui.errors import user_errors
-from specviz.ui.pairs import AppContext
 from specviz.ui.state import FORM_FIELDS, Form, View
 
 # The page's own events stay callable (tests, gradio_client) but off the API page, which
 # documents the one named endpoint, /generate; events no client needs are private.
 HIDDEN: dict[str, Any] = {"api_visibility": "undocumented"}
 INTERNAL: dict[str, Any] = {"api_visibility": "private"}
-# What some handlers return beside their views, for the lesson to state: no component shows
-# them. The distribution check's result, and the sweep's rows.
-DATA = frozenset({"check_result", "sweep_rows"})
 
 
 @dataclass
 class Page:
-    """What the parts of the page share once every component exists."""
+    """What the sections of the page share once every component exists, by name: the left
+    column's controls (what a request sends, and what a lesson step sets), the components
+    the page's events update (the live view, the tabs' figures, buttons and choices, the
+    models line), and the lesson's panel (updated by the lesson's own events only)."""
 
     ctx: AppContext
     concurrency: int
     session: Any  # gr.State holding a specviz.ui.state.Session
     controls: dict[str, Any]
-    views: dict[str, Any]
+    components: dict[str, Any]
+    lesson: dict[str, Any]
     blocks: Any  # the gr.Blocks being built (its load event opens the pair)
 
     @property
@@ -43,7 +51,8 @@ class Page:
 
     @property
     def outputs(self) -> list[Any]:
-        return list(self.views.values())
+        """What Run, Step and the other page events may update (not the lesson's panel)."""
+        return list(self.components.values())
 
     @property
     def model_queue(self) -> dict[str, Any]:
@@ -61,21 +70,32 @@ class Page:
     def form(self, values: tuple[Any, ...]) -> Form:
         return Form(**dict(zip(FORM_FIELDS, values, strict=True)))
 
-    def keyed(self, out: View) -> dict[Any, Any]:
-        """The handler's views by component; a name the page has no view for is an error,
-        except the results in DATA, which no component shows."""
-        unknown = [k for k in out if k not in self.views and k not in DATA]
-        if unknown:
-            raise KeyError(f"no view named {', '.join(map(repr, unknown))} on this page")
-        return {self.views[k]: v for k, v in out.items() if k not in DATA}
+    def component(self, name: str) -> Any:
+        """The component of that name (a control or any other); KeyError if there is none."""
+        for named in (self.components, self.lesson, self.controls):
+            if name in named:
+                return named[name]
+        raise KeyError(f"no component named {name!r} on this page")
 
-    def stream(self, handler: Callable[..., Iterator[View]]) -> Callable[..., Iterator[Any]]:
-        """A generator event function from a handler that yields views."""
+    def keyed(self, out: View) -> dict[Any, Any]:
+        """The handler's update by component; gr.skip() when it names none. An unknown name
+        is a KeyError: the tests that drive each event catch it."""
+        if not out:
+            return gr.skip()
+        return {self.component(k): v for k, v in out.items()}
+
+    def stream(
+        self, handler: Callable[..., Generator[View, None, Any]]
+    ) -> Callable[..., Iterator[Any]]:
+        """A generator event function from a handler that yields views. When gradio closes
+        it (the visitor left, or the event was cancelled) the handler is closed at once, so
+        that its work is stopped (specviz.ui.worker)."""
 
         @user_errors
         def event(*args: Any) -> Iterator[dict[Any, Any]]:
-            for out in handler(*args):
-                yield self.keyed(out)
+            with closing(handler(*args)) as updates:
+                for out in updates:
+                    yield self.keyed(out)
 
         return event
 

@@ -1,22 +1,20 @@
 """What may load, and loading it: the pair policy (offered pairs, custom hub ids, the
-allow-list), ZeroGPU, and :class:`AppContext`, the one object the handlers receive. A load
-that fails is one line (specviz.ui.errors).
+allow-list) and the loaders behind it, and whether this is a ZeroGPU Space. A load that
+fails is one line (specviz.ui.errors).
 
 Models load once per process (specviz.models caches them) and every model call runs on the
 model thread (specviz.modelthread). On a ZeroGPU Space (the ``spaces`` package importable
-and SPACES_ZERO_GPU set) a run executes in one GPU-decorated call that returns both traces.
+and SPACES_ZERO_GPU set) each event is one GPU-decorated call instead, which streams its
+rounds out as they are made (specviz.ui.runners, specviz.ui.zerogpu).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
 from specviz.compiled import auto_backend
-from specviz.config import Deployment, Limits, Settings, on_zero_gpu
+from specviz.config import Deployment, on_zero_gpu
 from specviz.models import PAIRS, check_model_id, load_pair, resolve_device
 from specviz.modelthread import MODEL_THREAD
 from specviz.offline import OFFLINE_IDS
@@ -44,13 +42,9 @@ def default_custom_loader(draft: str, target: str, dtype: str) -> ModelPair:
 
 
 def zero_gpu() -> bool:
-    """Whether this is a ZeroGPU Space: SPACES_ZERO_GPU set and ``spaces`` importable."""
+    """Whether this is a ZeroGPU Space: SPACES_ZERO_GPU set and ``spaces`` importable (asked
+    once, by specviz.ui.runners.choose_runner, when the app's context is built)."""
     return on_zero_gpu() and spaces_module() is not None
-
-
-def has_gpu() -> bool:
-    """A CUDA device here, or one attached per call by ZeroGPU."""
-    return torch.cuda.is_available() or zero_gpu()
 
 
 def spaces_module() -> Any | None:
@@ -61,10 +55,9 @@ def spaces_module() -> Any | None:
     return spaces
 
 
-def offered_pairs(deployment: Deployment, gpu_present: bool | None = None) -> list[str]:
+def offered_pairs(deployment: Deployment, gpu_present: bool) -> list[str]:
     """The registry pairs this deployment allows: hub pairs first where a GPU is present,
     the offline pair first on a CPU; "custom" last when custom ids are on."""
-    gpu_present = has_gpu() if gpu_present is None else gpu_present
     names = [
         n for n, p in PAIRS.items() if deployment.allows(p.draft) and deployment.allows(p.target)
     ]
@@ -155,35 +148,3 @@ def load_default(form: Form) -> ModelPair:
     if form.pair == CUSTOM:
         return default_custom_loader(form.custom_draft, form.custom_target, form.dtype)
     return default_loader(form.pair, form.dtype)
-
-
-def app_context(
-    dep: Deployment,
-    loader: Loader | None = None,
-    pairs: list[str] | None = None,
-    custom_loader: CustomLoader | None = None,
-) -> tuple[AppContext, list[str]]:
-    """The context of an app serving this deployment, and its pair menu: the registry pairs
-    given (default: those the deployment allows, ordered for this machine's device), then
-    "custom" when custom ids are on."""
-    menu = [p for p in (pairs or offered_pairs(dep)) if p != CUSTOM]
-    menu += [CUSTOM] if dep.custom_models else []
-    source = PairSource(loader or default_loader, menu, dep, custom_loader or default_custom_loader)
-    return AppContext(source, dep.limits), menu
-
-
-@dataclass(frozen=True)
-class AppContext:
-    """What every handler needs from the app: what may load (a :class:`PairSource` in the
-    app; any Loader in tests) and the deployment's input limits."""
-
-    loader: Loader
-    limits: Limits = field(default_factory=Limits)
-
-    def settings(self, form: Form) -> Settings:
-        """The form's validated settings under this deployment's limits."""
-        return form.settings(self.limits)
-
-    def pair(self, form: Form) -> ModelPair:
-        """The form's pair, loaded once per process."""
-        return open_pair(self.loader, form)

@@ -10,9 +10,9 @@ from typing import Any
 
 import gradio as gr
 
+from specviz.ui.frames import NEEDS_COMPARE
 from specviz.ui.page import Page
 from specviz.ui.state import Session, View, as_float
-from specviz.ui.views import NEEDS_COMPARE
 from specviz.views.race_replay import SPEEDS, check_speed, replay_animation_html
 
 
@@ -41,7 +41,7 @@ def race_update(session: Session, speed: Any) -> View:
 
 
 def wire(page: Page) -> None:
-    v = page.views
+    v = page.components
     v["race_play"].click(
         page.once(race_update),
         [page.session, v["race_speed"]],

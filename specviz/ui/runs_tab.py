@@ -8,7 +8,7 @@ stored traces only.
   predicted acceptance min(1, p/q) against the observed frequency, with error bars, and
   the same for resampled tokens (specviz.analysis.calibration).
 
-Live runs show specviz.ui.views.runs_views after Session.record; nothing here calls a model.
+Live runs show specviz.ui.frames.runs_views after Session.record; nothing here calls a model.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from typing import Any
 import gradio as gr
 
 from specviz.ui.errors import user_errors
+from specviz.ui.frames import final_frame, log_display
 from specviz.ui.page import Page
 from specviz.ui.state import Session, View
-from specviz.ui.views import final_frame, log_display
 from specviz.views import markup
 
 CALIBRATION_NOTE = (
@@ -33,8 +33,8 @@ CALIBRATION_NOTE = (
 
 
 def layout(v: dict[str, Any]) -> None:
-    """The calibration, then the log with its picker, file and chart, into the views by name
-    (the Acceptance tab lays them out under the acceptance charts)."""
+    """The calibration, then the log with its picker, file and chart, into the page's
+    components by name (the Acceptance tab lays them out under the acceptance charts)."""
     gr.Markdown(CALIBRATION_NOTE)
     v["calib_summary"] = gr.HTML(js_on_load=None, elem_id="sv-calib-summary")
     v["calib_plot"] = gr.Plot(label="reliability diagram of the rule", elem_id="sv-calib")
@@ -81,7 +81,7 @@ def log_file(session: Session) -> str:
 
 
 def wire(page: Page) -> None:
-    v, sess = page.views, page.session
+    v, sess = page.components, page.session
     v["log_load"].click(
         page.once(load_run), [sess, v["log_pick"]], page.outputs, api_name="load_run", **page.quiet
     )

@@ -1,6 +1,6 @@
 """Per-request and per-visitor state: the form the controls deliver and the session a browser
 tab keeps in ``gr.State``. Nothing here renders: the session holds the HTML that
-specviz.ui.views rendered for its rounds.
+specviz.ui.frames rendered for its rounds.
 
 Form is derived from config.Settings: one field per setting the app offers, beside the
 controls that are not settings (:class:`Controls`). Its defaults are the controls' initial
@@ -23,7 +23,7 @@ from specviz.engine import Update
 from specviz.trace import Trace, has_overlaps
 
 PROMPT_CHARS_PER_TOKEN = 16  # prompts longer than this many characters per allowed token
-View = dict[str, Any]  # a handler's output: view name -> value
+View = dict[str, Any]  # a handler's output: component name -> value
 
 
 DEFAULTS = Settings()  # the CLI's defaults: untouched controls mean exactly these
@@ -135,12 +135,12 @@ def as_float(name: str, x: Any) -> Any:
 @dataclass
 class Session:
     """One browser tab's state: its traces, the HTML cached for their rounds (written by
-    specviz.ui.views.sync_rounds), the stepper and timings, and
+    specviz.ui.frames.sync_rounds), the stepper and timings, and
     what accumulates over its runs (the experiment log, the calibration counts)."""
 
     spec: Trace | None = None
     ar: Trace | None = None
-    parts: list[str] = field(default_factory=list)  # token-view spans, one string per round
+    spans: list[str] = field(default_factory=list)  # the token view's spans, one string per round
     rows: list[str] = field(default_factory=list)  # per-round view rows
     stop: threading.Event = field(default_factory=threading.Event)
     stepper: Iterator[Update] | None = None
@@ -153,7 +153,7 @@ class Session:
     log: ExperimentLog = field(default_factory=ExperimentLog)  # one row per Run
     calibration: Calibration = field(default_factory=Calibration)  # over the logged runs
     race_nonce: int = 0  # a new race replay restarts the animation
-    lock: threading.Lock = field(default_factory=threading.Lock)  # guards parts
+    lock: threading.Lock = field(default_factory=threading.Lock)  # guards spans
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Session:
         """Copies hold copies of the traces and the log; the live machinery (stop event,
@@ -161,7 +161,7 @@ class Session:
         return Session(
             spec=copy.deepcopy(self.spec, memo),
             ar=copy.deepcopy(self.ar, memo),
-            parts=list(self.parts),
+            spans=list(self.spans),
             rows=list(self.rows),
             decode=self.decode,
             ui_ms=list(self.ui_ms),
@@ -179,7 +179,7 @@ class Session:
         self.close_stepper()
         self.spec, self.ar, self.mode = spec, ar, mode
         with self.lock:
-            self.parts, self.rows = [], []
+            self.spans, self.rows = [], []
         self.ui_ms, self.first_round_s = [], None
         self.stop = threading.Event()
 

@@ -11,15 +11,16 @@ page) ends it after the run in progress.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import gradio as gr
 
 from specviz.analysis.sweep import SweepEvent, SweepPlan, format_table, sweep
+from specviz.ui.context import AppContext
 from specviz.ui.errors import model_failures
 from specviz.ui.page import HIDDEN, Page
-from specviz.ui.pairs import AppContext, pair_label, zero_gpu
+from specviz.ui.pairs import pair_label
 from specviz.ui.state import Form, Session, View, as_int
 from specviz.ui.worker import Worker
 from specviz.views import across_runs, markup
@@ -38,7 +39,7 @@ INTRO = (
 
 
 def layout(v: dict[str, Any]) -> None:
-    """The sweep's components, into the views by name."""
+    """The sweep's components, into the page's components by name."""
     gr.Markdown(INTRO)
     with gr.Row():
         v["sweep_gammas"] = gr.CheckboxGroup(
@@ -102,26 +103,30 @@ def progress_html(event: SweepEvent | None, total: int) -> str:
 
 
 def results(rows: list[dict[str, Any]], status: str) -> View:
-    """The chart and the table of the rows so far (and the rows themselves, under
-    "sweep_rows", for the lesson's statement: no component shows that key)."""
+    """The chart and the table of the rows so far."""
     table = f"<pre class='sv-sweep'>{markup.esc(format_table(rows))}</pre>" if rows else ""
     return {
         "sweep_plot": across_runs.sweep_figure(rows),
         "sweep_table": table,
         "sweep_status": status,
-        "sweep_rows": rows,
     }
 
 
 def sweep_updates(
     session: Session, form: Form, ctx: AppContext, gammas: Any, temperatures: Any, reps: Any
-) -> Iterator[View]:
-    """Run the sweep on the model thread; stream progress, and each cell's row as it ends."""
-    if zero_gpu():
+) -> Generator[View, None, list[dict[str, Any]]]:
+    """Run the sweep on the model thread; stream its choices, its progress, and each cell's
+    row as it ends. Returns the rows measured (fewer when stopped)."""
+    if not ctx.runner.keeps_models:
         raise ValueError("the sweep needs a model kept in memory: it does not run on ZeroGPU")
     plan = sweep_plan(form, ctx, gammas, temperatures, reps)
     label = pair_label(form)
-    yield {"sweep_status": markup.status_html(f"loading pair {label!r} ...", "busy")}
+    choices = {
+        "sweep_gammas": list(plan.gammas),
+        "sweep_temps": str(temperatures or ""),
+        "sweep_reps": plan.reps,
+    }
+    yield {**choices, "sweep_status": markup.status_html(f"loading pair {label!r} ...", "busy")}
     pair = ctx.pair(form)
     events: list[SweepEvent] = []
     stop = session.new_stop()
@@ -136,7 +141,9 @@ def sweep_updates(
     if worker.error is not None:
         with model_failures(f"sweeping pair {label!r}"):
             raise worker.error
-    yield results([e.row for e in events if e.row is not None], done_html(events, plan))
+    rows = [e.row for e in events if e.row is not None]
+    yield results(rows, done_html(events, plan))
+    return rows
 
 
 def done_html(events: list[SweepEvent], plan: SweepPlan) -> str:
@@ -153,13 +160,13 @@ def stop_sweep(session: Session) -> str:
 
 
 def wire(page: Page) -> None:
-    v, sess = page.views, page.session
+    v, sess = page.components, page.session
     choices = [v["sweep_gammas"], v["sweep_temps"], v["sweep_reps"]]
 
     def handler(s: Session, g: Any, t: Any, r: Any, *values: Any) -> Iterator[View]:
         return sweep_updates(s, page.form(values), page.ctx, g, t, r)
 
-    outputs = [v[k] for k in ("sweep_status", "sweep_plot", "sweep_table")]
+    outputs = [*choices, *(v[k] for k in ("sweep_status", "sweep_plot", "sweep_table"))]
     v["sweep_run"].click(
         page.stream(handler),
         [sess, *choices, *page.inputs],

@@ -10,14 +10,14 @@ import gradio as gr
 
 from specviz import metrics
 from specviz.ui.errors import user_errors
+from specviz.ui.frames import no_alpha_figure
 from specviz.ui.page import Page
 from specviz.ui.state import Session, as_float
-from specviz.ui.views import no_alpha_figure
 from specviz.views import figures, theory_figures
 
 
 def layout(v: dict[str, Any]) -> None:
-    """The theory and projection figures and the c slider, into the views by name."""
+    """The theory and projection figures and the c slider, into the page's components by name."""
     v["theory"] = gr.Plot(label="expected speedup against gamma (Leviathan)")
     v["c_user"] = gr.Slider(
         0.01,
@@ -44,7 +44,7 @@ def projection_update(session: Session, c: float) -> Any:
 
 
 def wire(page: Page) -> None:
-    v = page.views
+    v = page.components
     v["c_user"].change(
         user_errors(projection_update),
         [page.session, v["c_user"]],

@@ -3,7 +3,7 @@ drafted token by its overlap sum_x min(p, q) (with its legend), the token and pe
 views, and the narration box where Step tells the round just taken in plain sentences.
 
 Shading is a per-visitor switch kept in the Session, so the live, final, replayed and
-reloaded views all honour it (specviz.ui.views.sync_rounds renders with it). Narration reads the
+reloaded views all honour it (specviz.ui.frames.sync_rounds renders with it). Narration reads the
 stored round only (specviz.views.narration): no model call.
 """
 
@@ -15,9 +15,9 @@ import gradio as gr
 
 from specviz.ui.content import TOKEN_JS
 from specviz.ui.errors import user_errors
+from specviz.ui.frames import narration_hint, set_shade
 from specviz.ui.page import Page
 from specviz.ui.state import Session, View
-from specviz.ui.views import narration_hint, set_shade
 from specviz.views import markup
 
 NO_OVERLAPS = "this trace recorded no overlaps (an autoregressive run or a minimal trace)"
@@ -62,12 +62,12 @@ def shade_update(session: Session, on: bool) -> View:
     set_shade(session, bool(on))
     out: View = {"overlap_legend": shade_legend(session)}
     if session.spec is not None:
-        out["tokens"] = markup.tokens_html(session.parts, session.spec.prompt)
+        out["tokens"] = markup.tokens_html(session.spans, session.spec.prompt)
     return out
 
 
 def wire(page: Page) -> None:
-    v = page.views
+    v = page.components
     v["shade"].change(
         user_errors(lambda s, on: page.keyed(shade_update(s, on))),
         [page.session, v["shade"]],

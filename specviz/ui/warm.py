@@ -6,13 +6,17 @@ handlers that time what they run.
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 from specviz.engine import warm_up
 from specviz.modelthread import MODEL_THREAD
 from specviz.pair import ModelPair
 from specviz.ui.errors import model_failures
-from specviz.ui.pairs import AppContext, pair_label
+from specviz.ui.pairs import pair_label
 from specviz.ui.state import Form
+
+if TYPE_CHECKING:
+    from specviz.ui.context import AppContext
 
 _warm_lock = threading.Lock()
 # The pairs that have run once in this process (held, so that no other object takes an id)

@@ -10,7 +10,8 @@ boundary, so only forms, settings and trace pieces (plain dataclasses) go throug
 itself is found in the process-wide model cache, which the start-up load filled.
 
 Off ZeroGPU (``spaces`` missing, or SPACES_ZERO_GPU unset) ``spaces.GPU`` returns the
-function unchanged and none of this is used by the app.
+function unchanged, and the app's runner (specviz.ui.runners) is the local one, which uses
+none of this.
 """
 
 from __future__ import annotations
@@ -39,10 +40,9 @@ def duration(form: Form, settings: Settings, *_: Any) -> int:
     return int(min(GPU_SECONDS_MAX, SETUP_SECONDS + SECONDS_PER_TOKEN * tokens))
 
 
-def preload(dep: Deployment) -> ModelPair | None:
-    """At start-up on ZeroGPU: load the first pair this Space offers, once per process."""
-    if not pairs.zero_gpu():
-        return None
+def preload(dep: Deployment) -> ModelPair:
+    """At start-up on ZeroGPU (specviz.ui.runners.ZeroGpuRunner): load the first pair this
+    Space offers, once per process."""
     name = next(p for p in pairs.offered_pairs(dep, gpu_present=True) if p != pairs.CUSTOM)
     return pairs.default_loader(name, "auto")
 

@@ -357,3 +357,24 @@ def greedy_check(spec: Trace, ar: Trace, decode: Callable[[list[int]], str] | No
         f"different from {where}. Different computation graphs give different numerics "
         "(as in bf16), and one flipped argmax changes everything after it"
     )
+
+
+# --- the lesson's panel ----------------------------------------------------------------
+
+
+def status_word(status: str, text: str | None = None) -> str:
+    """A word coloured as the token view colours a token of that status (the lesson's
+    sentences name the colours with these)."""
+    if status not in TOKEN_STATUSES:
+        raise ValueError(f"unknown token status {status!r}")
+    return f'<span class="sv-tok sv-{status}">{esc(status if text is None else text)}</span>'
+
+
+def lesson_card_html(text: str) -> str:
+    """A lesson step's sentences (HTML written by specviz.lesson)."""
+    return f'<div class="sv-lesson-card">{text}</div>'
+
+
+def lesson_said_html(said: str | None) -> str:
+    """What a lesson step said after its run ("" before it ran)."""
+    return f'<div class="sv-lesson-said">{said}</div>' if said else ""

@@ -1,7 +1,8 @@
-"""What the page shows for a session's traces: the rounds' HTML cached in the session, the
-cheap live frame sent after each round, the final frame with every view, the summaries, the
-decision inspector, and the views across a session's runs (log and calibration). Everything
-here reads stored traces only: no model call.
+"""The frames the page is sent for a session's traces: the rounds' HTML cached in the
+session, the cheap live frame sent after each round, the final frame with every view (and
+the logged one after a Run), the summaries, the decision inspector, and the views across a
+session's runs (log and calibration). Everything here reads stored traces only (no model
+call) and renders through specviz.views.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from gradio.components.plot import PlotData
 from specviz import metrics
 from specviz.analysis import calibration
 from specviz.analysis.runlog import LOG_COLUMNS
-from specviz.config import is_greedy
+from specviz.config import Settings, is_greedy
 from specviz.costs import guard_sentence
 from specviz.trace import Trace, decision_at, round_number
 from specviz.ui.state import Session, View
@@ -43,9 +44,9 @@ def sync_rounds(session: Session, upto: int | None = None) -> int:
         return 0
     with session.lock:
         rounds = session.spec.rounds[: upto if upto is not None else len(session.spec.rounds)]
-        new = rounds[len(session.parts) :]
+        new = rounds[len(session.spans) :]
         for r in new:
-            session.parts.append(markup.round_spans(r, session.shading))
+            session.spans.append(markup.round_spans(r, session.shading))
             session.rows.append(markup.round_row(r))
     return len(new)
 
@@ -55,8 +56,8 @@ def set_shade(session: Session, on: bool) -> None:
     with session.lock:
         session.shade = bool(on)
         if session.spec is not None:
-            done = session.spec.rounds[: len(session.parts)]
-            session.parts = [markup.round_spans(r, session.shading) for r in done]
+            done = session.spec.rounds[: len(session.spans)]
+            session.spans = [markup.round_spans(r, session.shading) for r in done]
 
 
 # Live frames come at most this often, during the speculative run and the baseline alike:
@@ -76,7 +77,7 @@ def live_frame(session: Session, last: float, gap: float = FRAME_S) -> tuple[Vie
     spec, ar = session.spec, session.ar
     out: View = {}
     if new:
-        out["tokens"] = markup.tokens_html(session.parts, spec.prompt if spec else "")
+        out["tokens"] = markup.tokens_html(session.spans, spec.prompt if spec else "")
         out["rounds"] = markup.rounds_html(session.rows)
     if new or (ar is not None and ar.timeline):
         out["speed"] = live_plot(figures.speedup_spec(spec, ar))
@@ -110,7 +111,7 @@ def final_frame(session: Session, gamma: int) -> View:
     out: View = {
         "tokens": markup.trace_tokens_html(main)
         if spec is None
-        else markup.tokens_html(session.parts, spec.prompt),
+        else markup.tokens_html(session.spans, spec.prompt),
         "rounds": markup.rounds_html(session.rows),
         "speed": figures.speedup_figure(spec, ar),
         "summary": summary_html(session),
@@ -129,6 +130,12 @@ def final_frame(session: Session, gamma: int) -> View:
     out.update(charts(spec, ar, gamma))
     out.update(default_inspection(spec))
     return out
+
+
+def logged_frame(session: Session, spec: Trace, ar: Trace | None, settings: Settings) -> View:
+    """A finished run: logged and counted for calibration, then every view."""
+    session.record(spec, ar)
+    return {**final_frame(session, settings.gamma), **runs_views(session)}
 
 
 def time_html(spec: Trace | None, mode: str = "idle") -> str:

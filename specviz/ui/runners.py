@@ -1,0 +1,255 @@
+"""Where the models run for this app, chosen once when its context is built
+(:func:`choose_runner`, the one place that asks whether this is a ZeroGPU Space):
+
+- :class:`LocalRunner`: the pair stays loaded in this process and every model call runs on
+  the model thread (specviz.modelthread); a Run is driven by a Worker that never waits for
+  the page and stops between rounds when asked (Stop, or the visitor leaving).
+- :class:`ZeroGpuRunner`: each event is one ``spaces.GPU`` call (specviz.ui.zerogpu); a Run
+  streams out of it round by round, a Step replays the run to one round more, and nothing
+  stays loaded between calls, so there is no compiled path and no sweep.
+
+Handlers (specviz.ui.live, the sweep) call the context's runner and never ask which it is.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol
+
+import torch
+
+from specviz.config import Deployment, Settings
+from specviz.engine import Run, Update, generate
+from specviz.metrics import summarize
+from specviz.modelthread import MODEL_THREAD
+from specviz.pair import ModelPair
+from specviz.trace import Round, Trace
+from specviz.ui import pairs, zerogpu
+from specviz.ui.errors import model_failures
+from specviz.ui.frames import exact_note, live_frame, logged_frame
+from specviz.ui.state import Form, Session, View
+from specviz.ui.warm import running, warmed_pair
+from specviz.ui.worker import Worker
+from specviz.views import markup
+
+if TYPE_CHECKING:
+    from specviz.ui.context import AppContext
+
+StepKey = tuple[Any, ...]  # what a Step's run was started with (a change starts a new one)
+
+
+class Runner(Protocol):
+    """How this app runs the models: a live Run, one Step, a whole run for the named API."""
+
+    name: str
+    attaches_gpu: bool  # a GPU is attached per call (the pair menu puts GPU pairs first)
+    compiles: bool  # the compiled path is offered (the compile box is shown)
+    keeps_models: bool  # a pair stays loaded between events (the sweep needs it)
+
+    def preload(self, dep: Deployment) -> ModelPair | None:
+        """At start-up: load what must be loaded before the first event (None: nothing)."""
+        ...
+
+    def run(
+        self, session: Session, form: Form, ctx: AppContext, settings: Settings
+    ) -> Iterator[View]:
+        """Both runs streamed into the session (the baseline with compare), then every view."""
+        ...
+
+    def step(
+        self, session: Session, form: Form, ctx: AppContext, settings: Settings, key: StepKey
+    ) -> tuple[Round | None, View]:
+        """One round more of the session's Step run (a new run when key changed): the round
+        taken (None: the run ended without one) and the views the runner itself sets."""
+        ...
+
+    def complete(
+        self, ctx: AppContext, form: Form, settings: Settings
+    ) -> tuple[Trace, Trace | None]:
+        """The speculative run and (with compare) the baseline, each to its end."""
+        ...
+
+
+class LocalRunner:
+    """The models in this process, on the model thread."""
+
+    name = "local"
+    attaches_gpu = False
+    compiles = True
+    keeps_models = True
+
+    def preload(self, dep: Deployment) -> ModelPair | None:
+        return None  # the page's load event opens the pair
+
+    def run(
+        self, session: Session, form: Form, ctx: AppContext, settings: Settings
+    ) -> Iterator[View]:
+        t_click = time.perf_counter()
+        pair = warmed_pair(ctx, form)
+        spec_run = Run(pair, form.prompt, settings)
+        ar_run = Run(pair, form.prompt, settings.with_(method="ar")) if form.compare else None
+        session.start(spec_run.trace, ar_run.trace if ar_run else None, "run")
+        session.decode = pair.decode
+        worker = Worker([spec_run] + ([ar_run] if ar_run else []), session.stop)
+        yield {
+            "models": markup.models_html(pair.describe()),
+            "tokens": markup.tokens_html([]),
+            "exact_note": exact_note(spec_run.trace),
+        }
+        last_speed = 0.0
+        for _ in worker.polls():
+            frame, last_speed = live_frame(session, last_speed)
+            if frame:
+                if session.first_round_s is None and session.spans:
+                    session.first_round_s = time.perf_counter() - t_click
+                yield frame
+        if worker.error is not None:
+            # no half-finished trace to export or inspect
+            with model_failures(running(form), lambda: session.start(None, None, "idle")):
+                raise worker.error
+        yield logged_frame(session, spec_run.trace, ar_run.trace if ar_run else None, settings)
+
+    def step(
+        self, session: Session, form: Form, ctx: AppContext, settings: Settings, key: StepKey
+    ) -> tuple[Round | None, View]:
+        out: View = {}
+        if session.stepper is None or session.step_key != key or session.mode != "step":
+            pair = ctx.pair(form)
+            run = Run(pair, form.prompt, settings)
+            session.start(run.trace, None, "step")
+            session.stepper, session.step_key = iter(run), key
+            session.decode = pair.decode
+            out["models"] = markup.models_html(pair.describe())
+        assert session.stepper is not None and session.spec is not None
+        with model_failures(running(form), lambda: session.start(None, None, "idle")):
+            upd = MODEL_THREAD.call(lambda: _next_round(session, settings))
+        if session.spec.stop_reason != "running":
+            session.stepper = None
+        return (upd.round if upd is not None else None), out
+
+    def complete(
+        self, ctx: AppContext, form: Form, settings: Settings
+    ) -> tuple[Trace, Trace | None]:
+        pair = warmed_pair(ctx, form)
+
+        def both() -> tuple[Trace, Trace | None]:
+            spec = generate(pair, form.prompt, settings)
+            ar = generate(pair, form.prompt, settings.with_(method="ar")) if form.compare else None
+            return spec, ar
+
+        with model_failures(running(form)):
+            return MODEL_THREAD.call(both)
+
+
+def _next_round(session: Session, settings: Settings) -> Update | None:
+    """One round from the session's stepper (on the model thread)."""
+    assert session.stepper is not None and session.spec is not None
+    upd = next(session.stepper, None)
+    if upd is not None and (upd.round is None or _is_last(upd, settings, session.spec)):
+        next(session.stepper, None)  # let the run finish and record its stop reason
+        upd = upd if upd.round is not None else None
+    return upd
+
+
+def _is_last(upd: Update, settings: Settings, spec: Trace) -> bool:
+    r = upd.round
+    assert r is not None
+    return (
+        upd.n_tokens >= settings.max_new_tokens or r.added is None or spec.stop_reason != "running"
+    )
+
+
+class ZeroGpuRunner:
+    """One ``spaces.GPU`` call per event (specviz.ui.zerogpu)."""
+
+    name = "zerogpu"
+    attaches_gpu = True
+    compiles = False  # ZeroGPU has no torch.compile
+    keeps_models = False
+
+    def preload(self, dep: Deployment) -> ModelPair | None:
+        """The first pair this Space offers, loaded once per process (onto 'cuda')."""
+        return zerogpu.preload(dep)
+
+    def run(
+        self, session: Session, form: Form, ctx: AppContext, settings: Settings
+    ) -> Iterator[View]:
+        traces: dict[str, Trace] = {}
+        last_speed = 0.0
+        for event in self.events(ctx, form, settings, lambda: session.stop.is_set()):
+            zerogpu.apply(traces, event)
+            if isinstance(event, Trace) and event.method == "spec":
+                session.start(event, None, "run")
+            elif isinstance(event, Trace):
+                session.ar = event
+            # The models run in the GPU call's process, not beside the page: no throttle
+            frame, last_speed = live_frame(session, last_speed, gap=0.0)
+            if frame:
+                yield frame
+        assert session.spec is not None
+        yield logged_frame(session, session.spec, session.ar, settings)
+
+    def events(
+        self,
+        ctx: AppContext,
+        form: Form,
+        settings: Settings,
+        stopped: Callable[[], bool] | None = None,
+    ) -> Iterator[zerogpu.Event]:
+        """The events of one GPU call; once `stopped()` is true (or this iterator is
+        closed) the call is closed after the current target call, and its unfinished runs
+        end as stopped."""
+        if isinstance(ctx.loader, pairs.PairSource):
+            ctx.loader.check(form.pair, form.custom_draft, form.custom_target)
+        events = zerogpu.on_gpu(zerogpu.stream)(form, settings)
+        traces: dict[str, Trace] = {}  # the runs begun; the caller applies every event
+        try:
+            with model_failures(running(form)):
+                for event in events:
+                    if isinstance(event, Trace):
+                        traces[event.method] = event
+                    yield event
+                    if stopped is not None and stopped():
+                        break
+        finally:
+            events.close()
+        for tr in traces.values():
+            if tr.stop_reason == "running":
+                end = tr.timeline[-1][0] if tr.timeline else 0.0
+                text = "".join(tr.token_texts)
+                yield zerogpu.Done(tr.method, "stopped", text, summarize(tr, end))
+
+    def step(
+        self, session: Session, form: Form, ctx: AppContext, settings: Settings, key: StepKey
+    ) -> tuple[Round | None, View]:
+        """Replay the run to one round more than the session shows, in one GPU call."""
+        if isinstance(ctx.loader, pairs.PairSource):
+            ctx.loader.check(form.pair, form.custom_draft, form.custom_target)
+        spec = session.spec
+        going = session.mode == "step" and session.step_key == key and spec is not None
+        n = len(spec.rounds) + 1 if going and spec.stop_reason == "stopped" else 1
+        with model_failures(running(form)):
+            trace = zerogpu.on_gpu(zerogpu.step_trace)(form, settings, n)
+        session.start(trace, None, "step")
+        session.step_key = key
+        return (trace.rounds[-1] if trace.rounds else None), {}
+
+    def complete(
+        self, ctx: AppContext, form: Form, settings: Settings
+    ) -> tuple[Trace, Trace | None]:
+        traces: dict[str, Trace] = {}
+        for event in self.events(ctx, form, settings):
+            zerogpu.apply(traces, event)
+        return traces["spec"], traces.get("ar")
+
+
+def choose_runner() -> Runner:
+    """ZeroGPU on a ZeroGPU Space (SPACES_ZERO_GPU set and ``spaces`` importable), the
+    local model thread anywhere else."""
+    return ZeroGpuRunner() if pairs.zero_gpu() else LocalRunner()
+
+
+def has_gpu(runner: Runner | None = None) -> bool:
+    """A CUDA device here, or one the runner attaches per call (ZeroGPU)."""
+    return torch.cuda.is_available() or (runner or choose_runner()).attaches_gpu
