@@ -610,15 +610,6 @@ def shape_text(shape: tuple[int, ...]) -> str:
     return ",".join(str(b) for b in shape)
 
 
-def parse_tree(text: str) -> tuple[int, ...]:
-    """A tree shape from "2,2,1" (raises ValueError with a one-line message)."""
-    try:
-        shape = tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise ValueError(f"tree must be integers like 2,2,1, got {text!r}") from None
-    return shape
-
-
 def _is_number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 

@@ -358,9 +358,6 @@ def test_a_tree_sets_gamma_and_round_trips():
     s = Settings(tree=[2, 2, 1])
     assert s.tree == (2, 2, 1) and s.gamma == 3
     assert Settings.from_dict(s.to_dict()) == s
-    assert config.parse_tree("2,2,1") == (2, 2, 1)
-    with pytest.raises(ValueError, match="comma-separated integers"):
-        config.parse_tree("2,x")
 
 
 def test_the_compiled_path_and_sliding_windows_are_refused():
