@@ -1,4 +1,4 @@
-"""The guided lesson: six steps, each a few sentences and one button that sets the controls
+"""The guided lesson: seven steps, each a few sentences and one button that sets the controls
 and runs on the current pair, and after each run a statement computed from that run's own
 numbers (specviz.lesson_statements).
 
@@ -78,6 +78,20 @@ class Step:
         return {**BASE, **self.controls}
 
 
+# The last step: the visitor plays the verifier on a round of their own run
+# (specviz.ui.verifier_tab deals it; without a run to play, it runs with a hotter draft).
+PLAY_STEP = Step(
+    "Play the verifier",
+    "Now you decide. The Decision tab deals a round of your own run: for each draft you see "
+    "p(x) and q(x), and say how likely the rule keeps it (a number a(x), or K for likely "
+    "kept, R for likely rejected). Your answer reveals the draw u and the true min(1, p/q); "
+    "N shows the verdict and what replaced a rejected draft, N again the next draft. The "
+    "score counts your numbers within 0.1 of a(x) and your calls the verdict bears out.",
+    "Deal a round of my run",
+    {"own_draft_temperature": True, "draft_temperature": HOT_DRAFT},
+    tab="insp",
+)
+
 STEPS: tuple[Step, ...] = (
     Step(
         "An untouched Run",
@@ -139,6 +153,7 @@ STEPS: tuple[Step, ...] = (
         },
         tab="exact",
     ),
+    PLAY_STEP,
 )
 
 

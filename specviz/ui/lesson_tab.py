@@ -1,5 +1,5 @@
 """The guided lesson, the first thing on the right: a panel (open by default) that shows one
-of six steps at a time with Previous and Next, and one button per step that sets the
+of seven steps at a time with Previous and Next, and one button per step that sets the
 controls and runs on the current pair; after the run the step states what happened,
 computed from that run's numbers (specviz.lesson).
 
@@ -19,6 +19,7 @@ import gradio as gr
 
 from specviz import lesson
 from specviz.lesson import STEPS, Lesson, Step
+from specviz.ui import verifier_tab
 from specviz.ui.check_tab import check_updates
 from specviz.ui.live import run_updates
 from specviz.ui.page import HIDDEN, INTERNAL, Page
@@ -27,6 +28,7 @@ from specviz.ui.state import Form, Session, View
 from specviz.ui.sweep_tab import sweep_updates
 from specviz.ui.views import inspect_view
 from specviz.views import markup
+from specviz.views.verifier_game import lesson_line
 
 Report = Callable[[float, str], None]
 
@@ -121,6 +123,11 @@ def _step_updates(
     report: Report | None,
 ) -> Iterator[View]:
     step = STEPS[index]
+    if step is lesson.PLAY_STEP:  # play the verifier on the session's own run
+        form = replace(form, **step_controls(step, ctx))
+        game = yield from verifier_tab.lesson_updates(session, form, ctx)
+        yield _said(state, index, lesson_line(game))
+        return
     if index == 2 and lesson.first_rejection(session.spec) is not None:
         yield from _open_rejection(session, state, index)  # no model call
         return
