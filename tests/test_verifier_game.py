@@ -273,7 +273,7 @@ def test_the_handlers_play_a_round_of_the_sessions_run(ctx, one_thread) -> None:
     with pytest.raises(ValueError, match="no speculative run yet"):
         verifier_tab.deal_view(session, None)
     run(ctx, session, own_draft_temperature=True, draft_temperature=3.0, compare=False)
-    out = verifier_tab.deal_view(session, None)
+    out = verifier_tab.deal_view(session, 0)  # the empty box sends 0
     game = out["play_state"]
     assert game.trace is session.spec and out["play_round"] == game.index + 1
     assert out["play_view"].visible is True and out["insp_view"].visible is False
@@ -291,6 +291,8 @@ def test_the_handlers_play_a_round_of_the_sessions_run(ctx, one_thread) -> None:
         out = verifier_tab.next_view(out["play_state"])
         verdict = "Kept" if d.status == "accepted" else "Rejected"
         assert out["play_state"].phase == "verdict" and verdict in out["play_board"]
+        last = i == len(game.drafts) - 1
+        assert out["play_next"].value == ("Finish the round (N)" if last else "Next draft (N)")
         out = verifier_tab.next_view(out["play_state"])
     game = out["play_state"]
     assert game.phase == "done" and out["play_next"].value == "Next round (N)"

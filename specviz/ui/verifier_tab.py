@@ -32,6 +32,7 @@ NEXT_LABELS = {
     "guess": "Next (N)",
     "drawn": "Show the verdict (N)",
     "verdict": "Next draft (N)",
+    "last": "Finish the round (N)",
     "done": "Next round (N)",
 }
 BUTTONS = {"kept": "sv-play-kept", "rejected": "sv-play-rejected", "next": "sv-play-next"}
@@ -69,36 +70,50 @@ def layout(v: dict[str, Any], inspector: Callable[[dict[str, Any]], None]) -> No
     v["insp_view"] = insp_view
     with gr.Column(visible=False, elem_id="sv-play-view") as play_view:
         v["play_state"] = gr.State(None, time_to_live=3600)
-        with gr.Row(elem_id="sv-play-deal-row"):
+        with gr.Row(elem_id="sv-play-moves", equal_height=True):
             v["play_round"] = gr.Number(
                 None,
                 precision=0,
-                label="round (from 1; empty: the first with a rejection)",
+                minimum=0,
+                label="round (0: first rejection)",
+                scale=0,
+                min_width=215,
                 elem_id="sv-play-round",
             )
-            v["play_deal"] = gr.Button("Deal this round", elem_id="sv-play-deal")
-        v["play_board"] = gr.HTML(board_html(None), js_on_load=KEYS_JS, elem_id="sv-play-board")
-        with gr.Row(elem_id="sv-play-moves"):
+            v["play_deal"] = gr.Button("Deal", min_width=90, elem_id="sv-play-deal")
             v["play_guess"] = gr.Number(
                 None,
                 minimum=0,
                 maximum=1,
                 step=0.05,
-                label="your a(x), 0 to 1 (Enter says it)",
+                label="your a(x), 0 to 1",
+                scale=0,
+                min_width=150,
                 elem_id="sv-play-guess",
             )
-            v["play_say"] = gr.Button("Say a(x)", interactive=False, elem_id="sv-play-say")
+            v["play_say"] = gr.Button(
+                "Say a(x)", interactive=False, min_width=100, elem_id="sv-play-say"
+            )
             v["play_kept"] = gr.Button(
-                f"Likely kept ({KEYS['kept']})", interactive=False, elem_id=BUTTONS["kept"]
+                f"Likely kept ({KEYS['kept']})",
+                interactive=False,
+                min_width=130,
+                elem_id=BUTTONS["kept"],
             )
             v["play_rejected"] = gr.Button(
                 f"Likely rejected ({KEYS['rejected']})",
                 interactive=False,
+                min_width=175,
                 elem_id=BUTTONS["rejected"],
             )
             v["play_next"] = gr.Button(
-                NEXT_LABELS["guess"], variant="primary", interactive=False, elem_id=BUTTONS["next"]
+                NEXT_LABELS["guess"],
+                variant="primary",
+                interactive=False,
+                min_width=170,
+                elem_id=BUTTONS["next"],
             )
+        v["play_board"] = gr.HTML(board_html(None), js_on_load=KEYS_JS, elem_id="sv-play-board")
     v["play_view"] = play_view
 
 
@@ -112,6 +127,12 @@ def mode_view(mode: str) -> View:
     }
 
 
+def next_label(game: Game) -> str:
+    """What Next does from here."""
+    last = game.phase == "verdict" and game.at == len(game.drafts) - 1
+    return NEXT_LABELS["last" if last else game.phase]
+
+
 def game_view(game: Game, clear: bool = False) -> View:
     """The board and the buttons for a game: predictions only before the reveal."""
     guessing = game.phase == "guess"
@@ -121,7 +142,7 @@ def game_view(game: Game, clear: bool = False) -> View:
         "play_say": gr.Button(interactive=guessing),
         "play_kept": gr.Button(interactive=guessing),
         "play_rejected": gr.Button(interactive=guessing),
-        "play_next": gr.Button(value=NEXT_LABELS[game.phase], interactive=True),
+        "play_next": gr.Button(value=next_label(game), interactive=True),
         "play_round": round_number(game.index),
     }
     if clear:
@@ -130,15 +151,16 @@ def game_view(game: Game, clear: bool = False) -> View:
 
 
 def deal_view(session: Session, shown_round: Any) -> View:
-    """A new game on a round of the session's run (empty: the first with a rejection)."""
-    n = None if shown_round is None else int(shown_round)
+    """A new game on a round of the session's run (empty or 0: the first with a
+    rejection; an empty number box sends 0)."""
+    n = None if shown_round is None or shown_round == 0 else int(shown_round)
     game = deal(session.spec, n)
     return {**game_view(game, clear=True), **mode_view(PLAY)}
 
 
 def _game(game: Game | None) -> Game:
     if game is None:
-        raise ValueError("deal a round first: press Deal this round")
+        raise ValueError("deal a round first: press Deal")
     return game
 
 
@@ -172,7 +194,7 @@ def lesson_updates(session: Session, form: Form, ctx: AppContext) -> Generator[V
 
 
 def wire(page: Page) -> None:
-    """The mode switch, Deal, the predictions, Next (and Enter in the number box)."""
+    """The mode switch, Deal, the predictions, Next (and Enter in the a(x) box)."""
     v = page.views
     game = v["play_state"]
     names = (

@@ -325,11 +325,11 @@ def _context(game: Game) -> str:
     if not before and not start:
         before = trace.prompt[-80:]
     lead = "…" if start or len(trace.prompt) > 80 else ""
+    decided = game.at + (game.phase in ("verdict", "done"))  # drafts whose verdict is shown
+    ended = decided == len(game.drafts)  # the rest were discarded untested
     chips = []
     for i, d in enumerate(rnd.drafted):
-        shown = i < game.at or (i == game.at and game.phase in ("verdict", "done"))
-        if game.phase == "done" and i > game.at:
-            shown = True
+        shown = i < decided or ended
         cls = f"sv-{d.status}" if shown else ("sv-play-now" if i == game.at else "sv-play-hid")
         chips.append(_tok(d.text, cls))
     added = rnd.added
@@ -341,13 +341,18 @@ def _context(game: Game) -> str:
     )
 
 
+def prob(x: float) -> str:
+    """A probability on the board, with enough digits to compute p/q from."""
+    return f"{x:.2f}" if x >= 0.1 or x == 0 else f"{x:.2g}" if x < 1e-3 else f"{x:.3f}"
+
+
 def _bar(name: str, value: float, cls: str) -> str:
     width = max(0.0, min(1.0, value)) * 100
     return (
         f'<div class="sv-play-row"><span class="sv-play-name">{esc(name)}</span>'
         f'<span class="sv-play-bar"><span class="sv-play-fill {cls}" '
         f'style="width: {width:.1f}%"></span></span>'
-        f'<span class="sv-play-val">{esc(num(value))}</span></div>'
+        f'<span class="sv-play-val">{esc(prob(value))}</span></div>'
     )
 
 
@@ -484,7 +489,7 @@ def score_table(game: Game) -> str:
         d, g, a, kept = game.drafts[i], game.guesses[i], game.keep(i), game.kept(i)
         point = "✓" if g.right(a, kept) else "✗"
         rows.append(
-            f"<tr><td>{_tok(d.text)}</td><td>{esc(num(d.p))}</td><td>{esc(num(d.q))}</td>"
+            f"<tr><td>{_tok(d.text)}</td><td>{esc(prob(d.p))}</td><td>{esc(prob(d.q))}</td>"
             f"<td>{esc(g.words)}</td><td>{esc(num(a))}</td>"
             f'<td class="sv-{d.status}">{esc(d.status)}</td><td>{point}</td></tr>'
         )
@@ -502,9 +507,9 @@ def board_html(game: Game | None) -> str:
             "it, then see the draw and the verdict.</div>"
         )
     rnd, trace, rule = game.round, game.trace, game.rule
-    n = len(game.drafts)
+    n = len(rnd.drafted)  # proposed: how many get tested is for the verdicts to tell
     where = f"Round {round_number(rnd.index)} of {len(trace.rounds)} · {rule.label} · " + (
-        "round done" if game.phase == "done" else f"draft {game.at + 1} of {n}"
+        "round done" if game.phase == "done" else f"draft {game.at + 1} of {n} proposed"
     )
     greedy = " (greedy: p and q are one-hot)" if is_greedy(trace.settings) else ""
     head = (
@@ -548,7 +553,8 @@ def lesson_line(game: Game) -> str:
     rnd = game.round
     return (
         f"<p>Round {round_number(rnd.index)} of your run is on the board in the Decision tab: "
-        f"{len(game.drafts)} draft(s) to judge under {esc(game.rule.label)}. For each, say "
+        f"{len(rnd.drafted)} proposed draft(s), judged under {esc(game.rule.label)}. For "
+        "each tested one, say "
         f"a(x) or press {KEYS['kept']} / {KEYS['rejected']}: the draw is revealed; "
         f"{KEYS['next']} shows the verdict, {KEYS['next']} again the next draft. A number "
         f"scores within {CLOSE:g} of a(x); a call scores when the verdict agrees.</p>"
