@@ -1,7 +1,7 @@
-"""The guided lesson: six steps, each a few sentences and one button that sets the controls
+"""The guided lesson: seven steps, each a few sentences and one button that sets the controls
 and does the step's action on the current pair (a Run, opening a stored rejection, a sweep,
-two distribution checks), and after it a statement computed from that action's own numbers
-(specviz.lesson_statements).
+two distribution checks, a round the visitor plays), and after it a statement computed
+from that action's own numbers (specviz.lesson_statements).
 
 Pure: no gradio, no torch. The steps are data: each names the controls it sets by the
 app's Form field names (specviz.ui.state.Form) and carries its action, which
@@ -116,7 +116,14 @@ class CheckAction:
     right: dict[str, Any] = field(default_factory=dict)
 
 
-Action = RunAction | RejectionAction | SweepAction | CheckAction
+@dataclass(frozen=True)
+class PlayAction:
+    """Deal a round of the stored run in the Decision tab for the visitor to play the
+    verifier on (no model call); without a round to play, Run with the step's controls
+    first."""
+
+
+Action = RunAction | RejectionAction | SweepAction | CheckAction | PlayAction
 
 
 def _untouched(lesson: Lesson, spec: Trace | None, ar: Trace | None, _: Decode | None) -> str:
@@ -216,5 +223,18 @@ STEPS: tuple[Step, ...] = (
             "draft_temperature": CHECK_DRAFT_TEMPERATURE,
         },
         tab="exact",
+    ),
+    Step(
+        "Play the verifier",
+        "Now you decide. The Decision tab deals a round of your own run: for each draft you "
+        "see p(x) and q(x), and say how likely the rule keeps it (a number a(x), or K for "
+        "likely kept, R for likely rejected). Your answer reveals the draw u and the true "
+        "keep probability (min(1, p/q) under the rejection rule); N shows the verdict and "
+        "what replaced a rejected draft, N again the next draft. The score counts your "
+        "numbers within 0.1 of a(x) and your calls the verdict bears out.",
+        "Deal a round of my run",
+        PlayAction(),
+        {"own_draft_temperature": True, "draft_temperature": HOT_DRAFT},
+        tab="insp",
     ),
 )

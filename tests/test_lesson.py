@@ -227,11 +227,11 @@ def test_the_check_statement() -> None:
 def test_previous_and_next_stay_within_the_steps() -> None:
     state = Lesson()
     out = lesson_panel.move_update(state, -1)
-    assert state.index == 0 and "step 1 of 6: An untouched Run" in out["lesson_box"].label
+    assert state.index == 0 and "step 1 of 7: An untouched Run" in out["lesson_box"].label
     for _ in range(10):
         out = lesson_panel.move_update(state, 1)
     assert state.index == len(STEPS) - 1 and out["lesson_go"] == STEPS[-1].button
-    state.said[5] = "<p>said</p>"
+    state.said[len(STEPS) - 1] = "<p>said</p>"
     assert "said" in lesson_panel.move_update(state, 0)["lesson_said"]
 
 

@@ -22,7 +22,7 @@ def test_the_lesson_and_run_on_screen_and_step_one_states_its_run(browser, app_u
         page.evaluate("window.scrollTo(0, 0)")
         for selector in ("#sv-lesson", "#sv-lesson-go", "#sv-lesson-next", "#sv-run"):
             inside(page, selector)
-        assert "step 1 of 6" in page.inner_text("#sv-lesson")
+        assert "step 1 of 7" in page.inner_text("#sv-lesson")
         page.click("#sv-lesson-go")
         said = page.locator("#sv-lesson-said .sv-lesson-said")
         said.wait_for(timeout=600_000)
@@ -38,7 +38,7 @@ def test_the_lesson_and_run_on_screen_and_step_one_states_its_run(browser, app_u
         shot(page, "lesson-1280x720.png")
         # Next shows step 2 with its own button; the first step's statement waits there.
         page.click("#sv-lesson-next")
-        page.locator("#sv-lesson").filter(has_text="step 2 of 6").wait_for(timeout=30_000)
+        page.locator("#sv-lesson").filter(has_text="step 2 of 7").wait_for(timeout=30_000)
         assert "temperature 1.5" in page.inner_text("#sv-lesson-go")
         page.click("#sv-lesson-prev")
         said.filter(has_text="target calls").wait_for(timeout=30_000)

@@ -5,7 +5,7 @@ presentation toggle, the help text), then the settings (specviz.ui.controls). Th
 the guided lesson (lesson_panel), the live view (status, token view, round table,
 narration, the exactness note; token_view), then six tabs, each reading top to bottom:
 
-    Decision    the decision inspector (inspector_tab)
+    Decision    the decision inspector (inspector_tab), or play the verifier (verifier_tab)
     Speed       the live speedup chart, the Table 1 columns, the race replay (race), where
                 a round's time goes, this run's figures
     Acceptance  per round, by draft position, the calibration and the run log (runs_tab)
@@ -43,6 +43,7 @@ from specviz.ui import (
     sweep_tab,
     theory_tab,
     token_view,
+    verifier_tab,
 )
 from specviz.ui.context import AppContext, app_context
 from specviz.ui.page import Page
@@ -70,6 +71,7 @@ SECTIONS = (
     sweep_tab,
     check_tab,
     io_tab,
+    verifier_tab,
 )
 
 
@@ -132,7 +134,7 @@ def main_views() -> dict[str, Any]:
     with gr.Tabs(elem_id="sv-tabs", overflow_behavior="wrap") as tabs:
         v["tabs"] = tabs
         with gr.Tab("Decision", id="insp", elem_id="sv-inspector"):
-            inspector_tab.layout(v)
+            verifier_tab.layout(v, inspector_tab.layout)  # the inspector, or the game
         with gr.Tab("Speed", id="speed", elem_id="sv-speed-tab"):
             speed_views(v)
         with gr.Tab("Acceptance", id="acc", elem_id="sv-acc-tab"):

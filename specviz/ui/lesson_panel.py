@@ -28,6 +28,7 @@ from specviz.lesson import (
     Action,
     CheckAction,
     Lesson,
+    PlayAction,
     RejectionAction,
     RunAction,
     Step,
@@ -44,7 +45,9 @@ from specviz.ui.live import run_updates
 from specviz.ui.page import HIDDEN, INTERNAL, Page
 from specviz.ui.state import Form, Session, View
 from specviz.ui.sweep_tab import sweep_updates
+from specviz.ui.verifier_tab import deal_view
 from specviz.views import markup
+from specviz.views.verifier_game import lesson_line, playable_rounds
 
 STATE = "lesson_state"  # the per-visitor Lesson's gr.State, among layout()'s components
 
@@ -165,6 +168,8 @@ def act(action: Action, session: Session, run: StepRun) -> Iterator[View]:
         yield {**open_rejection(session), **run.said(rejection_statement(session.spec))}
     elif isinstance(action, SweepAction):
         yield from sweep(action, session, run)
+    elif isinstance(action, PlayAction):
+        yield from play(session, run)
     else:
         yield from check(action, session, run)
 
@@ -176,6 +181,16 @@ def open_rejection(session: Session) -> View:
         raise ValueError("this run had no rejection: press the step's button again")
     rnd, pos, _ = found
     return {**inspect_view(session.spec, rnd.index, pos), "tabs": gr.Tabs(selected="insp")}
+
+
+def play(session: Session, run: StepRun) -> Iterator[View]:
+    """A round of the stored run dealt in the Decision tab (after a run when there is none
+    to play), and the step's line about the game."""
+    if not playable_rounds(session.spec):
+        yield run.start("running, then dealing a round ...")
+        yield from run_updates(session, run.form, run.ctx)
+    view = deal_view(session, None)
+    yield {**view, "tabs": gr.Tabs(selected="insp"), **run.said(lesson_line(view["play_state"]))}
 
 
 def sweep(action: SweepAction, session: Session, run: StepRun) -> Iterator[View]:

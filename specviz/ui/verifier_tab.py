@@ -1,0 +1,223 @@
+"""Play the verifier, a mode of the Decision tab: the visitor decides each draft of a stored
+round of their own run before the draw and the verdict are revealed (the game itself, its
+score and its board are specviz.views.verifier_game).
+
+The tab's mode switch shows either the decision inspector (inspector_tab's components, laid
+out here inside a column of their own) or the game. The game is a per-visitor gr.State
+("play_state", one of the page's views, so that the lesson can deal a round too). Keys,
+while the board is on screen and no field has focus: K likely kept, R likely rejected, N
+next (the draw, the verdict, the next draft, the next round); they press the buttons, in the
+presentation view as in the normal one. Reads stored traces only: no model call, except the
+lesson's run when the session has nothing to play.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import gradio as gr
+
+from specviz.trace import round_number
+from specviz.ui.page import INTERNAL, Page
+from specviz.ui.present import FIELDS
+from specviz.ui.state import Session, View
+from specviz.views.verifier_game import KEYS, Game, board_html, deal
+
+INSPECT, PLAY = "Inspect a decision", "Play the verifier"
+NEXT_LABELS = {
+    "guess": "Next (N)",
+    "drawn": "Show the verdict (N)",
+    "verdict": "Next draft (N)",
+    "last": "Finish the round (N)",
+    "done": "Next round (N)",
+}
+BUTTONS = {"kept": "sv-play-kept", "rejected": "sv-play-rejected", "next": "sv-play-next"}
+
+# The keys press the game's buttons while its board is on screen and no field has focus.
+_KEY_MAP = ", ".join(f"{KEYS[k].lower()!r}: {v!r}" for k, v in BUTTONS.items())
+KEYS_JS = f"""
+if (!window.svPlayKeys) {{
+  window.svPlayKeys = true;
+  document.addEventListener('keydown', (e) => {{
+    if (e.altKey || e.ctrlKey || e.metaKey || e.isComposing) return;
+    const id = {{{_KEY_MAP}}}[e.key.toLowerCase()];
+    if (!id) return;
+    const board = document.querySelector('#sv-play-board .sv-play[data-phase]');
+    if (!board || !board.checkVisibility()) return;
+    const t = e.target instanceof Element ? e.target : null;
+    if (t && t.closest('{FIELDS}')) return;
+    const button = document.getElementById(id);
+    if (!button || button.disabled) return;
+    e.preventDefault();
+    if (!e.repeat) button.click();
+  }});
+}}
+"""
+
+
+def layout(v: dict[str, Any], inspector: Callable[[dict[str, Any]], None]) -> None:
+    """The Decision tab: the mode switch, the inspector (laid out by `inspector`) and the
+    game, into the views by name."""
+    v["play_mode"] = gr.Radio(
+        [INSPECT, PLAY], value=INSPECT, show_label=False, elem_id="sv-play-mode"
+    )
+    with gr.Column(elem_id="sv-insp-view") as insp_view:
+        inspector(v)
+    v["insp_view"] = insp_view
+    with gr.Column(visible=False, elem_id="sv-play-view") as play_view:
+        v["play_state"] = gr.State(None, time_to_live=3600)
+        with gr.Row(elem_id="sv-play-moves", equal_height=True):
+            v["play_round"] = gr.Number(
+                None,
+                precision=0,
+                minimum=0,
+                label="round (0: first rejection)",
+                scale=0,
+                min_width=215,
+                elem_id="sv-play-round",
+            )
+            v["play_deal"] = gr.Button("Deal", min_width=90, elem_id="sv-play-deal")
+            v["play_guess"] = gr.Number(
+                None,
+                minimum=0,
+                maximum=1,
+                step=0.05,
+                label="your a(x), 0 to 1",
+                scale=0,
+                min_width=150,
+                elem_id="sv-play-guess",
+            )
+            v["play_say"] = gr.Button(
+                "Say a(x)", interactive=False, min_width=100, elem_id="sv-play-say"
+            )
+            v["play_kept"] = gr.Button(
+                f"Likely kept ({KEYS['kept']})",
+                interactive=False,
+                min_width=130,
+                elem_id=BUTTONS["kept"],
+            )
+            v["play_rejected"] = gr.Button(
+                f"Likely rejected ({KEYS['rejected']})",
+                interactive=False,
+                min_width=175,
+                elem_id=BUTTONS["rejected"],
+            )
+            v["play_next"] = gr.Button(
+                NEXT_LABELS["guess"],
+                variant="primary",
+                interactive=False,
+                min_width=170,
+                elem_id=BUTTONS["next"],
+            )
+        v["play_board"] = gr.HTML(board_html(None), js_on_load=KEYS_JS, elem_id="sv-play-board")
+    v["play_view"] = play_view
+
+
+def mode_view(mode: str) -> View:
+    """The inspector or the game, as the mode switch says."""
+    play = mode == PLAY
+    return {
+        "play_mode": PLAY if play else INSPECT,
+        "insp_view": gr.Column(visible=not play),
+        "play_view": gr.Column(visible=play),
+    }
+
+
+def next_label(game: Game) -> str:
+    """What Next does from here."""
+    last = game.phase == "verdict" and game.at == len(game.drafts) - 1
+    return NEXT_LABELS["last" if last else game.phase]
+
+
+def game_view(game: Game, clear: bool = False) -> View:
+    """The board and the buttons for a game: predictions only before the reveal."""
+    guessing = game.phase == "guess"
+    out: View = {
+        "play_state": game,
+        "play_board": board_html(game),
+        "play_say": gr.Button(interactive=guessing),
+        "play_kept": gr.Button(interactive=guessing),
+        "play_rejected": gr.Button(interactive=guessing),
+        "play_next": gr.Button(value=next_label(game), interactive=True),
+        "play_round": round_number(game.index),
+    }
+    if clear:
+        out["play_guess"] = None
+    return out
+
+
+def deal_view(session: Session, shown_round: Any) -> View:
+    """A new game on a round of the session's run (empty or 0: the first with a
+    rejection; an empty number box sends 0)."""
+    n = None if shown_round is None or shown_round == 0 else int(shown_round)
+    game = deal(session.spec, n)
+    return {**game_view(game, clear=True), **mode_view(PLAY)}
+
+
+def _game(game: Game | None) -> Game:
+    if game is None:
+        raise ValueError("deal a round first: press Deal")
+    return game
+
+
+def say_view(game: Game | None, value: Any) -> View:
+    """The visitor's number for a(x)."""
+    return game_view(_game(game).say(value))
+
+
+def call_view(game: Game | None, kept: bool) -> View:
+    """The visitor's call: likely kept or likely rejected."""
+    return game_view(_game(game).call(kept))
+
+
+def next_view(game: Game | None) -> View:
+    """Next: the draw's verdict, the next draft, or (once done) the next round."""
+    before = _game(game)
+    after = before.advance()
+    moved = (after.index, after.at) != (before.index, before.at)
+    return game_view(after, clear=moved)
+
+
+def wire(page: Page) -> None:
+    """The mode switch, Deal, the predictions, Next (and Enter in the a(x) box)."""
+    v = page.components
+    game = v["play_state"]
+    names = (
+        "play_state",
+        "play_board",
+        "play_round",
+        "play_guess",
+        "play_say",
+        "play_kept",
+        "play_rejected",
+        "play_next",
+        "play_mode",
+        "insp_view",
+        "play_view",
+    )
+    outputs = [v[k] for k in names]
+    options = {**page.quiet, **INTERNAL}
+    v["play_mode"].input(
+        page.once(mode_view),
+        [v["play_mode"]],
+        [v["play_mode"], v["insp_view"], v["play_view"]],
+        **options,
+    )
+    v["play_deal"].click(page.once(deal_view), [page.session, v["play_round"]], outputs, **options)
+    for event in (v["play_say"].click, v["play_guess"].submit):
+        event(page.once(say_view), [game, v["play_guess"]], outputs, **options)
+    for name, kept in (("play_kept", True), ("play_rejected", False)):
+        v[name].click(
+            page.once(lambda g, kept=kept: call_view(g, kept)), [game], outputs, **options
+        )
+    v["play_next"].click(page.once(next_view), [game], outputs, **options)
+    for view in (v["tokens"], v["rounds"]):  # a click on a token opens the inspector
+        view.click(page.once(token_clicked), None, outputs, **options)
+
+
+def token_clicked(evt: gr.EventData) -> View:
+    """A click on a token span (the token script sends its position) shows the inspector,
+    which the inspector's own handler opens on that token."""
+    data = getattr(evt, "_data", None) or {}
+    return mode_view(INSPECT) if "pos" in data else {}
