@@ -34,6 +34,8 @@ CLI_FLAGS = {
     "--top-n",
     "--verification",
     "--tree",
+    "--draft-confidence",
+    "--tree-budget",
 }
 API_NAMES = {
     "prompt",
@@ -53,6 +55,8 @@ API_NAMES = {
     "compare",
     "verification",
     "tree",
+    "draft_confidence",
+    "tree_budget",
 }
 FORM_NAMES = {
     "prompt",
@@ -73,6 +77,10 @@ FORM_NAMES = {
     "max_new_tokens",
     "seed",
     "tree",
+    "own_draft_confidence",
+    "draft_confidence",
+    "own_tree_budget",
+    "tree_budget",
     "compare",
     "compile",
 }
