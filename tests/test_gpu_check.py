@@ -45,8 +45,8 @@ def finite_positive(*xs: float) -> bool:
 def test_the_report_has_every_section(report) -> None:
     table, res = report
     assert res["schema"] == gpucheck.SCHEMA and res["size"] == "tiny"
-    for key in ("models", "steps", "trees", "exactness", "overhead", "compiled", "runs", "projection",
-                "packages"):  # fmt: skip
+    for key in ("models", "steps", "trees", "exactness", "overhead", "compiled", "runs",
+                "projection", "packages"):  # fmt: skip
         assert key in res
     headings = ["Decode steps", "A verify call", "A tree's verify call", "Exactness on cpu"]
     headings += ["Engine per round"]

@@ -334,7 +334,7 @@ def _first_token_law(p, q, kids, rule) -> torch.Tensor:
         ({"tree": (9, 8)}, "81 nodes; at most 64"),
         ({"tree": (1,) * 33}, "tree depth"),
         ({"tree": ()}, "non-empty"),
-        ({"tree": (2, 0)}, "tree branching"),
+        ({"tree": (2, 0)}, "tree entries must be in >= 1"),
         ({"tree": (2,), "drafter": "ngram"}, "model drafter"),
         ({"tree": (2,), "adaptive_gamma": True}, "adaptive gamma"),
         ({"rule": WRONG_RULE}, "only on a tree"),
@@ -381,7 +381,7 @@ def test_the_compiled_path_and_sliding_windows_are_refused():
 
 def test_cli_refusals_exit_2_without_a_traceback(capsys):
     assert cli_main(["generate", "--prompt", "hi", "--tree", "2,x"]) == 2
-    assert "integers like" in capsys.readouterr().err
+    assert "comma-separated integers" in capsys.readouterr().err
     assert cli_main(["check", "--break-rule", WRONG_RULE]) == 2
     err = capsys.readouterr().err
     assert "only on a tree" in err and "Traceback" not in err
