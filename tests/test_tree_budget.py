@@ -322,6 +322,31 @@ def test_dynamic_tree_caches_hold_the_accepted_path_and_match_a_recompute(temper
     assert full >= 1
 
 
+def test_eos_inside_a_dynamic_tree_ends_the_generation():
+    eos = 4  # on this pair EOS is drafted, accepted mid-tree, and added by the target
+    pair = close_pair()
+    pair.eos_ids, pair.tokenizer.eos_token_id = frozenset({eos}), eos
+    seen: Counter[str] = Counter()
+    for seed in range(30):
+        s = Settings(
+            tree_budget=8, gamma=3, temperature=1.0, top_p=1.0, max_new_tokens=12, seed=seed
+        )
+        t = generate(pair, "1 3", s)
+        assert eos not in t.token_ids[:-1]
+        if eos in t.token_ids:
+            assert t.stop_reason == "eos" and t.token_ids[-1] == eos
+        for r in t.rounds:
+            seen[r.stop] += 1
+            for j, nd in enumerate(r.nodes):
+                if nd.id == eos:
+                    seen["drafted"] += 1
+                    assert all(c.parent != j for c in r.nodes)  # an EOS node has no children
+                    if nd.status == "accepted":
+                        seen["accepted"] += 1
+                        assert r.added is None
+    assert seen["drafted"] >= 3 and seen["accepted"] >= 1, seen
+
+
 def test_cli_check_with_a_tree_budget_passes_at_full_depth(monkeypatch, capsys):
     traces = _recording(monkeypatch)
     monkeypatch.setattr(check_cli, "load_pair_from_args", lambda args: check_pair())
