@@ -115,7 +115,7 @@ class Run:
         if self._started:
             raise RuntimeError("a Run can be iterated once")
         self._started = True
-        if self.settings.method == "spec" and self.settings.tree is not None:
+        if self.settings.method == "spec" and self.settings.drafts_tree:
             return tree_rounds(self)  # specviz.tree_run
         return self._spec() if self.settings.method == "spec" else self._ar()
 
@@ -206,7 +206,7 @@ class Run:
             return NgramDrafter(pair.vocab_size, s.ngram_size, pair.eos_ids)
         assert pair.draft is not None
         lm = self.open_lm(pair.draft, (1, 2))  # one token, or two after a full accept
-        return ModelDrafter(lm, s.draft_warp(), pair.eos_ids)
+        return ModelDrafter(lm, s.draft_warp(), pair.eos_ids, s.draft_confidence)
 
     @torch.inference_mode()
     def _spec(self) -> Iterator[Update]:
@@ -261,6 +261,7 @@ class Run:
                     draft_ms=(tb - ta) * 1e3,
                     verify_ms=(tc - tb) * 1e3,
                     t_s=clock(dev) - t0,
+                    stop=draft.stop if k_max == gamma or draft.stop != "gamma" else "budget",
                 )
                 self._emit(new, rnd.t_s, rnd)
                 yield Update(rnd, new, len(out), rnd.t_s)
@@ -276,7 +277,7 @@ class Run:
 
     def _no_draft(self) -> Draft:
         """The round after the budget is spent drafts nothing: a plain target step."""
-        return Draft([], torch.empty(0, self.pair.vocab_size))
+        return Draft([], torch.empty(0, self.pair.vocab_size), "budget")
 
 
 def next_gamma(gamma: int, k: int, n_accepted: int, max_gamma: int) -> int:

@@ -30,6 +30,10 @@ from typing import Any
 SCHEMA_CHAIN = "specviz-trace/1"
 SCHEMA = "specviz-trace/2"  # adds tree rounds: Round.tree and Round.nodes
 SCHEMAS = (SCHEMA_CHAIN, SCHEMA)
+# Why a round stopped drafting: it drafted what was asked (gamma, or a tree's full depth),
+# the draft was unsure (--draft-confidence), it drafted EOS, the token budget left no room
+# for more, the n-gram drafter found no longer match, or a dynamic tree spent its nodes.
+STOPS = ("gamma", "confidence", "eos", "budget", "lookup", "nodes")
 NODE_STATUSES = ("accepted", "rejected", "untried")
 DRAFT_STATUSES = ("accepted", "rejected", "discarded")
 ADDED_STATUSES = ("resampled", "bonus")
@@ -111,6 +115,8 @@ class Round:
     t_s: float  # seconds since the start of the generation when the round ended
     tree: list[int] | None = None  # children per depth; None: a chain round
     nodes: list[Node] | None = None  # the tree's nodes, breadth first; None: a chain round
+    # why drafting stopped (one of STOPS); None in traces written before it was recorded
+    stop: str | None = None
 
     @property
     def trials(self) -> int:
@@ -437,7 +443,15 @@ def _round(r: Any, i: int) -> Round:
         t_s=_num(r, "t_s", where),
         tree=tree,
         nodes=nodes,
+        stop=_stop(r, where),
     )
+
+
+def _stop(r: dict[str, Any], where: str) -> str | None:
+    stop = r.get("stop")
+    if stop is not None and stop not in STOPS:
+        raise ValueError(f"{where}.stop must be one of {', '.join(STOPS)}")
+    return stop
 
 
 def _node(x: Any, w: str, j: int) -> Node:

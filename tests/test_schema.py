@@ -35,6 +35,8 @@ CLI_FLAGS = {
     "--top-n",
     "--verification",
     "--tree",
+    "--draft-confidence",
+    "--tree-budget",
 }
 API_NAMES = {
     "prompt",
@@ -54,6 +56,8 @@ API_NAMES = {
     "compare",
     "verification",
     "tree",
+    "draft_confidence",
+    "tree_budget",
 }
 FORM_NAMES = {
     "prompt",
@@ -74,6 +78,10 @@ FORM_NAMES = {
     "max_new_tokens",
     "seed",
     "tree",
+    "own_draft_confidence",
+    "draft_confidence",
+    "own_tree_budget",
+    "tree_budget",
     "compare",
     "compile",
 }

@@ -42,7 +42,7 @@ from specviz.engine import generate, prompt_ids_for
 from specviz.lm import CachedLM
 from specviz.pair import ModelPair
 from specviz.sampling import residual, warp
-from specviz.tree import sibling_first_token
+from specviz.tree import root_children, sibling_first_token
 
 MIN_N = 200
 MAX_N = 100_000
@@ -315,10 +315,16 @@ def _predicted_tv(
     p = probs.row(())  # [V]
     if s.is_greedy:
         return 0.0
-    if s.tree is not None:  # b children at the root, tried one after another
-        first = sibling_first_token(p, q, s.tree[0], rule if s.verification == "rejection" else "")
+    if s.drafts_tree:  # b children at the root, tried one after another
+        b = s.tree[0] if s.tree is not None else root_children(s.tree_budget, first_depth(s))
+        first = sibling_first_token(p, q, b, rule if s.verification == "rejection" else "")
         return float(0.5 * (first - p).abs().sum())
     return float(0.5 * (rule_first_token(p, q, rule, s.verification) - p).abs().sum())
+
+
+def first_depth(s: Settings) -> int:
+    """A dynamic tree's depth in the check's first round (the token budget cuts gamma)."""
+    return max(1, min(s.gamma, s.max_new_tokens - 1))
 
 
 def run_check(
