@@ -27,8 +27,11 @@ RULES = ("exact", "resample-from-p", "accept-without-draw")
 # x_i iff u_i < p(x_i)/q(x_i), resample from norm(max(0, p - q)) at the first rejection);
 # "exact-match" samples the target's own y_i ~ p_i and accepts x_i iff y_i == x_i, keeping
 # y_i at the first mismatch. `rule` names a variant of the rejection rule only: a wrong rule
-# combined with exact-match is refused.
-VERIFICATIONS = ("rejection", "exact-match")
+# combined with any other verification is refused. "typical" (Medusa's typical acceptance)
+# and "top-k-match" are lossy: they keep more drafts, and the text is no longer distributed
+# as the target's (specviz.verification). Never the default.
+LOSSY_VERIFICATIONS = ("typical", "top-k-match")
+VERIFICATIONS = ("rejection", "exact-match", *LOSSY_VERIFICATIONS)
 TRACE_LEVELS = ("full", "minimal")
 # torch.compile backends of the compiled path (specviz.compiled), and what --compile takes:
 # a backend, "off" (the eager path) or "auto" (compiled on CUDA, eager elsewhere).
@@ -141,6 +144,11 @@ def verification_of(settings: Mapping[str, Any]) -> str:
     return str(settings.get("verification", "rejection"))
 
 
+def verification_label(name: str) -> str:
+    """A verification's name as every view prints it: a lossy one says so."""
+    return f"{name} (lossy)" if name in LOSSY_VERIFICATIONS else name
+
+
 def is_greedy(settings: Mapping[str, Any]) -> bool:
     """Whether settings (Settings.to_dict(), as a trace stores them) decode greedily: the
     greedy switch, or temperature 0."""
@@ -186,6 +194,10 @@ class Settings:
     ngram_size: int = 3
     rule: str = "exact"
     verification: str = "rejection"
+    # The lossy verifications' parameters (vLLM's defaults for typical acceptance).
+    typical_threshold: float = 0.09
+    typical_alpha: float = 0.3
+    match_top_k: int = 10
     trace_level: str = "full"
     limits: Limits = field(default_factory=Limits, compare=False, repr=False)
 
@@ -212,6 +224,11 @@ class Settings:
             _temperature("draft_temperature", self.draft_temperature)
         if not _is_number(self.top_p) or not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if not _is_number(self.typical_threshold) or not 0.0 < self.typical_threshold <= 1.0:
+            raise ValueError(f"typical_threshold must be in (0, 1], got {self.typical_threshold!r}")
+        if not _is_number(self.typical_alpha) or not 0.0 < self.typical_alpha <= 1.0:
+            raise ValueError(f"typical_alpha must be in (0, 1], got {self.typical_alpha!r}")
+        _int_range("match_top_k", self.match_top_k, 1, 1_000_000)
 
     @property
     def is_greedy(self) -> bool:

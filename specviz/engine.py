@@ -14,8 +14,10 @@ x_i while u_i < p(x_i)/q(x_i), then draw one token from the residual norm(max(0,
 the first rejection, or from p after a full accept (the bonus token). Both KV caches are
 then cropped to the accepted prefix. With ``verification="exact-match"`` the round instead
 samples the target's own y_i ~ p_i at all k + 1 positions from the run's generator, accepts
-x_i while y_i == x_i, and adds y at the first mismatch (or y_{k+1} as the bonus). The
-round's decisions are recorded by specviz.record.
+x_i while y_i == x_i, and adds y at the first mismatch (or y_{k+1} as the bonus). The lossy
+verifications ("typical", "top-k-match") keep x_i while a test on p passes and add the
+target's own sample from p at the first miss (specviz.verification). The round's decisions
+are recorded by specviz.record.
 """
 
 from __future__ import annotations
@@ -29,13 +31,14 @@ import torch
 
 from specviz import metrics
 from specviz.compiled import StaticLM, compiler_for
-from specviz.config import Settings
+from specviz.config import LOSSY_VERIFICATIONS, Settings, verification_label
 from specviz.drafters import Draft, Drafter, ModelDrafter, NgramDrafter
 from specviz.lm import CachedLM, ModelCache
 from specviz.pair import LoadedModel, ModelPair
 from specviz.record import round_decisions
-from specviz.sampling import draw, next_token, verify, verify_exact_match, warp
+from specviz.sampling import draw, next_token, verify, verify_exact_match, verify_kept, warp
 from specviz.trace import Round, Trace
+from specviz.verification import rule_for
 
 
 @dataclass
@@ -99,6 +102,9 @@ class Run:
             prompt_ids=list(self.prompt_ids),
             settings=settings.to_dict(),
             models=models,
+            verification=verification_label(settings.verification)
+            if settings.method == "spec"
+            else "",
         )
         self._started = False
         # The request's own model state, exposed for inspection (tests, benchmarks).
@@ -207,6 +213,7 @@ class Run:
         target = self.target_lm = self._target_lm()
         drafter = self.drafter = self._drafter()
         gen = self._generator()
+        rule = rule_for(s)
         seq = list(self.prompt_ids)
         out = self.trace.token_ids
         gamma = s.gamma
@@ -229,6 +236,9 @@ class Run:
                 u = None
                 if s.verification == "exact-match":  # the target's own y_i ~ p_i, all k + 1
                     verdict = verify_exact_match(p, q, drafts, draw(p, gen, pw.greedy))
+                elif s.verification in LOSSY_VERIFICATIONS:  # a test on p, then p's sample
+                    keep = rule.keep_prob(p[:k], q)[torch.arange(k, device=dev), drafts] > 0
+                    verdict = verify_kept(p, q, drafts, keep)
                 else:
                     if not pw.greedy and k:
                         u = torch.rand(k, generator=gen, device=dev)

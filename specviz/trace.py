@@ -41,13 +41,21 @@ class Drafted:
     u: float | None
     status: str  # accepted | rejected | discarded
     overlap: float | None  # sum_x min(p(x), q(x)) over the vocabulary; None: not measured
-    top: list[dict[str, Any]]  # [{"id", "text", "p", "q"}], most likely under p or q first
+    # [{"id", "text", "p", "q"}], most likely under p or q first; a verified draft's
+    # entries also hold "out", the verification's exact output distribution there
+    top: list[dict[str, Any]]
     # sum_x p(x) q(x): exact match's acceptance probability here; None: not measured
     match_prob: float | None = None
     # exact match: the target's own sample y ~ p at this position (accepted iff it equals
     # id; at a rejection it is the added token); None under the rejection rule or discarded
     target_sample: int | None = None
     target_text: str | None = None
+    # TV(out, p): how far the verification's exact output distribution at this position
+    # (specviz.verification) lies from p; float error for a lossless verification. None:
+    # not measured (a "minimal" trace, a discarded draft, an older trace)
+    out_tv: float | None = None
+    # sum_x q(x) a(x): the probability that this verification keeps a draw from q here
+    kept_mass: float | None = None
 
 
 @dataclass
@@ -120,6 +128,10 @@ class Stats:
     # None as for alpha, and in traces written before it was recorded
     match_alpha: float | None = None
     tokens_per_call: float = 0.0  # new_tokens / target_calls
+    # mean and largest TV(out, p) over verified positions: the distortion the verification
+    # adds per decision (0 up to float error for a lossless one); None as for alpha
+    mean_out_tv: float | None = None
+    max_out_tv: float | None = None
     first_token_ms: float = 0.0  # until the first call (which reads the prompt) emitted
     draft_ms: float = 0.0
     verify_ms: float = 0.0
@@ -144,6 +156,9 @@ class Trace:
     timeline: list[list[float]] = field(default_factory=list)
     stats: Stats = field(default_factory=Stats)
     stop_reason: str = "running"
+    # the verification as views name it, "(lossy)" after a lossy one ("typical (lossy)");
+    # "" for an autoregressive run and for traces written before it was recorded
+    verification: str = ""
     schema: str = SCHEMA
 
     def append_call(
@@ -198,6 +213,7 @@ class Trace:
             timeline=[_point(x) for x in _get(d, "timeline", list, "trace")],
             stats=_stats(_get(d, "stats", dict, "trace")),
             stop_reason=stop,
+            verification=_optional(d, "verification", str, "trace") or "",
         )
 
 
@@ -318,14 +334,15 @@ def _top(entries: Any, second: str, where: str) -> list[dict[str, Any]]:
     out = []
     for e in entries:
         _expect(e, dict, where)
-        out.append(
-            {
-                "id": _get(e, "id", int, where),
-                "text": _get(e, "text", str, where),
-                "p": _num(e, "p", where),
-                second: _num(e, second, where),
-            }
-        )
+        entry = {
+            "id": _get(e, "id", int, where),
+            "text": _get(e, "text", str, where),
+            "p": _num(e, "p", where),
+            second: _num(e, second, where),
+        }
+        if "out" in e:  # the exact output distribution, recorded for verified drafts
+            entry["out"] = _num(e, "out", where)
+        out.append(entry)
     return out
 
 
@@ -354,6 +371,8 @@ def _round(r: Any, i: int) -> Round:
                 match_prob=_opt_num(x, "match_prob", w, optional=True),
                 target_sample=_optional(x, "target_sample", int, w),
                 target_text=_optional(x, "target_text", str, w),
+                out_tv=_opt_num(x, "out_tv", w, optional=True),
+                kept_mass=_opt_num(x, "kept_mass", w, optional=True),
             )
         )
     added = r.get("added")
@@ -383,7 +402,7 @@ def _round(r: Any, i: int) -> Round:
     )
 
 
-_LATER_STATS = {"match_alpha"}  # stats that older traces lack
+_LATER_STATS = {"match_alpha", "mean_out_tv", "max_out_tv"}  # stats that older traces lack
 
 
 def _stats(d: dict[str, Any]) -> Stats:

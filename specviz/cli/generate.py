@@ -165,6 +165,7 @@ def print_trace(trace: Trace, color: bool) -> None:
             ("rounds", s.rounds),
             ("drafted / verified / accepted", f"{s.drafted} / {s.verified} / {s.accepted}"),
             *metrics.acceptance_rows(trace),
+            metrics.out_tv_row(trace),
             ("draft ms / verify ms", f"{s.draft_ms:.0f} / {s.verify_ms:.0f}"),
         ]
     rows += [
