@@ -36,7 +36,15 @@ from specviz.drafters import Draft, Drafter, ModelDrafter, NgramDrafter
 from specviz.lm import CachedLM, ModelCache
 from specviz.pair import LoadedModel, ModelPair
 from specviz.record import round_decisions
-from specviz.sampling import draw, next_token, verify, verify_exact_match, verify_kept, warp
+from specviz.sampling import (
+    draw,
+    next_token,
+    top2_gap,
+    verify,
+    verify_exact_match,
+    verify_kept,
+    warp,
+)
 from specviz.trace import Round, Trace
 from specviz.verification import rule_for
 
@@ -156,9 +164,21 @@ class Run:
         top = s.limits.max_gamma + 1
         return tuple(sorted({1, *(w for w in (3, 5, 9, 17, 33) if w < top), top}))
 
-    def _emit(self, new_ids: list[int], t_s: float, rnd: Round | None = None) -> None:
+    def _emit(
+        self,
+        new_ids: list[int],
+        t_s: float,
+        rnd: Round | None = None,
+        gaps: list[float] | None = None,
+    ) -> None:
         texts = [self.pair.token_text(t) for t in new_ids]
-        self.trace.append_call(new_ids, texts, t_s, rnd)
+        self.trace.append_call(new_ids, texts, t_s, rnd, gaps)
+
+    @staticmethod
+    def _gaps(logits: torch.Tensor, n: int, greedy: bool) -> list[float] | None:
+        """Greedy runs record the target's top-2 logit gap at each emitted position (the rows
+        that scored them): where two runs part, it shows how near a tie the argmax was."""
+        return top2_gap(logits[:n]).tolist() if greedy else None
 
     def _finish(self, reason: str, t0: float) -> None:
         for lm in (self.target_lm, getattr(self.drafter, "lm", None)):
@@ -183,10 +203,11 @@ class Run:
         reason = "stopped"
         try:
             while len(self.trace.token_ids) < s.max_new_tokens:
-                x = next_token(target.logits(seq)[-1], pw, gen)
+                row = target.logits(seq)[-1]
+                x = next_token(row, pw, gen)
                 seq.append(x)
                 t_s = clock(self.device) - t0
-                self._emit([x], t_s)
+                self._emit([x], t_s, gaps=self._gaps(row[None], 1, pw.greedy))
                 yield Update(None, [x], len(self.trace.token_ids), t_s)
                 if x in eos:
                     reason = "eos"
@@ -230,7 +251,8 @@ class Run:
                 k = len(draft.ids)
                 # Both are over the tokenizer's V ids: padded columns are cut (specviz.lm)
                 # and a pair whose model is narrower than V cannot be built (ModelPair).
-                p = warp(target.logits(seq + draft.ids, keep=k + 1), pw)  # [k+1, V]
+                logits = target.logits(seq + draft.ids, keep=k + 1)  # [k+1, V]
+                p = warp(logits, pw)  # [k+1, V]
                 q = draft.q.to(dev)  # [k, V]
                 drafts = torch.tensor(draft.ids, dtype=torch.long, device=dev)  # [k]
                 u = None
@@ -264,7 +286,7 @@ class Run:
                     verify_ms=(tc - tb) * 1e3,
                     t_s=clock(dev) - t0,
                 )
-                self._emit(new, rnd.t_s, rnd)
+                self._emit(new, rnd.t_s, rnd, self._gaps(logits, len(new), pw.greedy))
                 yield Update(rnd, new, len(out), rnd.t_s)
                 if added is None or added in eos:
                     reason = "eos"

@@ -24,6 +24,7 @@ The engine builds each trace's Stats with :func:`summarize`, so pandas is import
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from specviz.config import LOSSY_VERIFICATIONS, Limits, verification_label, verification_of
@@ -158,6 +159,31 @@ def acceptance_rows(trace: Trace) -> list[tuple[str, str]]:
         rows.append(kept)
     rows += [match, rule] if used == "exact-match" else [rule, match]
     return rows
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Where two greedy texts part, and the target's top-2 logit gap there in each run
+    (None where a trace did not record it)."""
+
+    pos: int
+    spec_gap: float | None
+    ar_gap: float | None
+
+
+def greedy_divergence(spec: Trace, ar: Trace) -> Divergence | None:
+    """The first output position where two greedy runs' tokens differ, with the target's
+    top-2 logit gap there in both; None when one text is a prefix of the other. A gap near
+    0 is a near tie, which different numerics (bf16, another computation graph) can flip."""
+    a, b = spec.token_ids, ar.token_ids
+    first = next((i for i in range(min(len(a), len(b))) if a[i] != b[i]), None)
+    if first is None:
+        return None
+
+    def gap(t: Trace) -> float | None:
+        return t.logit_gaps[first] if first < len(t.logit_gaps) else None  # type: ignore[operator]
+
+    return Divergence(first, gap(spec), gap(ar))
 
 
 def mean_accepted(trace: Trace, with_added: bool = False) -> float:

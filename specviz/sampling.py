@@ -88,6 +88,13 @@ def next_token(logits: torch.Tensor, w: Warp, generator: torch.Generator) -> int
     return int(draw(warp(logits, w), generator, greedy=False))
 
 
+def top2_gap(logits: torch.Tensor) -> torch.Tensor:
+    """The largest logit minus the second largest, per row of logits [..., V] -> [...]: how
+    near greedy decoding is to a tie there."""
+    top = torch.topk(logits.float(), min(2, logits.shape[-1]), dim=-1).values
+    return top[..., 0] - top[..., -1]
+
+
 def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """norm(max(0, p - q)) for one position [V]; p itself when that sums to zero (p == q)."""
     r = (p - q).clamp_min_(0.0)

@@ -156,19 +156,30 @@ class Trace:
     timeline: list[list[float]] = field(default_factory=list)
     stats: Stats = field(default_factory=Stats)
     stop_reason: str = "running"
+    # greedy runs: the target's top-2 logit gap at each output position (empty otherwise,
+    # and in traces written before it was recorded)
+    logit_gaps: list[float] = field(default_factory=list)
     # the verification as views name it, "(lossy)" after a lossy one ("typical (lossy)");
     # "" for an autoregressive run and for traces written before it was recorded
     verification: str = ""
     schema: str = SCHEMA
 
     def append_call(
-        self, new_ids: list[int], texts: list[str], t_s: float, rnd: Round | None = None
+        self,
+        new_ids: list[int],
+        texts: list[str],
+        t_s: float,
+        rnd: Round | None = None,
+        gaps: list[float] | None = None,
     ) -> None:
         """Append one target call's output: its round (spec; None for an ar step), its tokens
-        and their texts, and the timeline's point [t_s, tokens so far]. The one place a
-        trace grows, for the engine and for a trace rebuilt from streamed pieces alike."""
+        and their texts, the timeline's point [t_s, tokens so far], and (greedy) the target's
+        top-2 logit gap at each new token. The one place a trace grows, for the engine and
+        for a trace rebuilt from streamed pieces alike."""
         if rnd is not None:
             self.rounds.append(rnd)
+        if gaps is not None:
+            self.logit_gaps.extend(gaps)
         self.token_ids.extend(new_ids)
         self.token_texts.extend(texts)
         self.timeline.append([t_s, float(len(self.token_ids))])
@@ -214,6 +225,9 @@ class Trace:
             stats=_stats(_get(d, "stats", dict, "trace")),
             stop_reason=stop,
             verification=_optional(d, "verification", str, "trace") or "",
+            logit_gaps=[
+                float(_expect(g, float, "trace.logit_gaps")) for g in d.get("logit_gaps", [])
+            ],
         )
 
 
@@ -244,6 +258,8 @@ class Decision:
     pos: int
     drafted: Drafted | None  # the draft tested at this position, if any
     added: Added | None  # the token the target added here, if any
+    # the trace's settings (which verification decided, and its parameters)
+    settings: dict[str, Any] = field(default_factory=dict)
 
 
 def round_of(trace: Trace, pos: int) -> int | None:
@@ -272,7 +288,7 @@ def decision_at(trace: Trace, round_index: int | None, pos: int) -> Decision:
     added = rnd.added if rnd.added is not None and i == rnd.n_accepted else None
     if drafted is None and added is None:
         raise ValueError(f"round {round_index} placed no token at position {pos}")
-    return Decision(rnd, pos, drafted, added)
+    return Decision(rnd, pos, drafted, added, trace.settings)
 
 
 # --- schema checking -------------------------------------------------------------------

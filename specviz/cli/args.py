@@ -41,6 +41,9 @@ SAMPLING_FIELDS = (
     "seed",
     "top_n",
     "verification",
+    "typical_threshold",
+    "typical_alpha",
+    "match_top_k",
 )
 
 
@@ -61,7 +64,23 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
         "--verification",
         default=d.verification,
         choices=VERIFICATIONS,
-        help="rejection: u < p/q; exact-match: the target's own sample equals the draft",
+        help="rejection: u < p/q; exact-match: the target's own sample equals the draft; "
+        "typical and top-k-match are lossy (the text is no longer distributed as the target's)",
+    )
+    p.add_argument(
+        "--typical-threshold",
+        type=float,
+        default=d.typical_threshold,
+        help="typical (lossy): keep x iff p(x) > min(this, alpha exp(-H(p)))",
+    )
+    p.add_argument(
+        "--typical-alpha", type=float, default=d.typical_alpha, help="typical (lossy): alpha"
+    )
+    p.add_argument(
+        "--match-top-k",
+        type=int,
+        default=d.match_top_k,
+        help="top-k-match (lossy): keep x iff it is among the target's k most likely tokens",
     )
 
 

@@ -109,6 +109,12 @@ def print_comparison(ar: Trace, spec: Trace) -> None:
     if is_greedy(ar.settings):
         same = ar.token_ids == spec.token_ids
         print(f"greedy outputs equal   {'yes' if same else 'no'}")
+        div = metrics.greedy_divergence(spec, ar)
+        if div is not None and div.spec_gap is not None and div.ar_gap is not None:
+            print(
+                f"first difference       token {div.pos}: the target's top-2 logit gap there is "
+                f"{div.spec_gap:.4g} (speculative), {div.ar_gap:.4g} (autoregressive)"
+            )
     guard = guard_sentence(a, c, verify_steps)
     if guard:
         print()

@@ -14,7 +14,7 @@ from typing import Any
 
 import gradio as gr
 
-from specviz.config import DRAFTERS, VERIFICATIONS, Deployment
+from specviz.config import DRAFTERS, VERIFICATIONS, Deployment, verification_label
 from specviz.ui.content import HOW_TO_READ, PRESET_FIELDS, PRESETS, apply_preset
 from specviz.ui.errors import user_errors
 from specviz.ui.page import INTERNAL, Page
@@ -116,10 +116,10 @@ def settings(c: dict[str, Any], pairs: list[str], dep: Deployment) -> None:
         c["top_k"] = gr.Number(f.top_k, precision=0, minimum=0, label="top-k (0 = off)")
         c["greedy"] = gr.Checkbox(f.greedy, label="greedy (argmax p and q)")
         c["verification"] = gr.Radio(
-            list(VERIFICATIONS),
+            [(verification_label(v), v) for v in VERIFICATIONS],
             value=f.verification,
-            label="verification (both lossless): rejection u < p/q, or exact match "
-            "(the target's own sample must equal the draft)",
+            label="verification: rejection u < p/q, or exact match (the target's own sample "
+            "must equal the draft), both lossless; typical and top-k-match are lossy",
             elem_id="sv-verification",
         )
         c["max_new_tokens"] = gr.Slider(
