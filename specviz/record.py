@@ -13,7 +13,7 @@ import torch
 from specviz.config import Settings
 from specviz.sampling import Verdict, match_prob, overlap
 from specviz.trace import Added, Drafted
-from specviz.verification import rule_for, total_variation
+from specviz.verification import normalised, rule_for, total_variation
 
 
 def round_decisions(
@@ -48,7 +48,7 @@ def round_decisions(
         overlaps, matches = torch.stack([overlap(p[:k], q), match_prob(p[:k], q)]).tolist()
         m, rule = min(n + 1, k), rule_for(settings)  # the verified positions
         out = rule.out(p[:m], q[:m])  # [m, V] float64
-        out_tvs[:m] = total_variation(out, p[:m]).tolist()
+        out_tvs[:m] = total_variation(out, normalised(p[:m])).tolist()
         kept[:m] = rule.kept_mass(p[:m], q[:m]).tolist()
         score = torch.maximum(p[:k], q)
         if not rule.lossless:  # out may put mass where neither p nor q leads

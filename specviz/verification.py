@@ -61,14 +61,30 @@ class Rule(ABC):
 
     def out(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         """The exact distribution [..., V] (float64) of the token emitted at one verified
-        position: q(z) a(z) + (1 - sum_x q(x) a(x)) r(z)."""
-        a = self.keep_prob(p, q).double()
-        kept = q.double() * a
-        return kept + (1.0 - kept.sum(-1, keepdim=True)) * self.fallback(p, q).double()
+        position: q(z) a(z) + (1 - sum_x q(x) a(x)) r(z).
+
+        The rows are the distributions as the engine samples them: float32 rows whose sums
+        are 1 only up to round-off, which every draw renormalises, so out is built from the
+        rows normalised in float64 (a vocabulary-wide row's sum is off by up to about 1e-5,
+        more than the float error out should show). a is the decision as the engine takes
+        it, on the rows it has."""
+        p_hat, q_hat = normalised(p), normalised(q)
+        kept = q_hat * self.keep_prob(p, q).double()
+        return kept + (1.0 - kept.sum(-1, keepdim=True)) * self.fallback(p_hat, q_hat).double()
 
     def kept_mass(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         """sum_x q(x) a(x) per row: the probability that a draw from q is kept."""
-        return (q.double() * self.keep_prob(p, q).double()).sum(-1)
+        return (normalised(q) * self.keep_prob(p, q).double()).sum(-1)
+
+    def out_tv(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        """TV(out, p) per row: the probability this decision moves away from the target's."""
+        return total_variation(self.out(p, q), normalised(p))
+
+
+def normalised(rows: torch.Tensor) -> torch.Tensor:
+    """Rows [..., V] in float64, each divided by its sum."""
+    r = rows.double()
+    return r / r.sum(-1, keepdim=True)
 
 
 def total_variation(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -110,6 +126,13 @@ class Rejection(Rule):
     def fallback(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         return p.double() if self.rule == "resample-from-p" else _residual(p, q)
 
+    def out(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        # min(1, p/q) of the normalised rows: min(p, q) then cancels against the residual's
+        # mass exactly, where the raw rows' ratio would leave their sums' round-off in out
+        p_hat, q_hat = normalised(p), normalised(q)
+        kept = q_hat * self.keep_prob(p_hat, q_hat)
+        return kept + (1.0 - kept.sum(-1, keepdim=True)) * self.fallback(p_hat, q_hat)
+
 
 @dataclass(frozen=True)
 class ExactMatch(Rule):
@@ -123,7 +146,7 @@ class ExactMatch(Rule):
     def out(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         # r_x(z) = p(z) / (1 - p(x)) for z != x, so sum_x q(x) (1 - p(x)) r_x(z) sums q over
         # x != z: out(z) = q(z) p(z) + p(z) (1 - q(z)).
-        p, q = p.double(), q.double()
+        p, q = normalised(p), normalised(q)
         return q * p + p * (1.0 - q)
 
 

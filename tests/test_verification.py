@@ -303,7 +303,9 @@ def test_lossless_rules_leave_p_unchanged_on_real_rows(offline_pair):
 
 
 CHECK_N = 400
-POWER_SETTINGS = Settings(gamma=2, temperature=1.0, draft_temperature=2.0, top_p=1.0)
+POWER_SETTINGS = Settings(
+    gamma=2, temperature=1.0, draft_temperature=2.0, top_p=1.0, max_new_tokens=2
+)
 
 
 @pytest.mark.parametrize(

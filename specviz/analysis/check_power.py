@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from specviz import verification
 from specviz.analysis.binning import MIN_EXPECTED
 from specviz.analysis.chisquare import chi2_sf
 
@@ -66,5 +67,5 @@ def first_token_power(
 
 
 def total_variation(p: torch.Tensor, out: torch.Tensor) -> float:
-    """TV(out, p) over the whole vocabulary."""
-    return float(0.5 * (out.double() - p.double()).abs().sum())
+    """TV(out, p) over the whole vocabulary, p normalised as every draw from it is."""
+    return float(verification.total_variation(out, verification.normalised(p)))

@@ -49,7 +49,7 @@ from specviz.engine import generate, prompt_ids_for
 from specviz.lm import CachedLM
 from specviz.pair import ModelPair
 from specviz.sampling import residual, warp
-from specviz.verification import rule_for
+from specviz.verification import normalised, rule_for, total_variation
 
 MIN_N = 200
 MAX_N = 100_000
@@ -330,7 +330,7 @@ def _predicted_tv(
     if s.is_greedy:
         return 0.0
     p, out = first_token_out(pair, prompt_ids, s.with_(rule=rule), probs)
-    return float(0.5 * (out - p.double()).abs().sum())
+    return float(total_variation(out, normalised(p)))
 
 
 @torch.inference_mode()
