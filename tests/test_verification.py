@@ -14,6 +14,7 @@ import torch
 
 from specviz import metrics
 from specviz.analysis import check_power, distribution_check
+from specviz.analysis.verifications import Row
 from specviz.cli.main import main
 from specviz.config import Settings, verification_label
 from specviz.engine import generate, prompt_ids_for
@@ -418,6 +419,8 @@ def test_verifications_command_compares_every_verification(cli_pair, capsys):
             assert r["mean_out_tv"] > 0.01
         else:
             assert r["mean_out_tv"] <= 1e-6 and r["check_passed"] is True
+    fig = figures.verifications_figure([Row(**r) for r in data["rows"]])
+    assert [tr.name for tr in fig.data][2:] == ["typical (lossy)", "top-k-match (lossy)"]
     assert main([*argv, "--no-check"]) == 0
     out = capsys.readouterr().out
     assert "typical (lossy)" in out and "top-k-match (lossy)" in out and "skipped" in out

@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
 
 from specviz.cli.args import (
     add_run_args,
@@ -20,20 +20,10 @@ from specviz.cli.args import (
     say,
     settings_from_args,
 )
-from specviz.config import DEFAULT_PROMPT, LOSSY_VERIFICATIONS, VERIFICATIONS, verification_label
+from specviz.config import DEFAULT_PROMPT, verification_label
 
-
-@dataclass
-class Row:
-    """One verification's figures (the --json row)."""
-
-    verification: str
-    lossy: bool
-    acceptance_rate: float
-    tokens_per_call: float
-    speedup: float
-    mean_out_tv: float | None
-    check_passed: bool | None  # None: the check was skipped
+if TYPE_CHECKING:
+    from specviz.analysis.verifications import Row
 
 
 def add_parser(sub: Any) -> None:
@@ -53,62 +43,21 @@ def add_parser(sub: Any) -> None:
 
 def cmd_verifications(args: argparse.Namespace) -> int:
     from specviz.analysis import distribution_check
+    from specviz.analysis.verifications import compare
 
     settings = settings_from_args(args)
-    if settings.rule != "exact":
-        raise ValueError("verifications compares the verifications with the papers' rule")
     if not args.no_check:
         distribution_check.validate(args.n, args.length, "exact")
     require_prompt(args.prompt)
     pair = load_pair_from_args(args)
-    rows = compare(pair, args.prompt, settings, args.n, args.length, not args.no_check, args.raw)
+    rows = compare(
+        pair, args.prompt, settings, args.n, args.length, not args.no_check, args.raw, say
+    )
     if args.json:
         sys.stdout.write(json.dumps({"rows": [asdict(r) for r in rows]}) + "\n")
     else:
         print(table(rows, settings.seed))
     return 0
-
-
-def compare(
-    pair: Any,
-    prompt: str,
-    settings: Any,
-    n: int = 400,
-    length: int = 1,
-    check: bool = True,
-    raw: bool = False,
-) -> list[Row]:
-    """One Row per verification, each from the same prompt, seed and settings, against one
-    autoregressive baseline run in this process after a warm-up."""
-    from specviz import metrics
-    from specviz.analysis import distribution_check
-    from specviz.engine import check_request, generate, warm_up
-
-    check_request(pair, prompt, settings, raw=raw)
-    warm_up(pair, prompt, settings, raw=raw)
-    ar = generate(pair, prompt, settings.with_(method="ar"), raw=raw)
-    rows = []
-    for v in VERIFICATIONS:
-        s = settings.with_(method="spec", verification=v)
-        say(f"{verification_label(v)}: generating")
-        spec = generate(pair, prompt, s, raw=raw)
-        passed = None
-        if check:
-            say(f"{verification_label(v)}: distribution check, n = {n}, length {length}")
-            result = distribution_check.run_check(pair, prompt, s, n=n, length=length, raw=raw)
-            passed = result.passed
-        rows.append(
-            Row(
-                verification=v,
-                lossy=v in LOSSY_VERIFICATIONS,
-                acceptance_rate=spec.stats.acceptance_rate,
-                tokens_per_call=spec.stats.tokens_per_call,
-                speedup=metrics.speedup(ar, spec),
-                mean_out_tv=spec.stats.mean_out_tv,
-                check_passed=passed,
-            )
-        )
-    return rows
 
 
 def table(rows: list[Row], seed: int) -> str:

@@ -359,3 +359,32 @@ def acceptance_by_position_figure(trace: Trace) -> go.Figure:
         yaxis_range=[0, 1],
         xaxis_dtick=1,
     )
+
+
+# --- verifications side by side ------------------------------------------------------------
+
+
+def verifications_figure(rows: Sequence[Any]) -> go.Figure:
+    """Acceptance against TV(out, p), one marker per verification (rows of
+    specviz.analysis.verifications): the lossless ones sit at TV 0, the lossy ones buy
+    acceptance with distortion, or fail to."""
+    fig = go.Figure(layout=_LAYOUT)
+    for n, r in enumerate(rows):
+        tv = r.mean_out_tv if r.mean_out_tv is not None else 0.0
+        name = verification_label(r.verification)
+        fig.add_scatter(
+            x=[tv],
+            y=[r.acceptance_rate],
+            mode="markers+text",
+            text=[name],
+            textposition="top center",
+            name=name,
+            marker={"size": 14, "symbol": "x" if r.lossy else "circle", "color": SERIES[n % 10]},
+        )
+    return lay_out(
+        fig,
+        "acceptance against the distortion each decision adds",
+        "mean TV(out, p) per verified position",
+        "acceptance rate",
+        380,
+    )
