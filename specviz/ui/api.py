@@ -55,6 +55,9 @@ def generate_endpoint(ctx: AppContext) -> Callable[..., dict[str, Any]]:
         seed: int = DEFAULTS.seed,
         compare: bool = False,
         verification: str = DEFAULTS.verification,
+        typical_threshold: float = DEFAULTS.typical_threshold,
+        typical_alpha: float = DEFAULTS.typical_alpha,
+        match_top_k: int = DEFAULTS.match_top_k,
     ) -> dict[str, Any]:
         """Generate speculatively (and, with compare, autoregressively) and return the trace."""
         if not isinstance(prompt, str) or not prompt.strip():
@@ -77,6 +80,9 @@ def generate_endpoint(ctx: AppContext) -> Callable[..., dict[str, Any]]:
             seed=seed,
             compare=compare,
             verification=verification,
+            typical_threshold=typical_threshold,
+            typical_alpha=typical_alpha,
+            match_top_k=match_top_k,
         )
         return api_result(*complete_traces(ctx, form, ctx.settings(form)))
 

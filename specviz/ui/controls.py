@@ -122,6 +122,27 @@ def settings(c: dict[str, Any], pairs: list[str], dep: Deployment) -> None:
             "must equal the draft), both lossless; typical and top-k-match are lossy",
             elem_id="sv-verification",
         )
+        c["typical_threshold"] = gr.Number(
+            f.typical_threshold,
+            minimum=0,
+            maximum=1,
+            label="typical (lossy): threshold",
+            elem_id="sv-typical-threshold",
+        )
+        c["typical_alpha"] = gr.Number(
+            f.typical_alpha,
+            minimum=0,
+            maximum=1,
+            label="typical (lossy): alpha",
+            elem_id="sv-typical-alpha",
+        )
+        c["match_top_k"] = gr.Number(
+            f.match_top_k,
+            precision=0,
+            minimum=1,
+            label="top-k-match (lossy): k",
+            elem_id="sv-match-top-k",
+        )
         c["max_new_tokens"] = gr.Slider(
             1,
             min(512, limits.max_new_tokens),

@@ -50,6 +50,9 @@ class Form:
     top_k: float = DEFAULTS.top_k
     greedy: bool = DEFAULTS.greedy
     verification: str = DEFAULTS.verification
+    typical_threshold: float = DEFAULTS.typical_threshold
+    typical_alpha: float = DEFAULTS.typical_alpha
+    match_top_k: float = DEFAULTS.match_top_k
     max_new_tokens: float = DEFAULTS.max_new_tokens
     seed: float = DEFAULTS.seed
     compare: bool = True
@@ -73,6 +76,9 @@ class Form:
             top_k=as_int("top_k", self.top_k),
             greedy=bool(self.greedy),
             verification=self.verification,
+            typical_threshold=as_float("typical_threshold", self.typical_threshold),
+            typical_alpha=as_float("typical_alpha", self.typical_alpha),
+            match_top_k=as_int("match_top_k", self.match_top_k),
             max_new_tokens=as_int("max_new_tokens", self.max_new_tokens),
             seed=as_int("seed", self.seed),
             limits=limits,
