@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specviz import metrics
-from specviz.config import is_greedy
+from specviz.config import LOSSY_VERIFICATIONS, is_greedy, verification_label, verification_of
 from specviz.trace import Drafted, Round, Trace, round_number
 from specviz.views.markup import esc, num
 
@@ -140,10 +140,17 @@ def temperature_statement(
     else:
         said += f"Acceptance {now.acceptance:.2f}, {now.tokens_per_call:.2f} tokens per call"
         said += f", speedup {_x(now.speedup)}. " if now.speedup is not None else ". "
-    said += (
-        "The text is still distributed as the target's at "
-        f"{target_sampling(spec.settings)}: only q changed, and the rule corrects any q."
-    )
+    used = verification_of(spec.settings)
+    if used in LOSSY_VERIFICATIONS:
+        said += (
+            f"This run used {verification_label(used)} verification, which does not correct "
+            "for q: its text does not follow the target's sampling."
+        )
+    else:
+        said += (
+            "The text is still distributed as the target's at "
+            f"{target_sampling(spec.settings)}: only q changed, and the rule corrects any q."
+        )
     return f"<p>{said}</p>"
 
 
