@@ -45,8 +45,11 @@ MAX_TREE_NODES = 64
 # x_i iff u_i < p(x_i)/q(x_i), resample from norm(max(0, p - q)) at the first rejection);
 # "exact-match" samples the target's own y_i ~ p_i and accepts x_i iff y_i == x_i, keeping
 # y_i at the first mismatch. `rule` names a variant of the rejection rule only: a wrong rule
-# combined with exact-match is refused.
-VERIFICATIONS = ("rejection", "exact-match")
+# combined with any other verification is refused. "typical" (Medusa's typical acceptance)
+# and "top-k-match" are lossy: they keep more drafts, and the text is no longer distributed
+# as the target's (specviz.verification). Never the default.
+LOSSY_VERIFICATIONS = ("typical", "top-k-match")
+VERIFICATIONS = ("rejection", "exact-match", *LOSSY_VERIFICATIONS)
 TRACE_LEVELS = ("full", "minimal")
 # torch.compile backends of the compiled path (specviz.compiled), and what --compile takes:
 # a backend, "off" (the eager path) or "auto" (compiled on CUDA, eager elsewhere).
@@ -157,6 +160,11 @@ def verification_of(settings: Mapping[str, Any]) -> str:
     """The verification of settings as a trace stores them; traces written before the
     setting existed used the rejection rule."""
     return str(settings.get("verification", "rejection"))
+
+
+def verification_label(name: str) -> str:
+    """A verification's name as every view prints it: a lossy one says so."""
+    return f"{name} (lossy)" if name in LOSSY_VERIFICATIONS else name
 
 
 def is_greedy(settings: Mapping[str, Any]) -> bool:
@@ -468,11 +476,12 @@ class Settings:
     )
     verification: str = setting(
         "rejection",
-        "verification (both lossless): rejection u < p/q, or exact match "
-        "(the target's own sample must equal the draft)",
+        "verification: rejection u < p/q or exact match (lossless); typical or top-k match "
+        "(lossy: they accept more, and the text is no longer distributed as the target's)",
         choices=VERIFICATIONS,
         elem_id="sv-verification",
-        help="rejection: u < p/q; exact-match: the target's own sample equals the draft",
+        help="rejection: u < p/q; exact-match: the target's own sample equals the draft "
+        "(both lossless); typical, top-k-match: lossy",
     )
     max_new_tokens: int = setting(
         128,
@@ -543,6 +552,33 @@ class Settings:
             elem_id="sv-own-tree-budget",
         ),
         help="draft a dynamic tree of at most N nodes, depth up to gamma (EAGLE-2 style)",
+    )
+    # The lossy verifications' parameters (vLLM's defaults for typical acceptance).
+    typical_threshold: float = setting(
+        0.09,
+        "typical threshold (lossy typical acceptance: keep x if p(x) > min(this, alpha e^-H))",
+        lo=0,
+        hi=1,
+        lo_open=True,
+        elem_id="sv-typical-threshold",
+        help="typical acceptance (lossy): the posterior threshold, in (0, 1]",
+    )
+    typical_alpha: float = setting(
+        0.3,
+        "typical alpha (lossy typical acceptance: the entropy factor)",
+        lo=0,
+        hi=1,
+        lo_open=True,
+        elem_id="sv-typical-alpha",
+        help="typical acceptance (lossy): the factor of exp(-H(p)), in (0, 1]",
+    )
+    match_top_k: int = setting(
+        10,
+        "top-k match k (lossy: keep a draft among the target's k most likely)",
+        lo=1,
+        hi=1_000_000,
+        elem_id="sv-match-top-k",
+        help="top-k-match (lossy): keep a draft among the target's k most likely tokens",
     )
     limits: Limits = field(default_factory=Limits, compare=False, repr=False)
 

@@ -37,6 +37,9 @@ CLI_FLAGS = {
     "--tree",
     "--draft-confidence",
     "--tree-budget",
+    "--typical-threshold",
+    "--typical-alpha",
+    "--match-top-k",
 }
 API_NAMES = {
     "prompt",
@@ -58,6 +61,9 @@ API_NAMES = {
     "tree",
     "draft_confidence",
     "tree_budget",
+    "typical_threshold",
+    "typical_alpha",
+    "match_top_k",
 }
 FORM_NAMES = {
     "prompt",
@@ -82,6 +88,9 @@ FORM_NAMES = {
     "draft_confidence",
     "own_tree_budget",
     "tree_budget",
+    "typical_threshold",
+    "typical_alpha",
+    "match_top_k",
     "compare",
     "compile",
 }
