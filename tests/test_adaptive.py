@@ -55,18 +55,20 @@ def test_greedy_adaptive_equals_greedy_autoregressive(prompt):
 
 @pytest.fixture(scope="module")
 def adaptive_samples():
+    """N samples of each method as the distribution check draws them (one prefill, drafts to
+    full depth), and the gammas the speculative runs' rounds used."""
     pair = close_pair()
-    base = Settings(
-        temperature=4.0, gamma=1, adaptive_gamma=True, max_new_tokens=LENGTH, trace_level="minimal"
-    )
+    base = Settings(temperature=4.0, gamma=1, adaptive_gamma=True, trace_level="minimal")
+    sampler = distribution_check.Sampler(pair, "1 2", base, LENGTH)
     spec, ar, gammas = [], [], set()
-    for i in range(N):
-        s, a, _ = distribution_check.draw_samples(pair, "1 2", base, i, LENGTH)
-        spec.append(s)
-        ar.append(a)
-        if i < 50:
-            tr = generate(pair, "1 2", base.with_(seed=2 * i))
-            gammas |= {r.gamma for r in tr.rounds}
+    try:
+        for i in range(N):
+            t = sampler.run("spec", 2 * i)
+            spec.append(tuple(t.token_ids[:LENGTH]))
+            ar.append(tuple(sampler.run("ar", 2 * i + 1).token_ids[:LENGTH]))
+            gammas |= {r.gamma for r in t.rounds}
+    finally:
+        sampler.close()
     return pair, base, spec, ar, gammas
 
 

@@ -1,4 +1,6 @@
-"""The distribution check: its statistics, and its verdict on the real and the broken rules.
+"""The distribution check: its statistics, its samples (full-depth drafts, runs stopped at
+the length, shared caches, the work they cost) and its verdict on the real and the broken
+rules.
 
 The tiny pair (target seed 0, draft seed 2, vocabulary 8) has an overlap of about 0.4 at the
 first position, so each wrong rule moves the first token's distribution by a total
@@ -15,7 +17,7 @@ import pytest
 import torch
 
 from specviz.analysis import binning, chisquare, distribution_check
-from specviz.config import Settings
+from specviz.config import Limits, Settings
 from specviz.views import check_figure
 from tests.broken import break_exact_match
 from tests.tiny import tiny_pair
@@ -204,7 +206,7 @@ def test_exact_rule_passes(exact_result):
 
 @pytest.mark.parametrize(
     ("rule", "length"),
-    # length 1 still drafts: the runs generate two tokens and the check looks at the first
+    # length 1 drafts gamma tokens too: a round is never cut by the check's budget
     [("resample-from-p", 1), ("accept-without-draw", 2)],
 )
 def test_each_broken_rule_fails(pair, rule, length):
@@ -290,6 +292,69 @@ def test_samples_are_reproducible(pair, exact_result):
         assert list(ar) == exact_result.ar_samples[i]
 
 
+# --- the samples ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("length", [1, 2, 3])
+@pytest.mark.parametrize("adaptive", [False, True], ids=["gamma 3", "adaptive"])
+def test_every_round_drafts_to_full_depth_and_a_run_stops_at_the_length(pair, length, adaptive):
+    """No round before the stop has its draft cut, and the run stops after the first round
+    that brings its output to `length` tokens (the module docstring's stopping time)."""
+    s = Settings(gamma=3, adaptive_gamma=adaptive, trace_level="minimal")
+    sampler = distribution_check.Sampler(pair, PROMPT, s, length)
+    rounds = 0
+    try:
+        for seed in range(40):
+            t = sampler.run("spec", seed)
+            assert len(t.token_ids) >= length  # no EOS on this pair
+            assert all(len(r.drafted) == r.gamma for r in t.rounds), t.rounds
+            assert all(r.start < length for r in t.rounds)
+            rounds += len(t.rounds)
+            ar = sampler.run("ar", seed)
+            assert len(ar.token_ids) == length
+    finally:
+        sampler.close()
+    assert length == 1 or rounds > 40  # later rounds were met, and drafted in full too
+
+
+def test_the_check_shares_one_prefill_and_never_feeds_a_prompt_token_again(pair):
+    """Length 1, gamma 3, no rows reused beyond the prompt end: each sample costs exactly one
+    target call of gamma positions (the verify; the baseline's one token comes from the
+    prompt-end row) and gamma - 1 draft calls of one position (the first draft too)."""
+    gamma, n, prompt_len = 3, 200, len(PROMPT.split())
+    r = distribution_check.run_check(
+        pair, PROMPT, Settings(gamma=gamma), n=n, length=1, reuse_rows=False
+    )
+    assert r.passed, r.summary()
+    assert r.work == {
+        "draft_calls": 1 + n * (gamma - 1),
+        "draft_fed": prompt_len + n * (gamma - 1),
+        "draft_reused": n,  # the first draft's q
+        "target_calls": 1 + n,
+        "target_fed": prompt_len + n * gamma,
+        "target_reused": 2 * n,  # p at the prompt end: the verify's first row, the baseline's
+    }
+    reused = distribution_check.run_check(pair, PROMPT, Settings(gamma=gamma), n=n, length=1)
+    # the same rows, whether computed again or not: the same samples
+    assert reused.spec_samples == r.spec_samples and reused.ar_samples == r.ar_samples
+    for k in ("draft_calls", "target_calls"):  # rows met before cost nothing the next time
+        assert reused.work[k] < r.work[k] / 4, reused.work
+
+
+def test_a_prompt_near_the_end_of_the_context_drafts_what_fits(pair):
+    prompt = " ".join(["1"] * (pair.context_len - 2))
+    s = Settings(gamma=4, trace_level="minimal", limits=Limits(max_gamma=8))
+    sampler = distribution_check.Sampler(pair, prompt, s, 2)
+    assert sampler.settings.max_new_tokens == 2
+    try:
+        spec, ar, _ = sampler.draw(0)
+    finally:
+        sampler.close()
+    assert len(spec) == len(ar) == 2
+    with pytest.raises(ValueError, match="exceeds the model's context"):
+        distribution_check.Sampler(pair, prompt + " 1", s, 2)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [({"n": 10}, "n must"), ({"length": 4}, "length must"), ({"rule": "nope"}, "rule must")],
@@ -319,3 +384,31 @@ def test_cli_check_on_the_tiny_pair(pair, monkeypatch, capsys):
     assert out["passed"] is False and out["rule"] == "accept-without-draw"
     assert cli.main(["check", "--n", "5"]) == 2
     assert "n must be" in capsys.readouterr().err
+
+
+def test_the_lessons_wrong_rule_fails_on_the_offline_pair_within_the_budget(offline_pair):
+    """Step 6's first check on the real pair (the lesson's settings, N = 200, one token):
+    the wrong rule fails, and the samples cost at most one target call each (the verify)
+    and, with rows reused, a few forwards in all: the budget is about two target steps per
+    sample."""
+    from specviz import lesson
+    from specviz.config import DEFAULT_PROMPT
+    from specviz.modelthread import MODEL_THREAD
+
+    n, gamma = lesson.CHECK_N, Settings().gamma
+    s = Settings(
+        temperature=lesson.CHECK_TEMPERATURE, draft_temperature=lesson.CHECK_DRAFT_TEMPERATURE
+    )
+
+    def check() -> distribution_check.CheckResult:
+        return distribution_check.run_check(
+            offline_pair, DEFAULT_PROMPT, s, n=n, length=lesson.CHECK_LENGTH, rule=lesson.WRONG_RULE
+        )
+
+    r = MODEL_THREAD.call(check)
+    assert not r.passed and r.views[0].spec_test.p_value < r.threshold, r.summary()
+    assert r.views[0].ar_test.p_value > 0.01  # the control
+    w, prompt_len = r.work, len(offline_pair.encode_prompt(DEFAULT_PROMPT))
+    assert w["target_calls"] <= 1 + n and w["target_fed"] <= prompt_len + n * gamma, w
+    assert w["draft_calls"] <= 1 + n * (gamma - 1), w
+    assert w["target_calls"] + w["draft_calls"] <= n / 4, w

@@ -253,15 +253,15 @@ def pair_for_check():
 def _recording(monkeypatch) -> list[Trace]:
     """Keep every speculative trace the check draws (the real engine, recorded)."""
     traces: list[Trace] = []
-    real = dc.generate
+    real = dc.Sampler.run
 
-    def recorded(*args, **kwargs):
-        t = real(*args, **kwargs)
+    def recorded(self, method, seed):
+        t = real(self, method, seed)
         if t.method == "spec":
             traces.append(t)
         return t
 
-    monkeypatch.setattr(dc, "generate", recorded)
+    monkeypatch.setattr(dc.Sampler, "run", recorded)
     return traces
 
 

@@ -357,7 +357,8 @@ def test_cli_check_with_a_tree_budget_passes_at_full_depth(monkeypatch, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["passed"] is True and out["settings"]["tree_budget"] == 8
     rounds = [rd for t in traces for rd in t.rounds]
-    full = sum(rd.n_accepted == 2 for rd in rounds)  # depth 2: the check makes 3 tokens
+    # the check keeps 3 tokens, and its runs draft to the tree's full depth (gamma 4)
+    full = sum(rd.n_accepted >= 2 for rd in rounds)
     deep = sum(nd.depth == 2 for rd in rounds for nd in rd.nodes)
     assert full >= N_CHECK // 4 and deep >= N_CHECK, (full, deep)
 

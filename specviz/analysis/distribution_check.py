@@ -14,16 +14,42 @@ Outcomes whose expected count is at least ``MIN_EXPECTED`` get a bin each, the r
 an "other" bin (specviz.analysis.binning). Each comparison reports the total-variation distance
 over those bins and a chi-square goodness-of-fit p-value against p (plus a two-sample test
 speculative against autoregressive). The check passes when every speculative p-value is at
-least the significance level divided by the number of views (Bonferroni).
+least the significance level divided by the number of views (Bonferroni). The exact p comes
+from a cache of its own (eager, whatever path the runs take), so that it does not share a
+fault with the runs it judges; the autoregressive samples are the control.
 
-A round never drafts past the token budget, so a one-token generation never drafts at all:
-the runs always generate at least two tokens and the views look at the first ``length``.
+Each sample is one run of the engine (specviz.engine.Run: its drafter, its verification and
+its decision code on the models' own rows), stopped after the round in which its output
+reaches ``length`` tokens; the outcome is that output's first ``length`` tokens (fewer when
+one is EOS). The runs' token budget is ``length`` plus the largest draft a round may make
+(``Limits.max_gamma``), so no round before the stop has its draft cut by the budget: every
+round drafts to its full depth (gamma, or whatever the settings draft), the deeper
+positions included. This keeps the test exact:
+
+- Run the same rounds with no budget at all: the output is an endless stream Y1, Y2, ...
+  (or one ending at EOS), and by the theorem of both papers its first ``length`` tokens
+  are distributed as the target's autoregressive continuation, whatever the draft does.
+- With the check's budget, a round that starts with m < ``length`` tokens out may draft
+  min(gamma, budget - m - 1) = gamma tokens: up to the stop, the budgeted run takes the
+  same rounds as the unbounded one, on the same random numbers. Its first ``length``
+  tokens are Y1..Y_length.
+- Stopping after round tau, the first round that reaches ``length`` tokens, selects
+  nothing: whether tau = t is decided by the first t rounds, and by round tau the first
+  ``length`` tokens are all out, so the outcome read is always Y1..Y_length itself; the
+  tokens the stopping round emits beyond them are dropped, never chosen.
+
+The samples share their work (specviz.analysis.prompt_cache): both models read the prompt
+once, each run starts from caches cropped back to it, and a row already computed after the
+same tokens (the prompt-end p and q of every first token, or a draft an earlier sample
+took) is not computed again. Speculative run i uses seed settings.seed + 2i and the
+autoregressive one settings.seed + 2i + 1, so the two samples are independent and
+reproducible.
 
 The deliberately wrong rules of ``Settings.rule`` ("resample-from-p", "accept-without-draw")
 show the same check catching a broken algorithm. They are variants of the rejection rule;
-exact-match verification (``Settings.verification``) is checked as it is. Nothing here
-imports gradio: the app calls :func:`iter_check` or :func:`run_check`, and
-specviz.views.check_figure draws the result.
+every ``Settings.verification`` is checked as it is. Nothing here imports gradio: the app
+calls :func:`iter_check` or :func:`run_check`, and specviz.views.check_figure draws the
+result.
 """
 
 from __future__ import annotations
@@ -37,6 +63,7 @@ from typing import Any
 import torch
 
 from specviz.analysis.binning import MIN_EXPECTED, CheckView, make_view
+from specviz.analysis.prompt_cache import PromptCache
 from specviz.config import (
     LOSSY_VERIFICATIONS,
     RULES,
@@ -45,10 +72,11 @@ from specviz.config import (
     verification_label,
     verification_of,
 )
-from specviz.engine import generate, prompt_ids_for
-from specviz.lm import CachedLM
-from specviz.pair import ModelPair
+from specviz.engine import Run
+from specviz.lm import CachedLM, ModelCache
+from specviz.pair import LoadedModel, ModelPair
 from specviz.sampling import residual, warp
+from specviz.trace import Trace
 from specviz.tree import root_children, sibling_first_token
 from specviz.verification import normalised, rule_for, total_variation
 
@@ -149,6 +177,8 @@ class CheckResult:
     elapsed_s: float
     spec_samples: list[list[int]] = field(repr=False, default_factory=list)
     ar_samples: list[list[int]] = field(repr=False, default_factory=list)
+    # What the samples cost the models (Sampler.work): forwards, positions fed, rows reused
+    work: dict[str, int] = field(default_factory=dict)
 
     @property
     def verifier(self) -> str:
@@ -231,20 +261,127 @@ def validate(n: int, length: int, rule: str) -> None:
         raise ValueError(f"rule must be one of {', '.join(RULES)}; got {rule!r}")
 
 
+def run_budget(pair: ModelPair, prompt_ids: list[int], settings: Settings, length: int) -> int:
+    """max_new_tokens of the check's runs: ``length`` tokens, and room beyond them for the
+    largest draft a round may make (Limits.max_gamma), within the deployment's limit and
+    the model's context (past those, a round drafts what fits: still exact, less deep)."""
+    lim = settings.limits
+    room = min(length + lim.max_gamma, lim.max_new_tokens, pair.context_len - len(prompt_ids))
+    return max(length, room)
+
+
+class _SharedRun(Run):
+    """A Run whose models' caches are the check's PromptCaches, opened by the first run."""
+
+    def __init__(
+        self,
+        pair: ModelPair,
+        prompt: str,
+        settings: Settings,
+        raw: bool,
+        shared: dict[str, PromptCache],
+        reuse_rows: bool,
+    ) -> None:
+        super().__init__(pair, prompt, settings, raw=raw)
+        self._shared, self._reuse_rows = shared, reuse_rows
+
+    def open_lm(self, m: LoadedModel, widths: tuple[int, ...]) -> ModelCache:
+        role = "target" if m is self.pair.target else "draft"
+        cache = self._shared.get(role)
+        if cache is None:  # the first run opens it as the engine would, for its widths
+            cache = PromptCache(super().open_lm(m, widths), self.prompt_ids, self._reuse_rows)
+            self._shared[role] = cache
+        if cache.prompt != self.prompt_ids:
+            raise RuntimeError("a check's runs must share one prompt")
+        return cache
+
+
+class Sampler:
+    """The check's samples for one prompt and settings: engine runs on shared caches.
+
+    settings.max_new_tokens is replaced by `budget` (default :func:`run_budget`); each run
+    is stopped after the round that brings its output to ``length`` tokens (see the module
+    docstring). reuse_rows: whether rows computed after the same tokens are reused beyond
+    the prompt-end ones (specviz.analysis.prompt_cache)."""
+
+    def __init__(
+        self,
+        pair: ModelPair,
+        prompt: str,
+        settings: Settings,
+        length: int,
+        raw: bool = False,
+        budget: int | None = None,
+        reuse_rows: bool = True,
+    ) -> None:
+        probe = Run(pair, prompt, settings.with_(max_new_tokens=length), raw=raw)  # validates
+        if budget is None:
+            budget = run_budget(pair, probe.prompt_ids, settings, length)
+        self.pair, self.prompt, self.length, self.raw = pair, prompt, length, raw
+        self.settings = settings.with_(max_new_tokens=budget)
+        self.prompt_ids = probe.prompt_ids
+        self.reuse_rows = reuse_rows
+        self.caches: dict[str, PromptCache] = {}
+
+    def run(self, method: str, seed: int) -> Trace:
+        """One run of `method` ("spec" or "ar") with this seed, stopped at ``length`` tokens."""
+        run = _SharedRun(
+            self.pair,
+            self.prompt,
+            self.settings.with_(method=method, seed=seed),
+            self.raw,
+            self.caches,
+            self.reuse_rows,
+        )
+        updates = iter(run)
+        try:
+            for update in updates:
+                if update.n_tokens >= self.length:
+                    break
+        finally:
+            updates.close()  # the run's finish: both caches back to the prompt
+        return run.trace
+
+    def draw(self, i: int) -> tuple[Outcome, Outcome, tuple[int, int]]:
+        """Sample i of each method: (speculative outcome, autoregressive outcome,
+        (accepted, verified) drafts of the speculative run)."""
+        seed = self.settings.seed + 2 * i
+        spec = self.run("spec", seed)
+        ar = self.run("ar", seed + 1)
+        assert spec.stats is not None
+        drafts = (spec.stats.accepted, spec.stats.verified)
+        return tuple(spec.token_ids[: self.length]), tuple(ar.token_ids[: self.length]), drafts
+
+    def prompt_q(self) -> torch.Tensor | None:
+        """The draft's logits after the prompt, [V], as the runs used them (None before a
+        run opened the draft's cache, or with no draft model)."""
+        draft = self.caches.get("draft")
+        return None if draft is None else draft.prompt_row()
+
+    def work(self) -> dict[str, int]:
+        """What the models did so far: forwards and positions fed (the prompt's prefill
+        included) and rows handed out again, per model."""
+        out: dict[str, int] = {}
+        for role, c in sorted(self.caches.items()):
+            out |= {f"{role}_calls": c.calls, f"{role}_fed": c.fed, f"{role}_reused": c.served}
+        return out
+
+    def close(self) -> None:
+        """Release both models' caches (once the samples are drawn)."""
+        for c in self.caches.values():
+            c.release()
+        self.caches.clear()
+
+
 def draw_samples(
     pair: ModelPair, prompt: str, settings: Settings, i: int, length: int, raw: bool = False
 ) -> tuple[Outcome, Outcome, tuple[int, int]]:
-    """Sample i of each method: (speculative outcome, autoregressive outcome,
-    (accepted, verified) drafts of the speculative run).
-
-    The speculative run uses seed settings.seed + 2i and the autoregressive one
-    settings.seed + 2i + 1, so the two samples are independent and reproducible.
-    """
-    seed = settings.seed + 2 * i
-    spec = generate(pair, prompt, settings.with_(method="spec", seed=seed), raw=raw)
-    ar = generate(pair, prompt, settings.with_(method="ar", seed=seed + 1), raw=raw)
-    drafts = (spec.stats.accepted, spec.stats.verified)
-    return tuple(spec.token_ids[:length]), tuple(ar.token_ids[:length]), drafts
+    """Sample i of each method on its own (as the check draws it: :meth:`Sampler.draw`)."""
+    sampler = Sampler(pair, prompt, settings, length, raw)
+    try:
+        return sampler.draw(i)
+    finally:
+        sampler.close()
 
 
 def iter_check(
@@ -256,23 +393,30 @@ def iter_check(
     rule: str | None = None,
     raw: bool = False,
     significance: float = SIGNIFICANCE,
+    reuse_rows: bool = True,
 ) -> Iterator[Progress | CheckResult]:
-    """Run the check, yielding Progress after each pair of samples and the result last."""
+    """Run the check, yielding Progress after each pair of samples and the result last
+    (reuse_rows: see :class:`Sampler`)."""
     rule = settings.rule if rule is None else rule
     validate(n, length, rule)
     t0 = time.perf_counter()
-    base = settings.with_(max_new_tokens=max(2, length), rule=rule, trace_level="minimal")
-    prompt_ids = prompt_ids_for(pair, prompt, base, raw)
+    s = settings.with_(rule=rule, trace_level="minimal")
+    sampler = Sampler(pair, prompt, s, length, raw, reuse_rows=reuse_rows)
+    base, prompt_ids = sampler.settings, sampler.prompt_ids
     spec_s: list[Outcome] = []
     ar_s: list[Outcome] = []
     accepted = verified = 0
-    yield Progress(0, 2 * n, "sampling")
-    for i in range(n):
-        spec, ar, (a, v) = draw_samples(pair, prompt, base, i, length, raw)
-        spec_s.append(spec)
-        ar_s.append(ar)
-        accepted, verified = accepted + a, verified + v
-        yield Progress(2 * (i + 1), 2 * n, "sampling")
+    try:
+        yield Progress(0, 2 * n, "sampling")
+        for i in range(n):
+            spec, ar, (a, v) = sampler.draw(i)
+            spec_s.append(spec)
+            ar_s.append(ar)
+            accepted, verified = accepted + a, verified + v
+            yield Progress(2 * (i + 1), 2 * n, "sampling")
+        q_logits, work = sampler.prompt_q(), sampler.work()
+    finally:
+        sampler.close()
     yield Progress(2 * n, 2 * n, "exact probabilities")
     probs = TargetProbs(pair, prompt_ids, base.target_warp())
     yield CheckResult(
@@ -284,10 +428,11 @@ def iter_check(
         significance=significance,
         views=compare(pair, probs, spec_s, ar_s, length),
         spec_acceptance=accepted / verified if verified else 0.0,
-        predicted_tv=_predicted_tv(pair, prompt_ids, base, probs, rule),
+        predicted_tv=_predicted_tv(pair, prompt_ids, base, probs, rule, q_logits),
         elapsed_s=time.perf_counter() - t0,
         spec_samples=[list(s) for s in spec_s],
         ar_samples=[list(s) for s in ar_s],
+        work=work,
     )
 
 
@@ -315,44 +460,59 @@ def compare(
 
 @torch.inference_mode()
 def _predicted_tv(
-    pair: ModelPair, prompt_ids: list[int], s: Settings, probs: TargetProbs, rule: str
+    pair: ModelPair,
+    prompt_ids: list[int],
+    s: Settings,
+    probs: TargetProbs,
+    rule: str,
+    q_logits: torch.Tensor | None = None,
 ) -> float | None:
     """TV between p and the first token's distribution under the rule or exact match
-    (model drafter)."""
+    (model drafter); q_logits: the draft's logits after the prompt, if the runs have them."""
     if s.drafter != "model" or pair.draft is None:
         return None
     if s.is_greedy:
         return 0.0
     if s.drafts_tree:  # b children at the root, tried one after another
-        p, q = first_token_rows(pair, prompt_ids, s, probs)
+        p, q = first_token_rows(pair, prompt_ids, s, probs, q_logits)
         b = s.tree[0] if s.tree is not None else root_children(s.tree_budget, first_depth(s))
         first = sibling_first_token(p, q, b, rule if s.verification == "rejection" else "")
         return float(0.5 * (first - p).abs().sum())
-    p, out = first_token_out(pair, prompt_ids, s.with_(rule=rule), probs)
+    p, out = first_token_out(pair, prompt_ids, s.with_(rule=rule), probs, q_logits)
     return float(total_variation(out, normalised(p)))
 
 
 @torch.inference_mode()
 def first_token_out(
-    pair: ModelPair, prompt_ids: list[int], s: Settings, probs: TargetProbs
+    pair: ModelPair,
+    prompt_ids: list[int],
+    s: Settings,
+    probs: TargetProbs,
+    q_logits: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """p and the exact distribution [V] (float64) of a round's first token when one draft
     x ~ q is drafted, under the verification (and rule) of s (model drafter): the rule
     object's out(p, q) (specviz.verification)."""
-    p, q = first_token_rows(pair, prompt_ids, s, probs)
+    p, q = first_token_rows(pair, prompt_ids, s, probs, q_logits)
     return p, rule_for(s).out(p, q)
 
 
 @torch.inference_mode()
 def first_token_rows(
-    pair: ModelPair, prompt_ids: list[int], s: Settings, probs: TargetProbs
+    pair: ModelPair,
+    prompt_ids: list[int],
+    s: Settings,
+    probs: TargetProbs,
+    q_logits: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """p and q [V] at the prompt's end, as a round's first draft and verify see them."""
+    """p and q [V] at the prompt's end, as a round's first draft and verify see them;
+    q_logits: the draft's logits after the prompt, if the runs have them."""
     assert pair.draft is not None
     # Both over the tokenizer's V ids, as in the engine (specviz.lm cuts padded columns).
-    lm = CachedLM(pair.draft.model, pair.vocab_size)
-    q = warp(lm.logits(prompt_ids)[-1], s.draft_warp()).cpu()  # [V]
-    return probs.row(()), q
+    if q_logits is None:
+        q_logits = CachedLM(pair.draft.model, pair.vocab_size).logits(prompt_ids)[-1]
+    q = warp(q_logits, s.draft_warp()).cpu()  # [V]
+    return probs.row(()), q  # [V], [V]
 
 
 def first_depth(s: Settings) -> int:
@@ -368,8 +528,8 @@ def run_check(
     progress_cb: Callable[[Progress], None] | None = None,
     **kwargs: Any,
 ) -> CheckResult:
-    """Run the whole check: iter_check's arguments (n, length, rule, raw, significance),
-    and progress_cb (if given) receives every Progress."""
+    """Run the whole check: iter_check's arguments (n, length, rule, raw, significance,
+    reuse_rows), and progress_cb (if given) receives every Progress."""
     result = None
     for item in iter_check(pair, prompt, settings, *args, **kwargs):
         if isinstance(item, Progress):
