@@ -31,11 +31,11 @@ from typing import Any
 
 METHODS = ("spec", "ar")
 DRAFTERS = ("model", "ngram")
-# "exact" is the rule of both papers. The others are deliberately wrong, kept so that the
+# "rejection" is the rule of both papers. The others are deliberately wrong, kept so that the
 # distribution check (tests, CLI, app) can show that it catches a broken algorithm.
-RULES = ("exact", "resample-from-p", "accept-without-draw", "same-target-for-siblings")
+RULES = ("rejection", "resample-from-p", "accept-without-draw", "same-target-for-siblings")
 # "same-target-for-siblings" tries every sibling of a tree against the original p (a wrong
-# multi-draft rule); on a chain it equals "exact", so it needs a tree.
+# multi-draft rule); on a chain it equals "rejection", so it needs a tree.
 TREE_ONLY_RULES = ("same-target-for-siblings",)
 # The verifications a tree supports: the lossless ones (each node's siblings are trials).
 TREE_VERIFICATIONS = ("rejection", "exact-match")
@@ -505,7 +505,11 @@ class Settings:
         help="the longest n-gram the n-gram drafter matches",
     )
     rule: str = setting(
-        "exact", "rule", choices=RULES, fronts=(), help="the rejection rule, or a broken variant"
+        "rejection",
+        "rule",
+        choices=RULES,
+        fronts=(),
+        help="the rejection rule, or a broken variant",
     )
     trace_level: str = setting(
         "full", "trace level", choices=TRACE_LEVELS, fronts=(), help="what each round records"
@@ -588,7 +592,7 @@ class Settings:
             checked = s.check(value, self.limits)
             if checked is not value:
                 object.__setattr__(self, s.name, checked)
-        if self.verification != "rejection" and self.rule != "exact":
+        if self.verification != "rejection" and self.rule != "rejection":
             raise ValueError(
                 f"rule {self.rule!r} is a broken rejection rule: it cannot be combined "
                 f"with {self.verification} verification"

@@ -51,7 +51,7 @@ CHECK_LENGTH = 1
 CHECK_TEMPERATURE = 1.0
 CHECK_DRAFT_TEMPERATURE = 0.7
 WRONG_RULE = "resample-from-p"
-RIGHT_RULE = "exact"  # the papers' rule, checked under exact-match verification
+RIGHT_RULE = "rejection"  # the papers' rule, checked under exact-match verification
 
 Decode = Callable[[list[int]], str]
 

@@ -183,8 +183,8 @@ def _distributed(settings: dict[str, Any]) -> str:
             "test on p and does not correct for q: its text does not follow the target's "
             "sampling."
         )
-    rule = settings.get("rule", "exact")
-    if verification_of(settings) == "rejection" and rule != "exact":
+    rule = settings.get("rule", "rejection")
+    if verification_of(settings) == "rejection" and rule != "rejection":
         return (
             f"The rule {esc(rule)} is deliberately wrong, so nothing promises that the text "
             "is distributed as the target's."
@@ -373,7 +373,7 @@ def _p(x: float) -> str:
 # rounding: no number of samples tells the two apart.
 TV_ZERO = 1e-6
 # Wrong rules that accept exactly as the rejection rule does (only their fallback differs).
-ACCEPTS_AS_REJECTION = ("exact", "resample-from-p")
+ACCEPTS_AS_REJECTION = ("rejection", "resample-from-p")
 
 
 def check_statement(wrong: Any, exact: Any) -> str:
@@ -439,7 +439,7 @@ def _acceptances(a: float, b: float, rule: str) -> str:
     verb = "less" if a < b else "more" if a > b else "as much"
     against = (
         f"the rejection rule's {b:.2f}"
-        if rule == "exact"
+        if rule == "rejection"
         else f"{b:.2f} under {esc(rule)}, which accepts as the rejection rule does"
     )
     return (

@@ -153,7 +153,7 @@ def verify(
     q: torch.Tensor,
     drafts: torch.Tensor,
     u: torch.Tensor | None,
-    rule: str = "exact",
+    rule: str = "rejection",
 ) -> Verdict:
     """Apply the acceptance rule to k drafted tokens.
 

@@ -270,7 +270,7 @@ class Trace:
             method=method,
             prompt=_get(d, "prompt", str, "trace"),
             prompt_ids=_ints(_get(d, "prompt_ids", list, "trace"), "trace.prompt_ids"),
-            settings=_get(d, "settings", dict, "trace"),
+            settings=_settings(_get(d, "settings", dict, "trace")),
             models=_get(d, "models", dict, "trace"),
             text=_get(d, "text", str, "trace"),
             token_ids=_ints(_get(d, "token_ids", list, "trace"), "trace.token_ids"),
@@ -284,6 +284,18 @@ class Trace:
                 float(_expect(g, float, "trace.logit_gaps")) for g in d.get("logit_gaps", [])
             ],
         )
+
+
+# The rejection rule's name in traces written before it was "rejection".
+OLD_RULE_NAMES = {"exact": "rejection"}
+
+
+def _settings(d: dict[str, Any]) -> dict[str, Any]:
+    """A trace's settings as today's names spell them (an old rule name mapped)."""
+    rule = d.get("rule")
+    if isinstance(rule, str) and rule in OLD_RULE_NAMES:
+        return {**d, "rule": OLD_RULE_NAMES[rule]}
+    return d
 
 
 # --- lookups in a trace ----------------------------------------------------------------

@@ -314,7 +314,7 @@ def verify_tree(
     tree: TreeDraft,
     u: torch.Tensor | None,
     eos_ids: frozenset[int],
-    rule: str = "exact",
+    rule: str = "rejection",
 ) -> TreeVerdict:
     """The multi-draft rule on a tree. p: [n + 1, V] warped target rows (row 1 + j after
     node j); u: [n] one uniform per node (None in greedy mode: keep x iff p'(x) >= q(x))."""

@@ -105,16 +105,20 @@ class Rejection(Rule):
     """The papers' rule, or one of the deliberately wrong variants of the settings' rule:
     "resample-from-p" falls back to p, "accept-without-draw" keeps x iff p(x) >= q(x)."""
 
-    rule: str = "exact"
+    rule: str = "rejection"
     name: ClassVar[str] = "rejection"
 
     @property
     def lossless(self) -> bool:  # type: ignore[override]
-        return self.rule == "exact"
+        return self.rule == "rejection"
 
     @property
     def label(self) -> str:
-        return self.name if self.rule == "exact" else f"{self.name} with the wrong rule {self.rule}"
+        return (
+            self.name
+            if self.rule == "rejection"
+            else f"{self.name} with the wrong rule {self.rule}"
+        )
 
     def keep_prob(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         p, q = p.double(), q.double()

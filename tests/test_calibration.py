@@ -34,7 +34,7 @@ def traces(rule: str, top_n: int = 4, seeds: int = SEEDS):
 
 @pytest.fixture(scope="module")
 def exact(one_thread):
-    return traces("exact")
+    return traces("rejection")
 
 
 def judged(rows):
@@ -62,7 +62,7 @@ def test_accept_without_draw_departs_from_the_diagonal(one_thread):
 def test_the_drawn_token_listed_past_top_n_is_left_out(one_thread):
     """With top_n 1 the drawn token is often listed only because it was drawn; counting
     that entry would pile observed frequency onto whatever its residual was."""
-    ts = traces("exact", top_n=1, seeds=60)
+    ts = traces("rejection", top_n=1, seeds=60)
     appended = sum(
         len(r.added.top) > 1 for t in ts for r in t.rounds if r.added.status == "resampled"
     )

@@ -158,7 +158,7 @@ def test_rule_first_token_exact_is_p_and_wrong_rules_are_not():
     g = torch.Generator().manual_seed(0)
     p = torch.softmax(torch.randn(8, generator=g) * 2, -1)
     q = torch.softmax(torch.randn(8, generator=g) * 2, -1)
-    assert torch.allclose(distribution_check.rule_first_token(p, q, "exact"), p, atol=1e-6)
+    assert torch.allclose(distribution_check.rule_first_token(p, q, "rejection"), p, atol=1e-6)
     for rule in ("resample-from-p", "accept-without-draw"):
         d = distribution_check.rule_first_token(p, q, rule)
         assert d.sum() == pytest.approx(1.0, abs=1e-6)
@@ -166,7 +166,7 @@ def test_rule_first_token_exact_is_p_and_wrong_rules_are_not():
     with pytest.raises(ValueError):
         distribution_check.rule_first_token(p, q, "nope")
     assert torch.allclose(
-        distribution_check.rule_first_token(p, q, "exact", "exact-match"), p, atol=1e-6
+        distribution_check.rule_first_token(p, q, "rejection", "exact-match"), p, atol=1e-6
     )
 
 

@@ -29,7 +29,7 @@ BAD = [
     ({"seed": -1}, "seed must be in 0..9223372036854775807, got -1"),
     ({"top_n": 0}, "top_n must be in 1..100, got 0"),
     ({"ngram_size": 17}, "ngram_size must be in 1..16, got 17"),
-    ({"rule": "lenient"}, "rule must be one of exact, resample-from-p, accept-without-draw"),
+    ({"rule": "lenient"}, "rule must be one of rejection, resample-from-p, accept-without-draw"),
     ({"trace_level": "some"}, "trace_level must be one of full, minimal"),
     ({"top_p": True}, "top_p must be in (0, 1], got True"),
     ({"draft_temperature": "hot"}, "draft_temperature must be a number >= 0, got 'hot'"),

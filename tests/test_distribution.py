@@ -246,7 +246,7 @@ def run_case(
 @pytest.mark.slow
 @pytest.mark.parametrize("name,verification", SPEC_CASES)
 def test_speculative_samples_follow_the_target(name, verification, one_thread):
-    exact, counts, tally = run_case(name, "exact", N_EXACT, verification)
+    exact, counts, tally = run_case(name, "rejection", N_EXACT, verification)
     assert not exercised(name, tally)
     for view, (stat, p) in views(counts, exact, N_EXACT).items():
         assert p > EXACT_P, f"{name}, {verification}, {view}: chi2={stat:.1f}, p={p:.2g}"
@@ -266,7 +266,7 @@ def test_each_case_rejects_a_wrong_rule(name, rule, one_thread):
 @pytest.mark.parametrize("name", [c for c in MATCH_CASES if CASES[c].settings.drafter == "model"])
 def test_each_case_rejects_a_broken_exact_match(name, monkeypatch, one_thread):
     break_exact_match(monkeypatch)
-    exact, counts, _ = run_case(name, "exact", N_WRONG, "exact-match")
+    exact, counts, _ = run_case(name, "rejection", N_WRONG, "exact-match")
     found = views(counts, exact, N_WRONG)
     p = min(p for _, p in found.values())
     assert p < WRONG_P, f"{name}: the broken exact match passed the check: {found}"

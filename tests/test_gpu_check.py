@@ -160,7 +160,7 @@ def test_the_device_exactness_stage_passes_and_its_check_has_power(report) -> No
     t = e["sampled_trace"]
     assert t["tokens_equal"] and t["verdicts_equal"] and t["max_abs_dp"] < 1e-4
     checks = {c["rule"]: c for c in e["check"]}
-    assert checks["exact"]["passed"] and not checks["resample-from-p"]["passed"]
+    assert checks["rejection"]["passed"] and not checks["resample-from-p"]["passed"]
     assert checks["resample-from-p"]["predicted_tv"] > 0.05
 
 

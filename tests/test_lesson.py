@@ -212,7 +212,7 @@ def check_result(rule: str, spec_counts: list[int], acceptance: float, verificat
 
 def test_the_check_statement() -> None:
     wrong = check_result("resample-from-p", [140, 60], 0.45, "rejection")
-    exact = check_result("exact", [98, 102], 0.30, "exact-match")
+    exact = check_result("rejection", [98, 102], 0.30, "exact-match")
     assert not wrong.passed and exact.passed
     said = lesson.check_statement(wrong, exact)
     p_wrong = wrong.views[0].spec_test.p_value
@@ -220,7 +220,7 @@ def test_the_check_statement() -> None:
     assert "exact-match verification it <b>passes</b>" in said
     assert "acceptance 0.45" in said and "acceptance 0.30" in said
     assert "exact match accepted less (0.30 against 0.45 under resample-from-p" in said
-    slipped = lesson.check_statement(exact, check_result("exact", [98, 102], 0.5, "x"))
+    slipped = lesson.check_statement(exact, check_result("rejection", [98, 102], 0.5, "x"))
     assert "passed at N = 200" in slipped and "never accepts more" not in slipped
 
 
@@ -314,8 +314,11 @@ def test_step_five_sweeps_and_step_six_checks(ctx, one_thread) -> None:
     assert "exact-match verification it <b>passes</b>" in said, said
     assert "FAIL" in frames[-1]["check_summary"] and "PASS" in frames[-1]["check_summary"]
     second = next(i for i, f in enumerate(frames) if f.get("verification") == "exact-match")
-    assert [f["check_rule"] for f in frames if "check_rule" in f] == ["resample-from-p", "exact"]
-    assert next(i for i, f in enumerate(frames) if f.get("check_rule") == "exact") > second
+    assert [f["check_rule"] for f in frames if "check_rule" in f] == [
+        "resample-from-p",
+        "rejection",
+    ]
+    assert next(i for i, f in enumerate(frames) if f.get("check_rule") == "rejection") > second
 
 
 def test_bad_input_is_one_line_in_the_panel(ctx) -> None:

@@ -314,7 +314,7 @@ def test_step_one_at_exactly_one_and_without_a_baseline() -> None:
 # --- steps 2 and 3: what the text is distributed as, where a replacement came from -------
 
 
-@pytest.mark.parametrize("rule", ["exact", "resample-from-p", "accept-without-draw"])
+@pytest.mark.parametrize("rule", ["rejection", "resample-from-p", "accept-without-draw"])
 @pytest.mark.parametrize("draft_temperature", [None, 0.7, 1.5])
 @pytest.mark.parametrize("greedy", [False, True])
 def test_step_two_promises_the_target_s_distribution_only_when_it_holds(
@@ -325,14 +325,14 @@ def test_step_two_promises_the_target_s_distribution_only_when_it_holds(
         rule=rule, temperature=0.7, draft_temperature=draft_temperature, greedy=greedy
     )
     said = lesson_statements.temperature_statement(spec, None)
-    lossless = rule == "exact"  # the wrong rules are variants of the rejection rule
+    lossless = rule == "rejection"  # the wrong rules are variants of the rejection rule
     assert ("still distributed as the target" in said) == lossless
     assert ("deliberately wrong" in said) == (not lossless)
     q_apart = not greedy and draft_temperature not in (None, 0.7)
     assert ("only q changed" in said) == (lossless and q_apart)
 
 
-@pytest.mark.parametrize("rule", ["exact", "resample-from-p"])
+@pytest.mark.parametrize("rule", ["rejection", "resample-from-p"])
 def test_step_three_says_where_the_replacement_came_from(rule, one_thread) -> None:
     pair = tiny_pair(vocab=8)
     s = Settings(temperature=1.0, top_p=1.0, gamma=3, max_new_tokens=24, rule=rule)
@@ -452,7 +452,11 @@ def check(rule, passed, tv, acceptance, verification, significance=0.01, n=200):
         predicted_tv=tv,
         spec_acceptance=acceptance,
         settings={"verification": verification},
-        verifier="exact match" if verification == "exact-match" else f"rule {rule}",
+        verifier="exact match"
+        if verification == "exact-match"
+        else "the rejection rule"
+        if rule == "rejection"
+        else f"the wrong rule {rule}",
         significance=significance,
         threshold=significance,
         views=[view],
@@ -468,7 +472,7 @@ def test_step_six_says_only_what_the_results_support(
     tv, wrong_passed, exact_passed, significance, acc
 ) -> None:
     wrong = check("resample-from-p", wrong_passed, tv, acc[1], "rejection")
-    exact = check("exact", exact_passed, 0.0, acc[0], "exact-match", significance)
+    exact = check("rejection", exact_passed, 0.0, acc[0], "exact-match", significance)
     said = lesson_statements.check_statement(wrong, exact)
     catch = "more samples would catch it" in said
     if wrong_passed:
@@ -488,7 +492,7 @@ def test_step_six_says_only_what_the_results_support(
 
 def test_step_six_compares_acceptance_only_with_a_rule_that_accepts_as_the_papers() -> None:
     wrong = check("accept-without-draw", False, 0.2, 0.1, "rejection")
-    exact = check("exact", True, 0.0, 0.3, "exact-match")
+    exact = check("rejection", True, 0.0, 0.3, "exact-match")
     said = lesson_statements.check_statement(wrong, exact)
     assert "accepted" not in said.split("acceptance 0.30)")[-1]
 
@@ -526,7 +530,7 @@ def test_step_six_on_the_tiny_pair(top_p, same_draft, one_thread, monkeypatch) -
     kw = {"n": 24, "length": 1}
     wrong = distribution_check.run_check(pair, "1 2", s, rule="resample-from-p", **kw)
     exact = distribution_check.run_check(
-        pair, "1 2", s.with_(verification="exact-match"), rule="exact", **kw
+        pair, "1 2", s.with_(verification="exact-match"), rule="rejection", **kw
     )
     with torch.no_grad():
         ids = torch.tensor([[1, 2]])

@@ -291,7 +291,7 @@ def test_the_wrong_sibling_rule_formula_and_the_exact_rule():
     gives p; the wrong rule gives sibling_first_token's formula."""
     p = torch.tensor([0.5, 0.3, 0.2])
     q = torch.tensor([0.2, 0.2, 0.6])
-    for rule, want in (("exact", p), (WRONG_RULE, sibling_first_token(p, q, 2, WRONG_RULE))):
+    for rule, want in (("rejection", p), (WRONG_RULE, sibling_first_token(p, q, 2, WRONG_RULE))):
         out = torch.zeros(3)
         for a in range(3):
             for b in range(3):
@@ -303,7 +303,7 @@ def test_the_wrong_sibling_rule_formula_and_the_exact_rule():
     for a in range(2):
         for b in range(2):
             kids = sorted([a, b], key=lambda x: -float(q2[x]))
-            ordered += q2[a] * q2[b] * _first_token_law(p2, q2, kids, "exact")
+            ordered += q2[a] * q2[b] * _first_token_law(p2, q2, kids, "rejection")
     assert float(ordered[0]) == pytest.approx(0.55)
 
 

@@ -370,7 +370,7 @@ def test_a_cancelled_check_frees_the_model_thread(app_url, served) -> None:
     hook = served.target.model.register_forward_pre_hook(lambda *_: calls.append(1))
     try:
         client = Client(app_url, verbose=False)
-        job = client.submit(2000, 3, "exact", *client_args(), api_name="/check")
+        job = client.submit(2000, 3, "rejection", *client_args(), api_name="/check")
         wait_for(lambda: len(calls) > 200, 120, "the check never started")
         job.cancel()
         wait_for(MODEL_THREAD.idle, 5, "the cancelled check kept the model thread busy")
@@ -400,12 +400,12 @@ def test_distribution_check_tab_passes_the_exact_rule_and_catches_a_wrong_one() 
     pair = tiny_pair(vocab=8, target_seed=0, draft_seed=2)  # first-position overlap ~0.4
     loader = lambda name, dtype: pair  # noqa: E731
     f = form(prompt="1 2", temperature=1.0, gamma=2)
-    frames, exact = drain(ui.check_updates(ui.AppContext(loader, LIMITS), f, 200, 1, "exact"))
-    assert frames[0] == {**frames[0], "check_n": 200, "check_len": 1, "check_rule": "exact"}
+    frames, exact = drain(ui.check_updates(ui.AppContext(loader, LIMITS), f, 200, 1, "rejection"))
+    assert frames[0] == {**frames[0], "check_n": 200, "check_len": 1, "check_rule": "rejection"}
     assert "PASS" in frames[-1]["check_summary"] and frames[-1]["check_plot"] is not None
     assert (
         exact.n == 200
-        and exact.rule == "exact"
+        and exact.rule == "rejection"
         and exact.summary() in html.unescape(frames[-1]["check_summary"])
     )
     assert any("<progress" in fr.get("check_summary", "") for fr in frames[:-1])
@@ -414,7 +414,7 @@ def test_distribution_check_tab_passes_the_exact_rule_and_catches_a_wrong_one() 
     )
     assert "FAIL" in frames[-1]["check_summary"] and broken.rule == "resample-from-p"
     with pytest.raises(ValueError, match="samples must be in 200"):
-        drain(ui.check_updates(ui.AppContext(loader, LIMITS), f, 50, 1, "exact"))
+        drain(ui.check_updates(ui.AppContext(loader, LIMITS), f, 50, 1, "rejection"))
 
 
 def test_a_stopped_check_ends_after_the_sample_in_progress() -> None:
@@ -428,7 +428,7 @@ def test_a_stopped_check_ends_after_the_sample_in_progress() -> None:
     hook = pair.target.model.register_forward_pre_hook(lambda *_: calls.append(1))
     stop = threading.Event()
     ctx = ui.AppContext(lambda n, d: pair, LIMITS)
-    updates = ui.check_updates(ctx, form(), 2000, 3, "exact", stop)
+    updates = ui.check_updates(ctx, form(), 2000, 3, "rejection", stop)
     frames: list[dict] = []
     try:
         while True:

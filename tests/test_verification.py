@@ -119,7 +119,7 @@ def top_k_keeps(k: int):
 def test_out_matches_the_enumerated_process_for_every_rule(seed):
     p, q = rows(seed)
     cases = [
-        (Rejection("exact"), enumerate_rejection(p, q, "exact")),
+        (Rejection("rejection"), enumerate_rejection(p, q, "rejection")),
         (Rejection("resample-from-p"), enumerate_rejection(p, q, "resample-from-p")),
         (Rejection("accept-without-draw"), enumerate_rejection(p, q, "accept-without-draw")),
         (ExactMatch(), enumerate_exact_match(p, q)),
@@ -176,7 +176,7 @@ def test_typical_bar_is_vllms():
 
 
 def test_rule_for_reads_the_settings():
-    assert rule_for(Settings()) == Rejection("exact")
+    assert rule_for(Settings()) == Rejection("rejection")
     assert rule_for(Settings(rule="resample-from-p")) == Rejection("resample-from-p")
     assert rule_for(Settings(verification="exact-match")) == ExactMatch()
     typical = Settings(verification="typical", typical_threshold=0.2, typical_alpha=0.5)

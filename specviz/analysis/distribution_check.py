@@ -93,7 +93,7 @@ def rule_first_token(
 ) -> torch.Tensor:
     """The distribution of a round's first token when one token x ~ q is drafted: [V].
 
-    "exact" gives p itself (the theorem); the two wrong rules give something else:
+    "rejection" gives p itself (the theorem); the two wrong rules give something else:
     "resample-from-p" gives min(p, q) + (1 - alpha) p, "accept-without-draw" gives
     q 1[p >= q] + (mass of q where p < q) * norm(max(0, p - q)). Exact match gives p too:
     t comes out as the accepted draft with probability q(t) p(t), and as the target's
@@ -101,7 +101,7 @@ def rule_first_token(
     """
     if verification == "exact-match":
         return q * p + (1.0 - q) * p
-    if rule == "exact":
+    if rule == "rejection":
         accepted = torch.minimum(p, q)
         return accepted + (1.0 - accepted.sum()) * residual(p, q)
     if rule == "resample-from-p":
@@ -182,12 +182,14 @@ class CheckResult:
 
     @property
     def verifier(self) -> str:
-        """What verified the drafts: "rule exact" (or a broken rule), "exact match", or a
+        """What verified the drafts: "the rejection rule" (or a broken rule), "exact match", or a
         lossy verification by its label ("typical (lossy)")."""
         used = verification_of(self.settings)
         if used in LOSSY_VERIFICATIONS:
             return verification_label(used)
-        return "exact match" if used == "exact-match" else f"rule {self.rule}"
+        if used == "exact-match":
+            return "exact match"
+        return "the rejection rule" if self.rule == "rejection" else f"the wrong rule {self.rule}"
 
     @property
     def threshold(self) -> float:

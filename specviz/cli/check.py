@@ -18,6 +18,14 @@ from specviz.cli.args import (
 )
 from specviz.config import DEFAULT_PROMPT, RULES
 
+# The rejection rule's name before it was "rejection"; accepted for one release.
+OLD_RULE_NAMES = {"exact": "rejection"}
+
+
+def rule_name(text: str) -> str:
+    """A --break-rule value, its old name mapped to the new one."""
+    return OLD_RULE_NAMES.get(text, text)
+
 
 def add_parser(sub: Any) -> None:
     c = sub.add_parser(
@@ -28,9 +36,11 @@ def add_parser(sub: Any) -> None:
     c.add_argument("--length", type=int, default=2, help="tokens per continuation, 1..3")
     c.add_argument(
         "--break-rule",
-        default="exact",
+        default="rejection",
+        type=rule_name,
         choices=RULES,
-        help="a deliberately wrong rejection rule, to see the check catch it",
+        help="a deliberately wrong rejection rule, to see the check catch it "
+        "(rejection: the papers' rule; exact is its old name)",
     )
     c.add_argument("--raw", action="store_true", help="do not apply the chat template")
     c.add_argument("--json", action="store_true", help="print the result as JSON on stdout")

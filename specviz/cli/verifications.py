@@ -47,7 +47,7 @@ def cmd_verifications(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)
     if not args.no_check:
-        distribution_check.validate(args.n, args.length, "exact")
+        distribution_check.validate(args.n, args.length, "rejection")
     require_prompt(args.prompt)
     pair = load_pair_from_args(args)
     rows = compare(

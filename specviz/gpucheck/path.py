@@ -253,7 +253,7 @@ def distribution_checks(compiled: ModelPair, plan: Plan) -> list[dict]:
 
     s = Settings(gamma=GAMMA, temperature=1.0, top_p=1.0, seed=0)
     rows = []
-    for rule, n in (("exact", plan.check_n), ("resample-from-p", plan.check_n)):
+    for rule, n in (("rejection", plan.check_n), ("resample-from-p", plan.check_n)):
         r = run_check(compiled, CHECK_PROMPT, s, n=n, length=2, rule=rule, raw=True)
         rows.append(
             {

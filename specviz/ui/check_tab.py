@@ -42,7 +42,7 @@ def layout(v: dict[str, Any]) -> None:
         v["check_n"] = gr.Slider(200, CHECK_MAX_SAMPLES, 400, step=100, label="samples N")
         v["check_len"] = gr.Slider(1, 3, 2, step=1, label="tokens per continuation")
         v["check_rule"] = gr.Dropdown(
-            list(RULES), value="exact", label="rule (anything but exact is wrong)"
+            list(RULES), value="rejection", label="rule (anything but rejection is wrong)"
         )
     v["check_run"] = gr.Button("Run the check", elem_id="sv-check-run")
     v["check_summary"] = gr.HTML(js_on_load=None, elem_id="sv-check-summary")
