@@ -25,9 +25,7 @@ are recorded by specviz.record.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -50,24 +48,8 @@ from specviz.sampling import (
 )
 from specviz.trace import Round, Trace
 from specviz.tree_run import check_tree_request, tree_rounds
+from specviz.updates import Update, clock
 from specviz.verification import rule_for
-
-
-@dataclass
-class Update:
-    """What one target call produced."""
-
-    round: Round | None  # the completed round (spec); None for an ar step
-    new_ids: list[int]
-    n_tokens: int  # output tokens so far
-    t_s: float  # seconds since the start
-
-
-def clock(device: torch.device) -> float:
-    """perf_counter after the device has finished its queued work."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()
 
 
 def prompt_ids_for(

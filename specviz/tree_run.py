@@ -34,9 +34,10 @@ from specviz.tree import (
     verify_tree,
     verify_tree_exact_match,
 )
+from specviz.updates import Update, clock
 
 if TYPE_CHECKING:
-    from specviz.engine import Run, Update
+    from specviz.engine import Run
 
 
 def check_tree_request(pair: ModelPair, settings: Settings) -> None:
@@ -54,7 +55,6 @@ def check_tree_request(pair: ModelPair, settings: Settings) -> None:
 @torch.inference_mode()
 def tree_rounds(run: Run) -> Iterator[Update]:
     """The speculative rounds of a run whose settings carry a tree."""
-    from specviz.engine import Update, clock
 
     s, pair, dev = run.settings, run.pair, run.device
     eos, pw, dw = pair.eos_ids, s.target_warp(), s.draft_warp()
