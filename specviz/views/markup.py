@@ -197,9 +197,7 @@ def round_row(rnd: Round) -> str:
     if rnd.nodes is not None:  # a tree round: accepted depth, nodes and trials
         nodes = rnd.nodes
         depth = max((n.depth for n in nodes), default=0)
-        counts = (
-            f"depth {rnd.n_accepted}/{depth}<br>{len(nodes)} nodes<br>{rnd.trials} trials"
-        )
+        counts = f"depth {rnd.n_accepted}/{depth}<br>{rnd.trials} trials / {len(nodes)} nodes"
     return (
         f'<tr><td class="sv-rn">{round_number(rnd.index)}</td><td>{drafts}</td>'
         f'<td class="sv-counts">{counts}</td><td>{added}</td></tr>'

@@ -44,7 +44,7 @@ UNTRIED_COLOR = COLORS["discarded"]
 ORDINALS = ("1st", "2nd", "3rd")
 
 # Geometry of the drawing, in SVG user units (pixels at scale 1).
-BOX_W, BOX_H, COL_GAP, ROW_H, PAD = 96, 26, 44, 34, 8
+BOX_W, BOX_H, COL_GAP, ROW_H, PAD = 96, 26, 44, 40, 8
 MAX_CHARS = 11
 NO_TREE = "No tree round yet: set a tree shape (e.g. 2,2) and press Run or Step."
 
