@@ -12,6 +12,7 @@ import pytest
 from specviz import ui
 from specviz.config import Limits
 from specviz.ui import tree_panel
+from specviz.views import tree_view
 from specviz.views.markup import esc
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -42,7 +43,8 @@ def test_a_run_draws_the_last_tree_round_and_a_node_opens_its_trial(ctx) -> None
     session = ui.new_session()
     final = list(ui.run_updates(session, form(), ctx))[-1]
     spec = session.spec
-    last = [r for r in spec.rounds if r.nodes][-1]
+    last = tree_view.last_full(tree_view.tree_rounds(spec))
+    assert last is not None and len(last.nodes) == 6
     assert f"Round {last.index + 1}, tree 2,2" in final["tree"]
     assert final["tree"].count("data-node=") == len(last.nodes)
     # a tried node that was not the first trial, if any, else any tried node

@@ -98,6 +98,17 @@ def test_the_accepted_path_is_bold_and_nothing_else_is() -> None:
     assert svg.count("sv-tpath") == 3
 
 
+def test_the_page_shows_the_last_full_depth_round_unless_one_is_chosen() -> None:
+    full, other = bonus_round(), resampled_round()
+    other.index = 1
+    cut = Round(2, 7, 1, [drafted("c", "accepted")], None, 1, 1, 0, [2, 2], full.nodes[:1])
+    trace = Trace("spec", "", [], {}, {}, rounds=[full, other, cut])
+    assert tree_view.last_full(trace.rounds) is other
+    assert "Round 2, tree 2,2" in tree_view.trace_tree_html(trace)
+    assert "Round 1, tree 2,1" in tree_view.trace_tree_html(trace, 0)
+    assert "Round 3, tree 2,2" in tree_view.trace_tree_html(trace, 2)
+
+
 def test_no_tree_round_gives_the_hint() -> None:
     assert tree_view.NO_TREE in tree_view.tree_html(None)
     chain = Round(0, 0, 2, [drafted("a", "accepted")], None, 1.0, 1.0, 0.0)

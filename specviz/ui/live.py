@@ -39,6 +39,7 @@ def run_updates(session: Session, form: Form, ctx: AppContext) -> Iterator[View]
     yield {
         "status": markup.status_html(f"loading pair {pair_label(form)!r} ...", "busy"),
         "narration": narration_hint(),
+        "tree": "",
     }
     yield from ctx.runner.run(session, form, ctx, settings)
 

@@ -37,7 +37,7 @@ element.addEventListener('keydown', (e) => { if (e.key === 'Enter' || e.key === 
 
 def layout(v: dict[str, Any]) -> None:
     """The tree drawing, into the page's components by name."""
-    v["tree"] = gr.HTML("", js_on_load=TREE_JS, elem_id="sv-tree", max_height=300)
+    v["tree"] = gr.HTML("", js_on_load=TREE_JS, elem_id="sv-tree-view", max_height=300)
 
 
 def node_view(trace: Any, round_index: int, node: int) -> View:

@@ -272,13 +272,21 @@ def tree_html(rnd: Round | None) -> str:
 
 def trace_tree_html(trace: Trace | None, round_index: int | None = None) -> str:
     """The tree of the chosen round (the trace's 0-based index) when it drafted a tree,
-    else of the last tree round; the hint when the trace has none."""
+    else of the last round that drafted the full depth (the token budget cuts the last
+    rounds' trees), else of the last tree round; the hint when the trace has none."""
     rounds = tree_rounds(trace)
     if round_index is not None and trace is not None and 0 <= round_index < len(trace.rounds):
         chosen = trace.rounds[round_index]
         if chosen.nodes:
             return tree_html(chosen)
-    return tree_html(rounds[-1] if rounds else None)
+    return tree_html(last_full(rounds))
+
+
+def last_full(rounds: list[Round]) -> Round | None:
+    """The last of these tree rounds that drafted as deep as any of them, else None."""
+    deepest = max((n.depth for r in rounds for n in r.nodes or []), default=0)
+    full = [r for r in rounds if any(n.depth == deepest for n in r.nodes or [])]
+    return full[-1] if full else None
 
 
 # --- one node in the inspector ---------------------------------------------------------
@@ -381,6 +389,7 @@ def node_figure(rnd: Round, node: Node) -> go.Figure:
             text=[f"u = {node.u:.2f}"],
             textposition="middle right",
             name="u",
+            showlegend=False,
         )
     title = f"round {round_number(rnd.index)}, node {plain(repr(node.text))}: {node.status}"
     return lay_out(fig, title, "", "probability", 300, yaxis_range=[0, 1.15])
