@@ -1,6 +1,7 @@
 """A tree in a real browser (Debian's chromium through Playwright, on the offline pair) at
 1280x720: a tree shape typed in the tree control, Run with few tokens, the last tree round
-drawn, and a click on a tried node that opens the Decision tab on its trial with p'.
+drawn, a click on a tried node that opens the Decision tab on its trial with p', and the
+Theory tab's comparison with a chain of the same verify width.
 
 Set SPECVIZ_SCREENSHOT_DIR to also write tree-1280x720.png there.
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_browser import generate, opened
+from tests.test_browser import generate, open_tab, opened
 from tests.test_layout_browser import shot
 
 pytestmark = pytest.mark.browser
@@ -43,3 +44,10 @@ def test_a_tree_round_is_drawn_and_a_node_opens_its_trial(browser, app_url, tmp_
         page.locator("#sv-verdict").scroll_into_view_if_needed()
         page.screenshot(path="/tmp/treeui-node-1280x720.png")
         page.screenshot(path=str(tmp_path / "tree.png"))
+        # the Theory tab compares the tree with a chain of the same verify width
+        open_tab(page, "Theory")
+        compare = page.locator("#sv-tree-compare")
+        compare.scroll_into_view_if_needed()
+        text = compare.inner_text()
+        assert "7 positions" in text and "chain of gamma 6" in text and "predicted" in text
+        page.screenshot(path="/tmp/treeui-theory-1280x720.png")
