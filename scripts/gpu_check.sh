@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The GPU check (specviz/gpucheck/): c, the verify call's cost, engine overhead against
+# The GPU check (specviz/gpucheck/): c, the verify call's cost (a chain's, and a tree's
+# with its attention mask at widths up to 64), engine overhead against
 # transformers' assisted generation, eager against compiled, and Leviathan's projection, on
 # random-weight Llama networks of about 1B and 8B in bf16. One command, under 8 minutes on
 # one CUDA GPU; no network, nothing installed beyond torch and transformers.

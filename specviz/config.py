@@ -45,8 +45,11 @@ MAX_TREE_NODES = 64
 # x_i iff u_i < p(x_i)/q(x_i), resample from norm(max(0, p - q)) at the first rejection);
 # "exact-match" samples the target's own y_i ~ p_i and accepts x_i iff y_i == x_i, keeping
 # y_i at the first mismatch. `rule` names a variant of the rejection rule only: a wrong rule
-# combined with exact-match is refused.
-VERIFICATIONS = ("rejection", "exact-match")
+# combined with any other verification is refused. "typical" (Medusa's typical acceptance)
+# and "top-k-match" are lossy: they keep more drafts, and the text is no longer distributed
+# as the target's (specviz.verification). Never the default.
+LOSSY_VERIFICATIONS = ("typical", "top-k-match")
+VERIFICATIONS = ("rejection", "exact-match", *LOSSY_VERIFICATIONS)
 TRACE_LEVELS = ("full", "minimal")
 # torch.compile backends of the compiled path (specviz.compiled), and what --compile takes:
 # a backend, "off" (the eager path) or "auto" (compiled on CUDA, eager elsewhere).
@@ -157,6 +160,11 @@ def verification_of(settings: Mapping[str, Any]) -> str:
     """The verification of settings as a trace stores them; traces written before the
     setting existed used the rejection rule."""
     return str(settings.get("verification", "rejection"))
+
+
+def verification_label(name: str) -> str:
+    """A verification's name as every view prints it: a lossy one says so."""
+    return f"{name} (lossy)" if name in LOSSY_VERIFICATIONS else name
 
 
 def is_greedy(settings: Mapping[str, Any]) -> bool:
@@ -468,11 +476,12 @@ class Settings:
     )
     verification: str = setting(
         "rejection",
-        "verification (both lossless): rejection u < p/q, or exact match "
-        "(the target's own sample must equal the draft)",
+        "verification: rejection u < p/q or exact match (lossless); typical or top-k match "
+        "(lossy: they accept more, and the text is no longer distributed as the target's)",
         choices=VERIFICATIONS,
         elem_id="sv-verification",
-        help="rejection: u < p/q; exact-match: the target's own sample equals the draft",
+        help="rejection: u < p/q; exact-match: the target's own sample equals the draft "
+        "(both lossless); typical, top-k-match: lossy",
     )
     max_new_tokens: int = setting(
         128,
@@ -510,6 +519,67 @@ class Settings:
         elem_id="sv-tree",
         help="draft a tree: children per depth, e.g. 2,2,1 (10 nodes); unset, a chain of gamma",
     )
+    # The chain's confidence stop: no draft after a token whose own q (greedy: the draft's
+    # softmax at temperature 1) is below this. None: draft gamma tokens.
+    draft_confidence: float | None = setting(
+        None,
+        "draft confidence (stop drafting after a token the draft gives less than this)",
+        lo=0,
+        hi=1,
+        lo_open=True,
+        slider=(0.05, 0.95, 0.05),
+        elem_id="sv-draft-confidence",
+        switch=Switch(
+            "own_draft_confidence",
+            "stop drafting when the draft is unsure (exact: a drafted token is never withdrawn)",
+            0.4,
+            elem_id="sv-own-draft-confidence",
+        ),
+        help="stop a round's drafting after a token whose q is below T, in (0, 1)",
+    )
+    # A dynamic tree's node budget (specviz.tree.draft_budget_tree): the nodes of highest
+    # path confidence are expanded, depth by depth up to gamma. None: no dynamic tree.
+    tree_budget: int | None = setting(
+        None,
+        "tree budget (nodes of a dynamic tree)",
+        lo=1,
+        hi=MAX_TREE_NODES,
+        elem_id="sv-tree-budget",
+        switch=Switch(
+            "own_tree_budget",
+            "draft a dynamic tree (expand the most confident paths, up to a node budget)",
+            8,
+            elem_id="sv-own-tree-budget",
+        ),
+        help="draft a dynamic tree of at most N nodes, depth up to gamma (EAGLE-2 style)",
+    )
+    # The lossy verifications' parameters (vLLM's defaults for typical acceptance).
+    typical_threshold: float = setting(
+        0.09,
+        "typical threshold (lossy typical acceptance: keep x if p(x) > min(this, alpha e^-H))",
+        lo=0,
+        hi=1,
+        lo_open=True,
+        elem_id="sv-typical-threshold",
+        help="typical acceptance (lossy): the posterior threshold, in (0, 1]",
+    )
+    typical_alpha: float = setting(
+        0.3,
+        "typical alpha (lossy typical acceptance: the entropy factor)",
+        lo=0,
+        hi=1,
+        lo_open=True,
+        elem_id="sv-typical-alpha",
+        help="typical acceptance (lossy): the factor of exp(-H(p)), in (0, 1]",
+    )
+    match_top_k: int = setting(
+        10,
+        "top-k match k (lossy: keep a draft among the target's k most likely)",
+        lo=1,
+        hi=1_000_000,
+        elem_id="sv-match-top-k",
+        help="top-k-match (lossy): keep a draft among the target's k most likely tokens",
+    )
     limits: Limits = field(default_factory=Limits, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -526,11 +596,42 @@ class Settings:
         _above_greedy("temperature", self.temperature)
         _above_greedy("draft_temperature", self.draft_temperature)
         self._check_tree()
+        self._check_dynamic()
+
+    def _check_dynamic(self) -> None:
+        """The confidence stop and the dynamic tree: their ranges and what they combine with."""
+        if self.draft_confidence is not None:
+            if self.draft_confidence >= 1:
+                raise ValueError(f"draft confidence must be in (0, 1), got {self.draft_confidence}")
+            if self.tree is not None or self.tree_budget is not None:
+                raise ValueError("draft confidence stops a chain: it cannot run on a tree")
+        if self.tree_budget is None:
+            return
+        if self.tree is not None:
+            raise ValueError("give --tree or --tree-budget, not both")
+        self._check_tree_combination()
+
+    def _check_tree_combination(self) -> None:
+        """What a tree (fixed or dynamic) cannot combine with."""
+        if self.drafter != "model":
+            raise ValueError("a tree needs the model drafter (n-gram lookup proposes one chain)")
+        if self.adaptive_gamma:
+            raise ValueError("adaptive gamma changes a chain's length: it cannot run on a tree")
+        if self.verification not in TREE_VERIFICATIONS:
+            raise ValueError(
+                f"{self.verification} verification is not supported on a tree "
+                f"(only {', '.join(TREE_VERIFICATIONS)})"
+            )
+
+    @property
+    def drafts_tree(self) -> bool:
+        """Whether a round drafts a tree: a fixed shape or a dynamic one."""
+        return self.tree is not None or self.tree_budget is not None
 
     def _check_tree(self) -> None:
         """Validate the tree shape and what combines with it; a tree sets gamma to its depth."""
         if self.tree is None:
-            if self.rule in TREE_ONLY_RULES:
+            if self.rule in TREE_ONLY_RULES and self.tree_budget is None:
                 raise ValueError(
                     f"rule {self.rule!r} differs from the exact rule only on a tree: "
                     "give a tree (--tree)"
@@ -549,15 +650,7 @@ class Settings:
             raise ValueError(
                 f"tree {shape_text(shape)} has {nodes} nodes; at most {MAX_TREE_NODES}"
             )
-        if self.drafter != "model":
-            raise ValueError("a tree needs the model drafter (n-gram lookup proposes one chain)")
-        if self.adaptive_gamma:
-            raise ValueError("adaptive gamma changes a chain's length: it cannot run on a tree")
-        if self.verification not in TREE_VERIFICATIONS:
-            raise ValueError(
-                f"{self.verification} verification is not supported on a tree "
-                f"(only {', '.join(TREE_VERIFICATIONS)})"
-            )
+        self._check_tree_combination()
         object.__setattr__(self, "tree", shape)
         object.__setattr__(self, "gamma", len(shape))
 

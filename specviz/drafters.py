@@ -1,8 +1,11 @@
 """Drafters propose the tokens a round verifies; the rule (specviz.sampling) judges them.
 
-A drafter returns the drafted ids and, for each, the exact distribution q it was drawn from.
-Two drafters: a small model (q is its warped softmax) and n-gram prompt lookup (q is
-one-hot on the copied token). Both are per-request objects: they own their state.
+A drafter returns the drafted ids and, for each, the exact distribution q it was drawn from,
+and why it stopped drafting (``Draft.stop``). The model drafter may stop at a token it is
+unsure of (``confidence``): whether it drafts position i + 1 depends on positions up to i
+only, and a drafted token is never withdrawn, so the rule's output stays exact. Two drafters:
+a small model (q is its warped softmax) and n-gram prompt lookup (q is one-hot on the copied
+token). Both are per-request objects: they own their state.
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ class Draft:
 
     ids: list[int]  # [k]
     q: torch.Tensor  # [k, Vq] float32
+    # why drafting stopped: "gamma" (k reached what was asked), "confidence", "eos", or
+    # "lookup" (the n-gram drafter found no longer continuation)
+    stop: str = "gamma"
 
 
 class Drafter(Protocol):
@@ -42,22 +48,43 @@ class ModelDrafter:
 
     name = "model"
 
-    def __init__(self, lm: ModelCache, w: Warp, eos_ids: frozenset[int]) -> None:
-        self.lm, self.w, self.eos_ids = lm, w, eos_ids
+    def __init__(
+        self,
+        lm: ModelCache,
+        w: Warp,
+        eos_ids: frozenset[int],
+        confidence: float | None = None,
+    ) -> None:
+        self.lm, self.w, self.eos_ids, self.confidence = lm, w, eos_ids, confidence
 
     def propose(self, seq: list[int], gamma: int, gen: torch.Generator) -> Draft:
         ids: list[int] = []
         rows: list[torch.Tensor] = []
         ctx = list(seq)
-        for _ in range(gamma):
-            q = warp(self.lm.logits(ctx)[-1], self.w)  # [Vq]
+        stop = "gamma"
+        for i in range(gamma):
+            logits = self.lm.logits(ctx)[-1]
+            q = warp(logits, self.w)  # [Vq]
             x = int(draw(q, gen, self.w.greedy))
             ids.append(x)
             rows.append(q)
             if x in self.eos_ids:
+                stop = "eos"
+                break
+            if i + 1 < gamma and self.unsure(logits, q, x):
+                stop = "confidence"
                 break
             ctx.append(x)
-        return Draft(ids, torch.stack(rows) if rows else torch.empty(0, self.lm.vocab_size))
+        q_all = torch.stack(rows) if rows else torch.empty(0, self.lm.vocab_size)
+        return Draft(ids, q_all, stop)
+
+    def unsure(self, logits: torch.Tensor, q: torch.Tensor, x: int) -> bool:
+        """Whether the draft's own probability of x is below the confidence threshold: q(x),
+        or in greedy mode (q one-hot) the draft's softmax at temperature 1."""
+        if self.confidence is None:
+            return False
+        conf = torch.softmax(logits.float(), -1)[x] if self.w.greedy else q[x]
+        return float(conf) < self.confidence
 
     def rollback(self, seq: list[int]) -> None:
         self.lm.rollback(seq)
@@ -93,7 +120,10 @@ class NgramDrafter:
         q = torch.zeros(len(ids), self.vocab_size)
         if ids:
             q[torch.arange(len(ids)), torch.tensor(ids)] = 1.0
-        return Draft(ids, q)
+        stop = "gamma" if len(ids) == gamma else "lookup"
+        if ids and ids[-1] in self.eos_ids:
+            stop = "eos"
+        return Draft(ids, q, stop)
 
     def rollback(self, seq: list[int]) -> None:
         pass

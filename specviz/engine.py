@@ -17,8 +17,10 @@ x_i while u_i < p(x_i)/q(x_i), then draw one token from the residual norm(max(0,
 the first rejection, or from p after a full accept (the bonus token). Both KV caches are
 then cropped to the accepted prefix. With ``verification="exact-match"`` the round instead
 samples the target's own y_i ~ p_i at all k + 1 positions from the run's generator, accepts
-x_i while y_i == x_i, and adds y at the first mismatch (or y_{k+1} as the bonus). The
-round's decisions are recorded by specviz.record.
+x_i while y_i == x_i, and adds y at the first mismatch (or y_{k+1} as the bonus). The lossy
+verifications ("typical", "top-k-match") keep x_i while a test on p passes and add the
+target's own sample from p at the first miss (specviz.verification). The round's decisions
+are recorded by specviz.record.
 """
 
 from __future__ import annotations
@@ -32,14 +34,23 @@ import torch
 
 from specviz import metrics
 from specviz.compiled import StaticLM, compiler_for
-from specviz.config import Settings
+from specviz.config import LOSSY_VERIFICATIONS, Settings, verification_label
 from specviz.drafters import Draft, Drafter, ModelDrafter, NgramDrafter
 from specviz.lm import CachedLM, ModelCache
 from specviz.pair import LoadedModel, ModelPair
 from specviz.record import round_decisions
-from specviz.sampling import draw, next_token, verify, verify_exact_match, warp
+from specviz.sampling import (
+    draw,
+    next_token,
+    top2_gap,
+    verify,
+    verify_exact_match,
+    verify_kept,
+    warp,
+)
 from specviz.trace import Round, Trace
 from specviz.tree_run import check_tree_request, tree_rounds
+from specviz.verification import rule_for
 
 
 @dataclass
@@ -105,6 +116,9 @@ class Run:
             prompt_ids=list(self.prompt_ids),
             settings=settings.to_dict(),
             models=models,
+            verification=verification_label(settings.verification)
+            if settings.method == "spec"
+            else "",
         )
         self._started = False
         # The request's own model state, exposed for inspection (tests, benchmarks).
@@ -115,7 +129,7 @@ class Run:
         if self._started:
             raise RuntimeError("a Run can be iterated once")
         self._started = True
-        if self.settings.method == "spec" and self.settings.tree is not None:
+        if self.settings.method == "spec" and self.settings.drafts_tree:
             return tree_rounds(self)  # specviz.tree_run
         return self._spec() if self.settings.method == "spec" else self._ar()
 
@@ -158,9 +172,21 @@ class Run:
         top = s.limits.max_gamma + 1
         return tuple(sorted({1, *(w for w in (3, 5, 9, 17, 33) if w < top), top}))
 
-    def _emit(self, new_ids: list[int], t_s: float, rnd: Round | None = None) -> None:
+    def _emit(
+        self,
+        new_ids: list[int],
+        t_s: float,
+        rnd: Round | None = None,
+        gaps: list[float] | None = None,
+    ) -> None:
         texts = [self.pair.token_text(t) for t in new_ids]
-        self.trace.append_call(new_ids, texts, t_s, rnd)
+        self.trace.append_call(new_ids, texts, t_s, rnd, gaps)
+
+    @staticmethod
+    def _gaps(logits: torch.Tensor, n: int, greedy: bool) -> list[float] | None:
+        """Greedy runs record the target's top-2 logit gap at each emitted position (the rows
+        that scored them): where two runs part, it shows how near a tie the argmax was."""
+        return top2_gap(logits[:n]).tolist() if greedy else None
 
     def _finish(self, reason: str, t0: float) -> None:
         for lm in (self.target_lm, getattr(self.drafter, "lm", None)):
@@ -185,10 +211,11 @@ class Run:
         reason = "stopped"
         try:
             while len(self.trace.token_ids) < s.max_new_tokens:
-                x = next_token(target.logits(seq)[-1], pw, gen)
+                row = target.logits(seq)[-1]
+                x = next_token(row, pw, gen)
                 seq.append(x)
                 t_s = clock(self.device) - t0
-                self._emit([x], t_s)
+                self._emit([x], t_s, gaps=self._gaps(row[None], 1, pw.greedy))
                 yield Update(None, [x], len(self.trace.token_ids), t_s)
                 if x in eos:
                     reason = "eos"
@@ -206,7 +233,7 @@ class Run:
             return NgramDrafter(pair.vocab_size, s.ngram_size, pair.eos_ids)
         assert pair.draft is not None
         lm = self.open_lm(pair.draft, (1, 2))  # one token, or two after a full accept
-        return ModelDrafter(lm, s.draft_warp(), pair.eos_ids)
+        return ModelDrafter(lm, s.draft_warp(), pair.eos_ids, s.draft_confidence)
 
     @torch.inference_mode()
     def _spec(self) -> Iterator[Update]:
@@ -215,6 +242,7 @@ class Run:
         target = self.target_lm = self._target_lm()
         drafter = self.drafter = self._drafter()
         gen = self._generator()
+        rule = rule_for(s)
         seq = list(self.prompt_ids)
         out = self.trace.token_ids
         gamma = s.gamma
@@ -231,12 +259,16 @@ class Run:
                 k = len(draft.ids)
                 # Both are over the tokenizer's V ids: padded columns are cut (specviz.lm)
                 # and a pair whose model is narrower than V cannot be built (ModelPair).
-                p = warp(target.logits(seq + draft.ids, keep=k + 1), pw)  # [k+1, V]
+                logits = target.logits(seq + draft.ids, keep=k + 1)  # [k+1, V]
+                p = warp(logits, pw)  # [k+1, V]
                 q = draft.q.to(dev)  # [k, V]
                 drafts = torch.tensor(draft.ids, dtype=torch.long, device=dev)  # [k]
                 u = None
                 if s.verification == "exact-match":  # the target's own y_i ~ p_i, all k + 1
                     verdict = verify_exact_match(p, q, drafts, draw(p, gen, pw.greedy))
+                elif s.verification in LOSSY_VERIFICATIONS:  # a test on p, then p's sample
+                    keep = rule.keep_prob(p[:k], q)[torch.arange(k, device=dev), drafts] > 0
+                    verdict = verify_kept(p, q, drafts, keep)
                 else:
                     if not pw.greedy and k:
                         u = torch.rand(k, generator=gen, device=dev)
@@ -261,8 +293,9 @@ class Run:
                     draft_ms=(tb - ta) * 1e3,
                     verify_ms=(tc - tb) * 1e3,
                     t_s=clock(dev) - t0,
+                    stop=draft.stop if k_max == gamma or draft.stop != "gamma" else "budget",
                 )
-                self._emit(new, rnd.t_s, rnd)
+                self._emit(new, rnd.t_s, rnd, self._gaps(logits, len(new), pw.greedy))
                 yield Update(rnd, new, len(out), rnd.t_s)
                 if added is None or added in eos:
                     reason = "eos"
@@ -276,7 +309,7 @@ class Run:
 
     def _no_draft(self) -> Draft:
         """The round after the budget is spent drafts nothing: a plain target step."""
-        return Draft([], torch.empty(0, self.pair.vocab_size))
+        return Draft([], torch.empty(0, self.pair.vocab_size), "budget")
 
 
 def next_gamma(gamma: int, k: int, n_accepted: int, max_gamma: int) -> int:

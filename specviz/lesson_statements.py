@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specviz import costs, metrics
-from specviz.config import is_greedy, verification_of
+from specviz.config import LOSSY_VERIFICATIONS, is_greedy, verification_label, verification_of
 from specviz.trace import Drafted, Round, Trace, round_number
 from specviz.views.markup import esc, num
 
@@ -174,7 +174,15 @@ def temperature_statement(
 
 def _distributed(settings: dict[str, Any]) -> str:
     """What the text is distributed as under these settings: the target's, unless a
-    deliberately wrong rule verified it; and whether q was warped apart from p."""
+    deliberately wrong rule or a lossy verification decided it; and whether q was warped
+    apart from p."""
+    used = verification_of(settings)
+    if used in LOSSY_VERIFICATIONS:
+        return (
+            f"This run used {verification_label(used)} verification, which keeps drafts by a "
+            "test on p and does not correct for q: its text does not follow the target's "
+            "sampling."
+        )
     rule = settings.get("rule", "exact")
     if verification_of(settings) == "rejection" and rule != "exact":
         return (

@@ -7,6 +7,11 @@ Definitions (printed next to the numbers wherever they are shown):
   probability of one draft under the rejection rule (Leviathan's beta, averaged).
 - sum p q = mean over verified positions of sum_x p(x) q(x): the same under exact match,
   which accepts a draft x iff the target's own sample y ~ p equals it. Never above alpha.
+- kept mass = mean over verified positions of sum_x q(x) a(x), a the verification's own keep
+  probability: its expected acceptance (alpha for the rejection rule, sum p q for exact match).
+- out TV = TV(out, p) at a verified position, out the verification's exact output
+  distribution there (specviz.verification): 0 up to float error for the lossless
+  verifications, the distortion a lossy one adds. Mean and max over verified positions.
 - mean accepted per round, with or without the added (resampled or bonus) token.
 - tokens per target call = new tokens / target forwards while decoding.
 - c = time of one draft step / time of one target step.
@@ -19,9 +24,10 @@ The engine builds each trace's Stats with :func:`summarize`, so pandas is import
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from specviz.config import Limits, verification_of
+from specviz.config import LOSSY_VERIFICATIONS, Limits, verification_label, verification_of
 from specviz.trace import Stats, Trace, round_number, verified
 
 if TYPE_CHECKING:
@@ -35,6 +41,8 @@ DEFINITIONS = {
     "acceptance rate": "accepted drafts / verified drafts (discarded drafts are not tested)",
     "alpha": "mean of sum_x min(p(x), q(x)) over verified draft positions",
     "sum p q": "mean of sum_x p(x) q(x) over verified draft positions",
+    "kept mass": "mean of sum_x q(x) a(x) over verified draft positions, a the keep probability",
+    "out TV": "TV(out, p) per verified position, out the verification's exact output distribution",
     "tokens per call": "new tokens / target forward passes while decoding",
     "c": "ms per draft step / ms per target step",
     "speedup": "AR ms/token / speculative ms/token, same prompt, settings and seed",
@@ -51,6 +59,10 @@ def acceptance_rate(trace: Trace) -> float:
 VERIFICATION_TEXT = {
     "rejection": "accept x iff u < p(x)/q(x); at a rejection, resample from norm(max(0, p - q))",
     "exact-match": "accept x iff the target's own sample y ~ p equals x; at a mismatch, keep y",
+    "typical": "lossy: keep x iff p(x) > min(threshold, alpha exp(-H(p))); at a miss, a sample "
+    "from p",
+    "top-k-match": "lossy: keep x iff p(x) > 0 and x is among p's k most likely tokens; at a "
+    "miss, a sample from p",
 }
 
 
@@ -72,13 +84,48 @@ def match_alpha(trace: Trace) -> float | None:
     return _mean([d.match_prob for d in verified(trace)])
 
 
+def mean_out_tv(trace: Trace) -> float | None:
+    """Mean TV(out, p) over verified positions; None when not measured."""
+    return _mean([d.out_tv for d in verified(trace)])
+
+
+def max_out_tv(trace: Trace) -> float | None:
+    """The largest TV(out, p) over verified positions; None when not measured."""
+    values = [d.out_tv for d in verified(trace)]
+    return None if not values or None in values else max(values)  # type: ignore[type-var]
+
+
+def kept_mass(trace: Trace) -> float | None:
+    """Mean sum_x q(x) a(x) over verified positions: the expected acceptance under the
+    trace's own verification; None when not measured."""
+    return _mean([d.kept_mass for d in verified(trace)])
+
+
 def expected_acceptance(trace: Trace) -> tuple[str, float | None]:
     """The expected acceptance of one draft under the trace's own verification, and its
     name: ("alpha", alpha) for the rejection rule, ("sum p q", match_alpha) for exact
-    match. Leviathan's formulas take it where they say alpha."""
-    if verification_of(trace.settings) == "exact-match":
+    match, ("kept mass", ...) for a lossy one. Leviathan's formulas take it where they say
+    alpha."""
+    used = verification_of(trace.settings)
+    if used == "exact-match":
         return "sum p q", trace.stats.match_alpha
+    if used in LOSSY_VERIFICATIONS:
+        return "kept mass", kept_mass(trace)
     return "alpha", trace.stats.alpha
+
+
+def out_tv_row(trace: Trace) -> tuple[str, str]:
+    """The summary row of the distortion per verified position: mean and max TV(out, p)."""
+    s = trace.stats
+    if s.mean_out_tv is None or s.max_out_tv is None:
+        return "TV(out, p)", "not measured"
+    lossy = verification_of(trace.settings) in LOSSY_VERIFICATIONS
+    what = "lossy: the distortion per decision" if lossy else "lossless: float error only"
+    return (
+        "TV(out, p)",
+        f"mean {s.mean_out_tv:.3g}, max {s.max_out_tv:.3g} per verified position  ({what}; "
+        f"{DEFINITIONS['out TV']})",
+    )
 
 
 def alpha_text(value: float | None) -> str:
@@ -100,11 +147,43 @@ def acceptance_rows(trace: Trace) -> list[tuple[str, str]]:
         "sum p q",
         f"{alpha_text(s.match_alpha)}  (expected acceptance under exact match: {d['sum p q']})",
     )
-    return [
-        ("verification", f"{used}  ({VERIFICATION_TEXT.get(used, '')})"),
+    rows = [
+        ("verification", f"{verification_label(used)}  ({VERIFICATION_TEXT.get(used, '')})"),
         ("acceptance rate", f"{s.acceptance_rate:.3f}  ({d['acceptance rate']})"),
-        *((match, rule) if used == "exact-match" else (rule, match)),
     ]
+    if used in LOSSY_VERIFICATIONS:
+        kept = (
+            "kept mass",
+            f"{alpha_text(kept_mass(trace))}  (expected acceptance under {used}: {d['kept mass']})",
+        )
+        rows.append(kept)
+    rows += [match, rule] if used == "exact-match" else [rule, match]
+    return rows
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Where two greedy texts part, and the target's top-2 logit gap there in each run
+    (None where a trace did not record it)."""
+
+    pos: int
+    spec_gap: float | None
+    ar_gap: float | None
+
+
+def greedy_divergence(spec: Trace, ar: Trace) -> Divergence | None:
+    """The first output position where two greedy runs' tokens differ, with the target's
+    top-2 logit gap there in both; None when one text is a prefix of the other. A gap near
+    0 is a near tie, which different numerics (bf16, another computation graph) can flip."""
+    a, b = spec.token_ids, ar.token_ids
+    first = next((i for i in range(min(len(a), len(b))) if a[i] != b[i]), None)
+    if first is None:
+        return None
+
+    def gap(t: Trace) -> float | None:
+        return t.logit_gaps[first] if first < len(t.logit_gaps) else None  # type: ignore[operator]
+
+    return Divergence(first, gap(spec), gap(ar))
 
 
 def mean_accepted(trace: Trace, with_added: bool = False) -> float:
@@ -306,6 +385,8 @@ def summarize(trace: Trace, wall_s: float) -> Stats:
         alpha=alpha(trace),
         match_alpha=match_alpha(trace),
         tokens_per_call=tokens_per_call(trace),
+        mean_out_tv=mean_out_tv(trace),
+        max_out_tv=max_out_tv(trace),
         first_token_ms=trace.timeline[0][0] * 1e3 if trace.timeline else 0.0,
         draft_ms=sum(r.draft_ms for r in rounds),
         verify_ms=sum(r.verify_ms for r in rounds),

@@ -13,6 +13,7 @@ import torch
 from specviz.config import Settings
 from specviz.sampling import Verdict, match_prob, overlap
 from specviz.trace import Added, Drafted
+from specviz.verification import normalised, rule_for, total_variation
 
 
 def round_decisions(
@@ -30,17 +31,29 @@ def round_decisions(
     with its index, position and timings.
 
     A "full" trace also records, per drafted position, the overlap sum_x min(p, q), exact
-    match's sum_x p q and the top tokens; a "minimal" one only the decisions."""
+    match's sum_x p q and the top tokens, and per verified position the verification's exact
+    output distribution out (specviz.verification) as TV(out, p), the mass it keeps of q,
+    and out beside p and q in the top tokens (computed in float64 from the rows at hand:
+    O(V) per position, no model call); a "minimal" one only the decisions."""
     k, n, full = len(draft_ids), verdict.n_accepted, settings.trace_level == "full"
     p_x, q_x = verdict.p_x.tolist(), verdict.q_x.tolist()
     accept = verdict.accept_prob.tolist()
     u_list = u.tolist() if u is not None else [None] * k
     y = verdict.samples[:k].tolist() if verdict.samples is not None else [None] * k
     overlaps, matches = [None] * k, [None] * k
+    out_tvs: list[float | None] = [None] * k
+    kept: list[float | None] = [None] * k
     tops: list[list[dict[str, Any]]] = [[] for _ in range(k)]
     if full and k:
         overlaps, matches = torch.stack([overlap(p[:k], q), match_prob(p[:k], q)]).tolist()
-        tops = tops_of(torch.maximum(p[:k], q), p[:k], q, draft_ids, settings.top_n, "q", text)
+        m, rule = min(n + 1, k), rule_for(settings)  # the verified positions
+        out = rule.out(p[:m], q[:m])  # [m, V] float64
+        out_tvs[:m] = total_variation(out, normalised(p[:m])).tolist()
+        kept[:m] = rule.kept_mass(p[:m], q[:m]).tolist()
+        score = torch.maximum(p[:k], q)
+        if not rule.lossless:  # out may put mass where neither p nor q leads
+            score[:m] = torch.maximum(score[:m], out.to(score.dtype))
+        tops = tops_of(score, p[:k], q, draft_ids, settings.top_n, "q", text, ("out", out))
     drafted = []
     for i, x in enumerate(draft_ids):
         status = "accepted" if i < n else "rejected" if i == n else "discarded"
@@ -59,6 +72,8 @@ def round_decisions(
                 match_prob=matches[i],
                 target_sample=sample,
                 target_text=None if sample is None else text(sample),
+                out_tv=out_tvs[i],
+                kept_mass=kept[i],
             )
         )
     return drafted, None if added is None else _added(settings, text, p[n], verdict, added)
@@ -97,22 +112,29 @@ def tops_of(
     top_n: int,
     second_key: str,
     text: Callable[[int], str],
+    third: tuple[str, torch.Tensor] | None = None,  # (key, [m', V]) for the first m' rows
 ) -> list[list[dict[str, Any]]]:
-    """Per row, the top_n tokens by score with their two probabilities, and the chosen
-    token after them when it is not among them."""
+    """Per row, the top_n tokens by score with their two probabilities (three, in the rows
+    that third covers), and the chosen token after them when it is not among them."""
     ids = torch.topk(score, min(top_n, score.shape[-1]), dim=-1).indices  # [m, n]
     ids = torch.cat([ids, torch.tensor(chosen, device=ids.device)[:, None]], dim=1)
     a, b, ids_l = first.gather(1, ids).tolist(), second.gather(1, ids).tolist(), ids.tolist()
+    c: list[list[float]] = []
+    if third is not None:
+        c = third[1].gather(1, ids[: third[1].shape[0]].to(third[1].device)).tolist()
     rows = []
     for r, row in enumerate(ids_l):
         chosen_listed = row[-1] in row[:-1]
-        rows.append(
-            [
-                {"id": t, "text": text(t), "p": a[r][j], second_key: b[r][j]}
-                for j, t in enumerate(row)
-                # tokens with no mass under either distribution are noise in a top list
-                if (a[r][j] > 0 or b[r][j] > 0 or t == row[-1])
-                and not (chosen_listed and j == len(row) - 1)
-            ]
-        )
+        entries = []
+        for j, t in enumerate(row):
+            # tokens with no mass under either distribution are noise in a top list
+            if not (a[r][j] > 0 or b[r][j] > 0 or t == row[-1]) or (
+                chosen_listed and j == len(row) - 1
+            ):
+                continue
+            entry = {"id": t, "text": text(t), "p": a[r][j], second_key: b[r][j]}
+            if r < len(c):
+                entry[third[0]] = c[r][j]  # type: ignore[index]
+            entries.append(entry)
+        rows.append(entries)
     return rows

@@ -1,5 +1,6 @@
-"""Pure torch: logits to distributions, draws with an explicit generator, and the two
-verifications (the rejection rule, exact match).
+"""Pure torch: logits to distributions, draws with an explicit generator, and the
+verifications' decisions: the rejection rule, exact match, and the rules that keep a draft
+by a test on p alone (the lossy rules of specviz.verification, through :func:`verify_kept`).
 
 Notation as in both papers: p is the target's distribution, q the draft's. Every function
 here is stateless; randomness only ever comes from the ``torch.Generator`` passed in, so
@@ -87,6 +88,13 @@ def next_token(logits: torch.Tensor, w: Warp, generator: torch.Generator) -> int
     return int(draw(warp(logits, w), generator, greedy=False))
 
 
+def top2_gap(logits: torch.Tensor) -> torch.Tensor:
+    """The largest logit minus the second largest, per row of logits [..., V] -> [...]: how
+    near greedy decoding is to a tie there."""
+    top = torch.topk(logits.float(), min(2, logits.shape[-1]), dim=-1).values
+    return top[..., 0] - top[..., -1]
+
+
 def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """norm(max(0, p - q)) for one position [V]; p itself when that sums to zero (p == q)."""
     r = (p - q).clamp_min_(0.0)
@@ -120,11 +128,16 @@ class Verdict:
     # Exact match only: [k+1] the target's own samples y_i ~ p_i, drawn before the decision
     # (y_n is the added token). None under the rejection rule.
     samples: torch.Tensor | None = None
+    # [k] a(x_i) of a rule that keeps by a test on p (verify_kept); None for the others
+    keep_prob: torch.Tensor | None = None
 
     @property
     def accept_prob(self) -> torch.Tensor:
         """[k] the probability that each draft, once drafted, is accepted: min(1, p/q) under
-        the rejection rule, p(x_i) under exact match (P(y_i = x_i))."""
+        the rejection rule, p(x_i) under exact match (P(y_i = x_i)), a(x_i) under a rule
+        that keeps by a test on p."""
+        if self.keep_prob is not None:
+            return self.keep_prob
         return self.ratio.clamp(max=1.0) if self.samples is None else self.p_x
 
     def added_token(self, generator: torch.Generator, greedy: bool) -> int:
@@ -186,3 +199,22 @@ def verify_exact_match(
     mismatch = (samples[:k] != drafts).nonzero()
     n = int(mismatch[0, 0]) if mismatch.numel() else k
     return Verdict(n, p_x, q_x, p_x / q_x, p[n], resampled=n < k, samples=samples)
+
+
+def verify_kept(
+    p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, keep: torch.Tensor
+) -> Verdict:
+    """Verification by a deterministic test: keep[i] (bool [k]) says whether x_i passes.
+
+    p: [k+1, V], q: [k, V] and drafts: [k] as for :func:`verify`. The accepted prefix ends
+    at the first draft that fails; the round then adds the target's own sample from p
+    there (dist is p[n], drawn by Verdict.added_token), or the bonus from p[k] after a full
+    accept. No uniform is drawn. Lossy unless the test happens to keep exactly what p would
+    emit (greedy)."""
+    k = drafts.shape[0]
+    idx = torch.arange(k, device=drafts.device)
+    p_x = p[idx, drafts]  # [k]
+    q_x = q[idx, drafts]  # [k]
+    missed = (~keep).nonzero()
+    n = int(missed[0, 0]) if missed.numel() else k
+    return Verdict(n, p_x, q_x, p_x / q_x, p[n], resampled=n < k, keep_prob=keep.to(p.dtype))

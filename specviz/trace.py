@@ -30,6 +30,10 @@ from typing import Any
 SCHEMA_CHAIN = "specviz-trace/1"
 SCHEMA = "specviz-trace/2"  # adds tree rounds: Round.tree and Round.nodes
 SCHEMAS = (SCHEMA_CHAIN, SCHEMA)
+# Why a round stopped drafting: it drafted what was asked (gamma, or a tree's full depth),
+# the draft was unsure (--draft-confidence), it drafted EOS, the token budget left no room
+# for more, the n-gram drafter found no longer match, or a dynamic tree spent its nodes.
+STOPS = ("gamma", "confidence", "eos", "budget", "lookup", "nodes")
 NODE_STATUSES = ("accepted", "rejected", "untried")
 DRAFT_STATUSES = ("accepted", "rejected", "discarded")
 ADDED_STATUSES = ("resampled", "bonus")
@@ -52,13 +56,21 @@ class Drafted:
     u: float | None
     status: str  # accepted | rejected | discarded
     overlap: float | None  # sum_x min(p(x), q(x)) over the vocabulary; None: not measured
-    top: list[dict[str, Any]]  # [{"id", "text", "p", "q"}], most likely under p or q first
+    # [{"id", "text", "p", "q"}], most likely under p or q first; a verified draft's
+    # entries also hold "out", the verification's exact output distribution there
+    top: list[dict[str, Any]]
     # sum_x p(x) q(x): exact match's acceptance probability here; None: not measured
     match_prob: float | None = None
     # exact match: the target's own sample y ~ p at this position (accepted iff it equals
     # id; at a rejection it is the added token); None under the rejection rule or discarded
     target_sample: int | None = None
     target_text: str | None = None
+    # TV(out, p): how far the verification's exact output distribution at this position
+    # (specviz.verification) lies from p; float error for a lossless verification. None:
+    # not measured (a "minimal" trace, a discarded draft, an older trace)
+    out_tv: float | None = None
+    # sum_x q(x) a(x): the probability that this verification keeps a draw from q here
+    kept_mass: float | None = None
 
 
 @dataclass
@@ -111,6 +123,8 @@ class Round:
     t_s: float  # seconds since the start of the generation when the round ended
     tree: list[int] | None = None  # children per depth; None: a chain round
     nodes: list[Node] | None = None  # the tree's nodes, breadth first; None: a chain round
+    # why drafting stopped (one of STOPS); None in traces written before it was recorded
+    stop: str | None = None
 
     @property
     def trials(self) -> int:
@@ -159,6 +173,10 @@ class Stats:
     # None as for alpha, and in traces written before it was recorded
     match_alpha: float | None = None
     tokens_per_call: float = 0.0  # new_tokens / target_calls
+    # mean and largest TV(out, p) over verified positions: the distortion the verification
+    # adds per decision (0 up to float error for a lossless one); None as for alpha
+    mean_out_tv: float | None = None
+    max_out_tv: float | None = None
     first_token_ms: float = 0.0  # until the first call (which reads the prompt) emitted
     draft_ms: float = 0.0
     verify_ms: float = 0.0
@@ -183,16 +201,30 @@ class Trace:
     timeline: list[list[float]] = field(default_factory=list)
     stats: Stats = field(default_factory=Stats)
     stop_reason: str = "running"
+    # greedy runs: the target's top-2 logit gap at each output position (empty otherwise,
+    # and in traces written before it was recorded)
+    logit_gaps: list[float] = field(default_factory=list)
+    # the verification as views name it, "(lossy)" after a lossy one ("typical (lossy)");
+    # "" for an autoregressive run and for traces written before it was recorded
+    verification: str = ""
     schema: str = SCHEMA_CHAIN  # to_dict writes SCHEMA when the trace has tree rounds
 
     def append_call(
-        self, new_ids: list[int], texts: list[str], t_s: float, rnd: Round | None = None
+        self,
+        new_ids: list[int],
+        texts: list[str],
+        t_s: float,
+        rnd: Round | None = None,
+        gaps: list[float] | None = None,
     ) -> None:
         """Append one target call's output: its round (spec; None for an ar step), its tokens
-        and their texts, and the timeline's point [t_s, tokens so far]. The one place a
-        trace grows, for the engine and for a trace rebuilt from streamed pieces alike."""
+        and their texts, the timeline's point [t_s, tokens so far], and (greedy) the target's
+        top-2 logit gap at each new token. The one place a trace grows, for the engine and
+        for a trace rebuilt from streamed pieces alike."""
         if rnd is not None:
             self.rounds.append(rnd)
+        if gaps is not None:
+            self.logit_gaps.extend(gaps)
         self.token_ids.extend(new_ids)
         self.token_texts.extend(texts)
         self.timeline.append([t_s, float(len(self.token_ids))])
@@ -247,6 +279,10 @@ class Trace:
             timeline=[_point(x) for x in _get(d, "timeline", list, "trace")],
             stats=_stats(_get(d, "stats", dict, "trace")),
             stop_reason=stop,
+            verification=_optional(d, "verification", str, "trace") or "",
+            logit_gaps=[
+                float(_expect(g, float, "trace.logit_gaps")) for g in d.get("logit_gaps", [])
+            ],
         )
 
 
@@ -277,6 +313,8 @@ class Decision:
     pos: int
     drafted: Drafted | None  # the draft tested at this position, if any
     added: Added | None  # the token the target added here, if any
+    # the trace's settings (which verification decided, and its parameters)
+    settings: dict[str, Any] = field(default_factory=dict)
 
 
 def round_of(trace: Trace, pos: int) -> int | None:
@@ -305,7 +343,7 @@ def decision_at(trace: Trace, round_index: int | None, pos: int) -> Decision:
     added = rnd.added if rnd.added is not None and i == rnd.n_accepted else None
     if drafted is None and added is None:
         raise ValueError(f"round {round_index} placed no token at position {pos}")
-    return Decision(rnd, pos, drafted, added)
+    return Decision(rnd, pos, drafted, added, trace.settings)
 
 
 # --- schema checking -------------------------------------------------------------------
@@ -367,14 +405,15 @@ def _top(entries: Any, second: str, where: str) -> list[dict[str, Any]]:
     out = []
     for e in entries:
         _expect(e, dict, where)
-        out.append(
-            {
-                "id": _get(e, "id", int, where),
-                "text": _get(e, "text", str, where),
-                "p": _num(e, "p", where),
-                second: _num(e, second, where),
-            }
-        )
+        entry = {
+            "id": _get(e, "id", int, where),
+            "text": _get(e, "text", str, where),
+            "p": _num(e, "p", where),
+            second: _num(e, second, where),
+        }
+        if "out" in e:  # the exact output distribution, recorded for verified drafts
+            entry["out"] = _num(e, "out", where)
+        out.append(entry)
     return out
 
 
@@ -403,6 +442,8 @@ def _round(r: Any, i: int) -> Round:
                 match_prob=_opt_num(x, "match_prob", w, optional=True),
                 target_sample=_optional(x, "target_sample", int, w),
                 target_text=_optional(x, "target_text", str, w),
+                out_tv=_opt_num(x, "out_tv", w, optional=True),
+                kept_mass=_opt_num(x, "kept_mass", w, optional=True),
             )
         )
     added = r.get("added")
@@ -437,7 +478,15 @@ def _round(r: Any, i: int) -> Round:
         t_s=_num(r, "t_s", where),
         tree=tree,
         nodes=nodes,
+        stop=_stop(r, where),
     )
+
+
+def _stop(r: dict[str, Any], where: str) -> str | None:
+    stop = r.get("stop")
+    if stop is not None and stop not in STOPS:
+        raise ValueError(f"{where}.stop must be one of {', '.join(STOPS)}")
+    return stop
 
 
 def _node(x: Any, w: str, j: int) -> Node:
@@ -463,7 +512,7 @@ def _node(x: Any, w: str, j: int) -> Node:
     )
 
 
-_LATER_STATS = {"match_alpha"}  # stats that older traces lack
+_LATER_STATS = {"match_alpha", "mean_out_tv", "max_out_tv"}  # stats that older traces lack
 
 
 def _stats(d: dict[str, Any]) -> Stats:

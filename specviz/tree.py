@@ -152,6 +152,86 @@ def draft_tree(
     return tree
 
 
+BUDGET_BRANCHING = 4  # a dynamic tree's most children under one node
+
+
+def budget_allowance(remaining: int, depths_left: int) -> int:
+    """The nodes a dynamic tree may add at the next depth: its remaining budget spread
+    evenly over the depths left, rounded up (what a depth cannot place carries over)."""
+    return -(-remaining // depths_left)
+
+
+def root_children(budget: int, depth: int) -> int:
+    """A dynamic tree's children at the root: fixed by the budget and the depth alone."""
+    return min(BUDGET_BRANCHING, budget_allowance(budget, depth))
+
+
+def draft_budget_tree(
+    lm: CachedLM,
+    seq: list[int],
+    budget: int,
+    depth: int,
+    w: Warp,
+    eos_ids: frozenset[int],
+    gen: torch.Generator,
+) -> tuple[TreeDraft, str]:
+    """A dynamic tree (EAGLE-2 style) of at most `budget` nodes and `depth` levels, one
+    draft call per depth, and why it stopped growing ("gamma": it reached `depth`; "eos":
+    every frontier node is EOS; "nodes": the budget is spent).
+
+    A node's score is its path confidence: the product along its path of each node's q at
+    its parent (greedy: the draft's softmax at temperature 1). At depth d the allowance is
+    :func:`budget_allowance` of the nodes left over the depths left; the frontier (depth
+    d - 1's non-EOS nodes, the root at d = 1) is ranked by score (ties: node order) and each
+    node in turn gets min(BUDGET_BRANCHING, allowance left) children until the allowance is
+    spent. Every count is fixed before any child of the depth is drawn, from the scores of
+    nodes already drawn; children are then drawn i.i.d. from q at their parent (greedy: the
+    top-B), parents in node order, and none is ever dropped."""
+    tree = TreeDraft(greedy=w.greedy)
+    logits = lm.logits(seq)[-1]
+    tree.q_rows.append(warp(logits, w))
+    tree.q_row_of[ROOT] = 0
+    raw = {ROOT: logits}
+    score = {ROOT: 1.0}
+    frontier = [ROOT]
+    left = budget
+    for d in range(1, depth + 1):
+        allowance = min(left, budget_allowance(left, depth - d + 1))
+        counts: dict[int, int] = {}
+        for par in sorted(frontier, key=lambda j: (-score[j], j)):
+            if allowance <= 0:
+                break
+            counts[par] = min(BUDGET_BRANCHING, allowance)
+            allowance -= counts[par]
+        parents = [j for j in frontier if j in counts]  # node order
+        if d > 1:  # the depth's one draft call: q at the parents it expands
+            rows = _feed(lm, seq, tree, parents)
+            for j, row in zip(parents, rows, strict=True):
+                raw[j] = row
+                tree.q_row_of[j] = len(tree.q_rows)
+                tree.q_rows.append(warp(row, w))
+        level = []
+        for par in parents:
+            q = tree.q_rows[tree.q_row_of[par]]
+            conf = torch.softmax(raw[par].float(), -1) if w.greedy else q
+            for x in _children_of(q, raw[par], counts[par], w, gen):
+                j = len(tree.ids)
+                level.append(j)
+                tree.ids.append(x)
+                tree.parents.append(par)
+                tree.depths.append(d)
+                score[j] = score[par] * float(conf[x])
+        left -= len(level)
+        frontier = [j for j in level if tree.ids[j] not in eos_ids]
+        if d == depth:
+            return tree, "gamma"
+        if not frontier:
+            return tree, "eos"
+        if left <= 0:
+            return tree, "nodes"
+    return tree, "gamma"
+
+
 def _feed(lm: CachedLM, seq: list[int], tree: TreeDraft, nodes: list[int]) -> torch.Tensor:
     """One draft call over nodes (one depth), each seeing the prefix and its ancestors."""
     start = lm.cached

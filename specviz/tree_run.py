@@ -1,7 +1,8 @@
 """Speculative rounds on a drafted tree, and their records.
 
-The engine (specviz.engine.Run) hands a run whose settings carry a tree to
-:func:`tree_rounds`. Each round: draft the tree depth by depth (specviz.tree.draft_tree),
+The engine (specviz.engine.Run) hands a run whose settings carry a tree (a fixed shape, or
+a dynamic tree's node budget) to :func:`tree_rounds`. Each round: draft the tree depth by
+depth (specviz.tree.draft_tree, or draft_budget_tree),
 score every node with one target call, walk the verdict down from the root, add the resampled
 or bonus token, then gather the accepted path in both caches. The round's record holds the
 path view in ``drafted`` (what every positional reader uses) and every node in ``nodes``.
@@ -26,6 +27,7 @@ from specviz.tree import (
     ROOT,
     TreeDraft,
     TreeVerdict,
+    draft_budget_tree,
     draft_tree,
     keep_path,
     target_rows,
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
 def check_tree_request(pair: ModelPair, settings: Settings) -> None:
     """Refuse (ValueError, one line) a tree this pair cannot run: on the compiled path, or on
     a model whose attention a custom mask would change."""
-    if settings.tree is None:
+    if not settings.drafts_tree:
         return
     check_tree_path(pair.compile_backend)
     for role, m in (("target", pair.target), ("draft", pair.draft)):
@@ -56,7 +58,8 @@ def tree_rounds(run: Run) -> Iterator[Update]:
 
     s, pair, dev = run.settings, run.pair, run.device
     eos, pw, dw = pair.eos_ids, s.target_warp(), s.draft_warp()
-    assert s.tree is not None and pair.draft is not None
+    assert s.drafts_tree and pair.draft is not None
+    max_depth = len(s.tree) if s.tree is not None else s.gamma
     target = run.target_lm = CachedLM(pair.target.model, pair.vocab_size, dev)
     lm = CachedLM(pair.draft.model, pair.vocab_size, dev)
     run.drafter = ModelDrafter(lm, dw, eos)
@@ -69,12 +72,16 @@ def tree_rounds(run: Run) -> Iterator[Update]:
     try:
         while len(out) < s.max_new_tokens:
             # Never draft past the budget: a round emits at most depth + 1 tokens.
-            depth = min(len(s.tree), s.max_new_tokens - len(out) - 1)
+            depth = min(max_depth, s.max_new_tokens - len(out) - 1)
             ta = clock(dev)
-            if depth > 0:
+            tree, stop = TreeDraft(greedy=dw.greedy), "budget"
+            if depth > 0 and s.tree_budget is not None:
+                tree, stop = draft_budget_tree(lm, seq, s.tree_budget, depth, dw, eos, gen)
+            elif depth > 0 and s.tree is not None:
                 tree = draft_tree(lm, seq, s.tree, depth, dw, eos, gen)
-            else:
-                tree = TreeDraft(greedy=dw.greedy)
+                stop = "eos" if max(tree.depths) < depth else "gamma"
+            if stop == "gamma" and depth < max_depth:
+                stop = "budget"
             tb = clock(dev)
             logits, _ = target_rows(target, seq, tree)
             p = warp(logits, pw)  # [n + 1, V]
@@ -108,8 +115,9 @@ def tree_rounds(run: Run) -> Iterator[Update]:
                 draft_ms=(tb - ta) * 1e3,
                 verify_ms=(tc - tb) * 1e3,
                 t_s=clock(dev) - t0,
-                tree=list(s.tree),
+                tree=None if s.tree is None else list(s.tree),
                 nodes=nodes,
+                stop=stop,
             )
             run._emit(new, rnd.t_s, rnd)
             yield Update(rnd, new, len(out), rnd.t_s)

@@ -45,10 +45,11 @@ def finite_positive(*xs: float) -> bool:
 def test_the_report_has_every_section(report) -> None:
     table, res = report
     assert res["schema"] == gpucheck.SCHEMA and res["size"] == "tiny"
-    for key in ("models", "steps", "exactness", "overhead", "compiled", "runs", "projection",
-                "packages"):  # fmt: skip
+    for key in ("models", "steps", "trees", "exactness", "overhead", "compiled", "runs",
+                "projection", "packages"):  # fmt: skip
         assert key in res
-    headings = ["Decode steps", "A verify call", "Exactness on cpu", "Engine per round"]
+    headings = ["Decode steps", "A verify call", "A tree's verify call", "Exactness on cpu"]
+    headings += ["Engine per round"]
     headings += ["StaticCache", "Whole generations", "Leviathan's projected speedup"]
     for heading in headings:
         assert heading in table
@@ -69,6 +70,44 @@ def test_c_and_the_verify_costs(report) -> None:
     assert s["verify"][0]["relative"] == 1.0 and s["verify"][0]["ms"] == s["target_step_ms"]
     assert finite_positive(s["c"], *(v["ms"] for v in s["verify"]))
     assert s["c"] == pytest.approx(s["draft_step_ms"] / s["target_step_ms"])
+
+
+def test_the_tree_stage_measures_widths_up_to_64(report) -> None:
+    from specviz.gpucheck.trees import TREE_WIDTHS
+
+    t = report[1]["trees"]
+    assert [r["width"] for r in t["rows"]] == list(TREE_WIDTHS) and TREE_WIDTHS[-1] == 64
+    assert [r["tree_depth"] for r in t["rows"]] == [1, 1, 2, 3, 4, 5, 6]
+    assert t["attention"] in ("sdpa", "eager")
+    for r in t["rows"]:
+        assert finite_positive(r["chain_ms"], r["tree_ms"], r["tree_over_chain"])
+        assert r["tree_over_chain"] == pytest.approx(r["tree_ms"] / r["chain_ms"])
+
+
+def test_the_tree_stages_mask_gives_each_node_its_paths_logits() -> None:
+    """The measured call is a real tree verify: each node's row equals its path fed
+    causally after the prompt."""
+    from specviz.gpucheck.plan import SHAPES, TINY, build
+    from specviz.gpucheck.trees import binary_parents, tree_mask
+    from specviz.lm import CachedLM
+
+    torch.manual_seed(0)
+    target = build(SHAPES["tiny"]["target"], TINY, 0, zero_norm=False)
+    vocab = target.config.vocab_size
+    ids = list(range(1, 9))
+    parents = binary_parents(10)
+    nodes = [20 + j for j in range(10)]
+    lm = CachedLM(target, vocab)
+    lm.logits(ids)
+    visible, positions = tree_mask(len(ids), parents)
+    rows = lm.masked_logits(nodes, positions, visible)
+    for j in range(10):
+        path, a = [], j
+        while a != -1:
+            path.insert(0, nodes[a])
+            a = parents[a]
+        want = CachedLM(target, vocab).logits(ids + path)[-1]
+        assert torch.allclose(rows[j], want, atol=1e-4), j
 
 
 def test_with_draft_equal_to_target_every_draft_is_accepted_on_both_engines(report) -> None:

@@ -180,3 +180,22 @@ def test_exact_match_draws_only_from_the_given_generator():
     torch.manual_seed(1)  # the global RNG must not matter
     b = verify_exact_match(p, q, drafts, draw(p, torch.Generator().manual_seed(3), False))
     assert torch.equal(a.samples, b.samples) and a.n_accepted == b.n_accepted
+
+
+def test_verify_kept_stops_at_the_first_draft_that_fails_its_test():
+    from specviz.sampling import verify_kept
+
+    p = torch.tensor([[0.3, 0.7], [0.6, 0.4], [0.5, 0.5]])
+    q = torch.tensor([[0.5, 0.5], [0.5, 0.5]])
+    v = verify_kept(p, q, torch.tensor([1, 0]), torch.tensor([True, False]))
+    assert v.n_accepted == 1 and v.resampled and torch.equal(v.dist, p[1])
+    assert v.samples is None and v.accept_prob.tolist() == [1.0, 0.0]
+    full = verify_kept(p, q, torch.tensor([1, 0]), torch.tensor([True, True]))
+    assert full.n_accepted == 2 and not full.resampled and torch.equal(full.dist, p[2])
+
+
+def test_top2_gap_is_the_margin_of_the_argmax():
+    from specviz.sampling import top2_gap
+
+    gaps = top2_gap(torch.tensor([[1.0, 3.0, 2.5], [4.0, 4.0, 0.0]]))
+    assert gaps.tolist() == [0.5, 0.0]

@@ -35,6 +35,11 @@ CLI_FLAGS = {
     "--top-n",
     "--verification",
     "--tree",
+    "--draft-confidence",
+    "--tree-budget",
+    "--typical-threshold",
+    "--typical-alpha",
+    "--match-top-k",
 }
 API_NAMES = {
     "prompt",
@@ -54,6 +59,11 @@ API_NAMES = {
     "compare",
     "verification",
     "tree",
+    "draft_confidence",
+    "tree_budget",
+    "typical_threshold",
+    "typical_alpha",
+    "match_top_k",
 }
 FORM_NAMES = {
     "prompt",
@@ -74,6 +84,13 @@ FORM_NAMES = {
     "max_new_tokens",
     "seed",
     "tree",
+    "own_draft_confidence",
+    "draft_confidence",
+    "own_tree_budget",
+    "tree_budget",
+    "typical_threshold",
+    "typical_alpha",
+    "match_top_k",
     "compare",
     "compile",
 }

@@ -37,12 +37,20 @@ from typing import Any
 import torch
 
 from specviz.analysis.binning import MIN_EXPECTED, CheckView, make_view
-from specviz.config import RULES, Settings, Warp, verification_of
+from specviz.config import (
+    LOSSY_VERIFICATIONS,
+    RULES,
+    Settings,
+    Warp,
+    verification_label,
+    verification_of,
+)
 from specviz.engine import generate, prompt_ids_for
 from specviz.lm import CachedLM
 from specviz.pair import ModelPair
 from specviz.sampling import residual, warp
-from specviz.tree import sibling_first_token
+from specviz.tree import root_children, sibling_first_token
+from specviz.verification import normalised, rule_for, total_variation
 
 MIN_N = 200
 MAX_N = 100_000
@@ -144,9 +152,12 @@ class CheckResult:
 
     @property
     def verifier(self) -> str:
-        """What verified the drafts: "rule exact" (or a broken rule), or "exact match"."""
-        exact_match = verification_of(self.settings) == "exact-match"
-        return "exact match" if exact_match else f"rule {self.rule}"
+        """What verified the drafts: "rule exact" (or a broken rule), "exact match", or a
+        lossy verification by its label ("typical (lossy)")."""
+        used = verification_of(self.settings)
+        if used in LOSSY_VERIFICATIONS:
+            return verification_label(used)
+        return "exact match" if used == "exact-match" else f"rule {self.rule}"
 
     @property
     def threshold(self) -> float:
@@ -179,9 +190,10 @@ class CheckResult:
             )
         lines.append(f"  speculative acceptance rate: {self.spec_acceptance:.3f}")
         if self.predicted_tv is not None:
+            measured = f"; measured TV(spec, p) = {self.views[0].tv_spec:.3f}" if self.views else ""
             lines.append(
                 f"  {self.verifier} moves the first token's distribution by TV = "
-                f"{self.predicted_tv:.3f} (exact, from p and the draft's q)"
+                f"{self.predicted_tv:.3f} (exact, from p and the draft's q){measured}"
             )
         return "\n".join(lines)
 
@@ -309,16 +321,43 @@ def _predicted_tv(
     (model drafter)."""
     if s.drafter != "model" or pair.draft is None:
         return None
+    if s.is_greedy:
+        return 0.0
+    if s.drafts_tree:  # b children at the root, tried one after another
+        p, q = first_token_rows(pair, prompt_ids, s, probs)
+        b = s.tree[0] if s.tree is not None else root_children(s.tree_budget, first_depth(s))
+        first = sibling_first_token(p, q, b, rule if s.verification == "rejection" else "")
+        return float(0.5 * (first - p).abs().sum())
+    p, out = first_token_out(pair, prompt_ids, s.with_(rule=rule), probs)
+    return float(total_variation(out, normalised(p)))
+
+
+@torch.inference_mode()
+def first_token_out(
+    pair: ModelPair, prompt_ids: list[int], s: Settings, probs: TargetProbs
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """p and the exact distribution [V] (float64) of a round's first token when one draft
+    x ~ q is drafted, under the verification (and rule) of s (model drafter): the rule
+    object's out(p, q) (specviz.verification)."""
+    p, q = first_token_rows(pair, prompt_ids, s, probs)
+    return p, rule_for(s).out(p, q)
+
+
+@torch.inference_mode()
+def first_token_rows(
+    pair: ModelPair, prompt_ids: list[int], s: Settings, probs: TargetProbs
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """p and q [V] at the prompt's end, as a round's first draft and verify see them."""
+    assert pair.draft is not None
     # Both over the tokenizer's V ids, as in the engine (specviz.lm cuts padded columns).
     lm = CachedLM(pair.draft.model, pair.vocab_size)
     q = warp(lm.logits(prompt_ids)[-1], s.draft_warp()).cpu()  # [V]
-    p = probs.row(())  # [V]
-    if s.is_greedy:
-        return 0.0
-    if s.tree is not None:  # b children at the root, tried one after another
-        first = sibling_first_token(p, q, s.tree[0], rule if s.verification == "rejection" else "")
-        return float(0.5 * (first - p).abs().sum())
-    return float(0.5 * (rule_first_token(p, q, rule, s.verification) - p).abs().sum())
+    return probs.row(()), q
+
+
+def first_depth(s: Settings) -> int:
+    """A dynamic tree's depth in the check's first round (the token budget cuts gamma)."""
+    return max(1, min(s.gamma, s.max_new_tokens - 1))
 
 
 def run_check(

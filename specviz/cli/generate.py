@@ -109,6 +109,12 @@ def print_comparison(ar: Trace, spec: Trace) -> None:
     if is_greedy(ar.settings):
         same = ar.token_ids == spec.token_ids
         print(f"greedy outputs equal   {'yes' if same else 'no'}")
+        div = metrics.greedy_divergence(spec, ar)
+        if div is not None and div.spec_gap is not None and div.ar_gap is not None:
+            print(
+                f"first difference       token {div.pos}: the target's top-2 logit gap there is "
+                f"{div.spec_gap:.4g} (speculative), {div.ar_gap:.4g} (autoregressive)"
+            )
     guard = guard_sentence(a, c, verify_steps, name)
     if guard:
         print()
@@ -165,6 +171,7 @@ def print_trace(trace: Trace, color: bool) -> None:
             ("rounds", s.rounds),
             ("drafted / verified / accepted", f"{s.drafted} / {s.verified} / {s.accepted}"),
             *metrics.acceptance_rows(trace),
+            metrics.out_tv_row(trace),
             ("draft ms / verify ms", f"{s.draft_ms:.0f} / {s.verify_ms:.0f}"),
         ]
     rows += [

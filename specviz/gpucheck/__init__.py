@@ -7,6 +7,8 @@ It needs only torch and transformers: the networks are built from ``LlamaConfig`
 is downloaded) and only the engine's own modules are imported. It reports
 - c: a draft decode step / a target decode step, both eager, as the engine runs them;
 - the verify call: a target forward over m = k + 1 = 1..9 new positions / one over 1;
+- a tree's verify call: one forward over a binary tree of up to 64 nodes with the tree
+  attention mask, against the causal call over as many positions;
 - engine overhead per round: specviz's speculative run against transformers' assisted
   generation on the same pair, with the draft's weights equal to the target's, greedy, so
   every draft is accepted and both make the same model calls; each is set against the cost

@@ -20,6 +20,7 @@ from specviz.config import COMPILE_BACKENDS
 from specviz.gpucheck.measure import engine_overhead, projection, steps_and_verify
 from specviz.gpucheck.path import EXACT_TOKENS, compiled_steps, engine_runs, exactness
 from specviz.gpucheck.plan import SCHEMA, SHAPES, Plan, build, error_line, n_params
+from specviz.gpucheck.trees import tree_verify
 
 
 def run_check(plan: Plan, out: Path | None, say: Callable[[str], None]) -> dict:
@@ -42,6 +43,7 @@ def run_check(plan: Plan, out: Path | None, say: Callable[[str], None]) -> dict:
     draft, target = build(shapes["draft"], plan, 1), build(shapes["target"], plan, 0)
     stage("models", lambda: {"draft": describe(draft), "target": describe(target)})
     stage("steps", lambda: steps_and_verify(draft, target, plan))
+    stage("trees", lambda: tree_verify(target, plan))
     stage("exactness", lambda: exactness(plan, t_start))
     stage("overhead", lambda: engine_overhead(target, plan, res["steps"]["verify"]))
     stage("compiled", lambda: compiled_steps(draft, target, plan, t_start))
@@ -102,6 +104,7 @@ def format_table(res: dict) -> str:
         ("models", _head),
         ("steps", _steps),
         ("steps", _verify),
+        ("trees", _trees),
         ("exactness", _exactness),
         ("overhead", _overhead),
         ("compiled", _compiled),
@@ -144,6 +147,19 @@ def _verify(res: dict) -> str:
     rows = [["ms", *[r["ms"] for r in v]], ["/ step", *[r["relative"] for r in v]]]
     return "A verify call over k + 1 positions, relative to one target step:\n" + _table(
         ["k + 1", *[str(r["positions"]) for r in v]], rows
+    )
+
+
+def _trees(res: dict) -> str:
+    t = res["trees"]
+    rows = t["rows"]
+    keys = ["chain_ms", "tree_ms", "chain_relative", "tree_relative", "tree_over_chain"]
+    labels = ["chain ms", "tree ms", "chain / step", "tree / step", "tree / chain"]
+    body = [[label, *[r[k] for r in rows]] for label, k in zip(labels, keys, strict=True)]
+    return (
+        f"A tree's verify call (one forward, tree attention mask, {t['attention']}) against "
+        "a chain's causal call over as many positions; a binary tree of each width:\n"
+        + _table(["nodes", *[str(r["width"]) for r in rows]], body)
     )
 
 

@@ -291,6 +291,7 @@ def summary_html(session: Session) -> str:
             ("new tokens / rounds", f"{s.new_tokens} / {s.rounds}"),
             ("tokens per target call", f"{s.tokens_per_call:.2f}  ({d['tokens per call']})"),
             *metrics.acceptance_rows(spec),
+            metrics.out_tv_row(spec),
             (
                 "mean accepted per round",
                 f"{metrics.mean_accepted(spec):.2f} drafts, "

@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from specviz import metrics
+from specviz.config import LOSSY_VERIFICATIONS, verification_label, verification_of
 from specviz.trace import Decision, Trace, round_number
 from specviz.views.palette import COLORS, GRID, OUTLINE, SERIES, ZERO_LINE, show_whitespace
 
@@ -91,7 +92,10 @@ def _pq_bars(fig: go.Figure, row: int, top: list[dict[str, Any]], chosen: int) -
     """p and q over the top tokens, the drafted token outlined and annotated."""
     names, ids = _labels(top), [e["id"] for e in top]
     width = _highlight(ids, chosen)
-    for key, name in (("p", "p (target)"), ("q", "q (draft)")):
+    series = [("p", "p (target)"), ("q", "q (draft)")]
+    if top and all("out" in e for e in top):  # recorded for verified drafts
+        series.append(("out", "out (what this decision emits)"))
+    for key, name in series:
         fig.add_bar(
             x=names,
             y=[e[key] for e in top],
@@ -189,21 +193,30 @@ def decision_figure(dec: Decision) -> go.Figure:
     if dec.added is not None:
         panels.append("added")
     match = dec.round.exact_match
+    used = verification_of(dec.settings)
+    lossy = used in LOSSY_VERIFICATIONS
     resampled = dec.added is not None and dec.added.status == "resampled"
     added = "bonus: drawn from p"
     if resampled:
         added = (
             "exact match: the target's own sample from p, kept at the mismatch"
             if match
+            else f"{verification_label(used)}: the target's own sample from p, at the first miss"
+            if lossy
             else "residual norm(max(0, p − q)) the token was drawn from"
         )
+    with_out = dec.drafted is not None and dec.drafted.out_tv is not None
+    accept = "acceptance probability min(1, p/q) against the draw u"
+    if match:
+        accept = "exact match: the chance p(x) that the target samples the draft"
+    elif lossy:
+        accept = f"{verification_label(used)}: keep probability a(x), a test on p alone"
     titles = {
-        "pq": f"p and q over the top tokens (drafted: {label(dec.drafted.text)!r})"
+        "pq": f"p, q{' and out' if with_out else ''} over the top tokens "
+        f"(drafted: {label(dec.drafted.text)!r})"
         if dec.drafted
         else "",
-        "accept": "exact match: the chance p(x) that the target samples the draft"
-        if match
-        else "acceptance probability min(1, p/q) against the draw u",
+        "accept": accept,
         "added": added,
     }
     heights = {"pq": 0.5, "accept": 0.15, "added": 0.45}
@@ -218,7 +231,7 @@ def decision_figure(dec: Decision) -> go.Figure:
         if panel == "pq":
             _pq_bars(fig, row, dec.drafted.top, dec.drafted.id)
         elif panel == "accept":
-            name = "p(x)" if match else "min(1, p/q)"
+            name = "p(x)" if match else "a(x)" if lossy else "min(1, p/q)"
             _accept_bar(fig, row, dec.drafted.accept_prob, dec.drafted.u, name)
         else:
             _residual_bars(fig, row, dec.added.top, dec.added.id, resampled and not match)
@@ -345,4 +358,33 @@ def acceptance_by_position_figure(trace: Trace) -> go.Figure:
         300,
         yaxis_range=[0, 1],
         xaxis_dtick=1,
+    )
+
+
+# --- verifications side by side ------------------------------------------------------------
+
+
+def verifications_figure(rows: Sequence[Any]) -> go.Figure:
+    """Acceptance against TV(out, p), one marker per verification (rows of
+    specviz.analysis.verifications): the lossless ones sit at TV 0, the lossy ones buy
+    acceptance with distortion, or fail to."""
+    fig = go.Figure(layout=_LAYOUT)
+    for n, r in enumerate(rows):
+        tv = r.mean_out_tv if r.mean_out_tv is not None else 0.0
+        name = verification_label(r.verification)
+        fig.add_scatter(
+            x=[tv],
+            y=[r.acceptance_rate],
+            mode="markers+text",
+            text=[name],
+            textposition="top center",
+            name=name,
+            marker={"size": 14, "symbol": "x" if r.lossy else "circle", "color": SERIES[n % 10]},
+        )
+    return lay_out(
+        fig,
+        "acceptance against the distortion each decision adds",
+        "mean TV(out, p) per verified position",
+        "acceptance rate",
+        380,
     )

@@ -19,7 +19,8 @@ import html
 from collections.abc import Callable
 from typing import Any
 
-from specviz.config import is_greedy
+from specviz.config import LOSSY_VERIFICATIONS, is_greedy, verification_label, verification_of
+from specviz.metrics import greedy_divergence
 from specviz.trace import (
     TOKEN_STATUSES,
     Added,
@@ -261,8 +262,46 @@ def draft_verdict(d: Drafted) -> str:
     )
 
 
-def added_verdict(a: Added, exact_match: bool = False) -> str:
-    """One plain sentence saying where an added token came from."""
+def lossy_verdict(d: Drafted, settings: dict[str, Any]) -> str:
+    """A lossy verification's decision in one sentence (plain text; callers escape it)."""
+    used = verification_of(settings)
+    label = verification_label(used)
+    if used == "typical":
+        test = (
+            f"p(x) > min(threshold {settings.get('typical_threshold', 0.09):g}, "
+            f"alpha {settings.get('typical_alpha', 0.3):g} · exp(−H(p)))"
+        )
+    else:
+        test = f"p(x) > 0 and x among the target's {settings.get('match_top_k', 10)} most likely"
+    if d.status == "accepted":
+        return f"kept by {label}: p = {num(d.p)} passes {test}; q is not consulted"
+    return (
+        f"not kept by {label}: p = {num(d.p)} fails {test}; the round emits the target's "
+        "own sample from p instead"
+    )
+
+
+def out_tv_sentence(d: Drafted, settings: dict[str, Any]) -> str | None:
+    """What this decision does to the target's distribution, from TV(out, p); None when
+    the trace did not measure it."""
+    if d.out_tv is None:
+        return None
+    if verification_of(settings) in LOSSY_VERIFICATIONS:
+        return f"this decision moves TV = {d.out_tv:.2f} of probability away from the target's"
+    return (
+        f"this decision leaves the target's distribution unchanged (TV(out, p) = "
+        f"{d.out_tv:.1g}, float error)"
+    )
+
+
+def added_verdict(a: Added, exact_match: bool = False, lossy: str = "") -> str:
+    """One plain sentence saying where an added token came from (lossy: the label of the
+    lossy verification that decided)."""
+    if a.status == "resampled" and lossy:
+        return (
+            f"resampled: {lossy} did not keep the draft, so the round emits the target's own "
+            f"sample {a.text!r}, drawn from p (p = {num(a.p)})"
+        )
     if a.status == "resampled" and exact_match:
         return (
             f"resampled: the draft did not match, so the round keeps the target's own sample "
@@ -283,10 +322,16 @@ def verdict_html(dec: Decision) -> str:
     """The inspector's sentences for one decision, escaped."""
     lines = []
     head = f"round {round_number(dec.round.index)}, position {dec.pos}"
+    used = verification_of(dec.settings)
+    lossy = verification_label(used) if used in LOSSY_VERIFICATIONS else ""
     if dec.drafted is not None:
-        lines.append(f"draft {dec.drafted.text!r}: {draft_verdict(dec.drafted)}")
+        why = lossy_verdict(dec.drafted, dec.settings) if lossy else draft_verdict(dec.drafted)
+        lines.append(f"draft {dec.drafted.text!r}: {why}")
+        tv = out_tv_sentence(dec.drafted, dec.settings)
+        if tv is not None:
+            lines.append(tv)
     if dec.added is not None:
-        lines.append(added_verdict(dec.added, dec.round.exact_match))
+        lines.append(added_verdict(dec.added, dec.round.exact_match, lossy))
     items = "".join(f"<li>{esc(x)}</li>" for x in lines)
     return f'<div class="sv-verdict"><b>{esc(head)}</b><ul>{items}</ul></div>'
 
@@ -305,6 +350,14 @@ def exact_note_html(settings: dict[str, Any], drafter: str = "the draft") -> str
     temperature is mentioned only when it differs from the target's (then q's warp differs
     from p's); it can raise or lower the acceptance, so no direction is claimed."""
     greedy = is_greedy(settings)
+    used = verification_of(settings)
+    if used in LOSSY_VERIFICATIONS and not greedy:
+        note = (
+            f"{verification_label(used)} verification: it keeps drafts by a test on p, so this "
+            "text does not follow the target's own sampling; each decision's TV(out, p) says "
+            "how much probability it moved away from the target's (run summary, Decision tab)."
+        )
+        return f'<div class="sv-exact-note">{esc(note)}</div>'
     if greedy:
         how = "the target's own greedy decoding (argmax of p at every step)"
     else:
@@ -357,9 +410,24 @@ def greedy_check(spec: Trace, ar: Trace, decode: Callable[[list[int]], str] | No
             f": after {decode(a[max(0, first - 8) : first])!r} speculative continues "
             f"{decode(a[first : first + 6])!r}, autoregressive {decode(b[first : first + 6])!r}"
         )
-    return (
+    said = (
         f"different from {where}. Different computation graphs give different numerics "
         "(as in bf16), and one flipped argmax changes everything after it"
+    )
+    margin = divergence_margin(spec, ar)
+    return f"{said}. {margin}" if margin else said
+
+
+def divergence_margin(spec: Trace, ar: Trace) -> str | None:
+    """Plain text: the target's top-2 logit gap where two greedy texts part, in both runs
+    (None when they do not part or the traces did not record the gaps)."""
+    div = greedy_divergence(spec, ar)
+    if div is None or div.spec_gap is None or div.ar_gap is None:
+        return None
+    return (
+        f"At token {div.pos} the target's top-2 logit gap is {div.spec_gap:.4g} in the "
+        f"speculative run and {div.ar_gap:.4g} in the autoregressive one (a gap near 0 is a "
+        "near tie, which a small numeric difference flips)"
     )
 
 

@@ -28,6 +28,7 @@ COLORS: dict[str, str] = {
     "p": "#0550ae",  # the target's distribution
     "q": "#bf8700",  # the draft's distribution
     "residual": "#c2410c",  # norm(max(0, p - q))
+    "out": "#1b7c83",  # a verification's exact output distribution at one position
     "spec": "#1a7f37",
     "ar": "#57606a",
     "u": "#6f42c1",  # the uniform draw
