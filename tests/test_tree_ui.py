@@ -97,3 +97,17 @@ def test_step_narrates_the_trials_and_theory_compares_with_a_chain(ctx) -> None:
     assert "7 positions" in table and "chain of gamma 6" in table
     assert "measured" in table and "predicted" in table and "speedup" in table
     assert "trials / 6 nodes" in final["rounds"]
+
+
+def test_a_dynamic_tree_is_drawn_and_inspected_too(ctx) -> None:
+    session = ui.new_session()
+    dynamic = form(tree="", own_tree_budget=True, tree_budget=5)
+    final = list(ui.run_updates(session, dynamic, ctx))[-1]
+    rnd = tree_view.last_full(tree_view.tree_rounds(session.spec))
+    assert rnd is not None and rnd.tree is None
+    assert f"Round {rnd.index + 1}, dynamic tree" in final["tree"]
+    assert final["tree"].count("data-node=") == len(rnd.nodes)
+    j = next(j for j, n in enumerate(rnd.nodes) if n.trial is not None)
+    out = tree_panel.on_click(session, click({"round": rnd.index, "node": j}))
+    assert "among its siblings" in out["verdict"]
+    assert "dynamic tree" in final["tree_compare"]

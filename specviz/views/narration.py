@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from specviz.trace import Drafted, Node, Round, round_number
 from specviz.views.markup import _pair_fmt, esc, match_verdict, num
-from specviz.views.tree_view import ordinal
+from specviz.views.tree_view import ordinal, shape_text
 
 
 def _tokens(drafted: list[Drafted]) -> str:
@@ -116,12 +116,12 @@ def narrate_tree(rnd: Round) -> list[str]:
     added token and the tokens emitted."""
     nodes = rnd.nodes or []
     depths = sorted({n.depth for n in nodes})
-    shape = ",".join(str(b) for b in rnd.tree or [])
+    shape = shape_text(rnd)
     per_depth = "; ".join(
         f"depth {d}: " + ", ".join(repr(n.text) for n in nodes if n.depth == d) for d in depths
     )
     lines = [
-        f"The draft proposed a tree {shape} of {len(nodes)} nodes in {len(depths)} "
+        f"The draft proposed a {shape} of {len(nodes)} nodes in {len(depths)} "
         f"call{'s' if len(depths) != 1 else ''} (one per depth), in {rnd.draft_ms:.1f} ms: "
         f"{per_depth}.",
         f"One target call scored all {len(nodes)} nodes and the position before them "

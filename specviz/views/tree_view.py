@@ -67,6 +67,14 @@ def accepted_depth(rnd: Round) -> int:
     return sum(n.status == "accepted" for n in rnd.nodes or [])
 
 
+def shape_text(rnd: Round) -> str:
+    """The round's tree as the page names it: its shape ("tree 2,2"), or for a dynamic tree
+    (a node budget, no fixed shape) "dynamic tree"."""
+    if rnd.tree:
+        return "tree " + ",".join(str(b) for b in rnd.tree)
+    return "dynamic tree"
+
+
 def tree_counts(rnd: Round) -> str:
     """The round table's counts for a tree round: accepted depth of the tree's depth, node
     count, and trials (the nodes the rule tried)."""
@@ -251,10 +259,9 @@ def tree_svg(rnd: Round) -> str:
 
 def caption(rnd: Round) -> str:
     """One line over the drawing: the shape and what the round kept."""
-    shape = ",".join(str(b) for b in rnd.tree or [])
     emitted = rnd.emitted
     return (
-        f"Round {round_number(rnd.index)}, tree {shape}: {tree_counts(rnd)}; one target call "
+        f"Round {round_number(rnd.index)}, {shape_text(rnd)}: {tree_counts(rnd)}; one target call "
         f"scored all {len(rnd.nodes or [])} nodes and the round kept {emitted} "
         f"token{'s' if emitted != 1 else ''}. Click a node to inspect its trial."
     )
@@ -440,8 +447,8 @@ def compare_rows(spec: Trace | None, ar: Trace | None) -> tuple[list[tuple[str, 
     if spec is None or not rounds:
         return [], ""
     nodes = max(len(r.nodes or []) for r in rounds)
-    depth = max(len(r.tree or []) for r in rounds)
-    shape = ",".join(str(b) for b in rounds[0].tree or [])
+    depth = max(n.depth for r in rounds for n in r.nodes or [])
+    shape = shape_text(rounds[0])
     width = nodes + 1
     tokens = sum(r.emitted for r in rounds) / len(rounds)
     per_depth = depth_acceptance(rounds)
@@ -453,7 +460,7 @@ def compare_rows(spec: Trace | None, ar: Trace | None) -> tuple[list[tuple[str, 
     rows = [
         (
             "verify width",
-            f"{width} positions: tree {shape} ({nodes} nodes) against a chain of gamma {nodes}",
+            f"{width} positions: {shape} ({nodes} nodes) against a chain of gamma {nodes}",
         ),
         (
             "accepted depth per round",
