@@ -23,7 +23,7 @@ from specviz.config import Settings, is_greedy
 from specviz.costs import guard_sentence
 from specviz.trace import Trace, decision_at, round_number
 from specviz.ui.state import Session, View
-from specviz.views import across_runs, figures, markup, theory_figures, timing
+from specviz.views import across_runs, figures, markup, theory_figures, timing, tree_view
 
 NO_ALPHA = "alpha was not measured (a minimal trace, or no verified drafts): no theory curve"
 NARRATION_HINT = (
@@ -79,6 +79,8 @@ def live_frame(session: Session, last: float, gap: float = FRAME_S) -> tuple[Vie
     if new:
         out["tokens"] = markup.tokens_html(session.spans, spec.prompt if spec else "")
         out["rounds"] = markup.rounds_html(session.rows)
+        if spec is not None and spec.rounds[-1].nodes is not None:
+            out["tree"] = tree_frame(spec)
     if new or (ar is not None and ar.timeline):
         out["speed"] = live_plot(figures.speedup_spec(spec, ar))
         out["status"] = markup.status_html(_progress(spec, ar), "busy")
@@ -123,6 +125,8 @@ def final_frame(session: Session, gamma: int) -> View:
         if spec is not None and spec.rounds
         else figures.empty_figure("no speculative rounds"),
         "time_totals": time_html(spec, session.mode),
+        "tree": tree_frame(spec),
+        "tree_compare": tree_compare_html(spec, ar),
     }
     if main is not None:
         out["models"] = markup.models_html({k: str(v) for k, v in main.models.items()})
@@ -136,6 +140,24 @@ def logged_frame(session: Session, spec: Trace, ar: Trace | None, settings: Sett
     """A finished run: logged and counted for calibration, then every view."""
     session.record(spec, ar)
     return {**final_frame(session, settings.gamma), **runs_views(session)}
+
+
+def tree_frame(trace: Trace | None, round_index: int | None = None) -> str:
+    """The tree panel: the chosen round's tree, else the last tree round's; "" for a run
+    without tree rounds (the panel then takes no room)."""
+    if not tree_view.tree_rounds(trace):
+        return ""
+    return tree_view.trace_tree_html(trace, round_index)
+
+
+def tree_compare_html(spec: Trace | None, ar: Trace | None) -> str:
+    """The Theory tab's tree against chain at the same verify width ("" without a tree)."""
+    rows, note = tree_view.compare_rows(spec, ar)
+    if not rows:
+        return ""
+    return markup.table_html(rows, "tree against a chain at the same verify width") + (
+        markup.status_html(note)
+    )
 
 
 def time_html(spec: Trace | None, mode: str = "idle") -> str:

@@ -43,6 +43,7 @@ from specviz.ui import (
     sweep_tab,
     theory_tab,
     token_view,
+    tree_panel,
     verifier_tab,
 )
 from specviz.ui.context import AppContext, app_context
@@ -72,6 +73,7 @@ SECTIONS = (
     check_tab,
     io_tab,
     verifier_tab,
+    tree_panel,
 )
 
 
@@ -128,6 +130,7 @@ def main_views() -> dict[str, Any]:
     with gr.Column(elem_id="sv-live"):
         v["status"] = gr.HTML(markup.status_html("ready"), js_on_load=None, elem_id="sv-status")
         token_view.layout(v)
+        tree_panel.layout(v)  # a tree round's tree (empty for a chain)
         v["exact_note"] = gr.HTML(
             markup.exact_note_html(DEFAULTS.to_dict()), js_on_load=None, elem_id="sv-exact-note"
         )

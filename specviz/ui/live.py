@@ -23,6 +23,7 @@ from specviz.ui.frames import (
     narration_hint,
     sync_rounds,
     time_html,
+    tree_frame,
 )
 from specviz.ui.page import Page
 from specviz.ui.pairs import pair_label
@@ -38,6 +39,7 @@ def run_updates(session: Session, form: Form, ctx: AppContext) -> Iterator[View]
     yield {
         "status": markup.status_html(f"loading pair {pair_label(form)!r} ...", "busy"),
         "narration": narration_hint(),
+        "tree": "",
     }
     yield from ctx.runner.run(session, form, ctx, settings)
 
@@ -74,6 +76,7 @@ def _step_views(session: Session, settings: Settings, rnd: Round | None, out: Vi
             inspect_view(session.spec, rnd.index, rnd.start + min(rnd.n_accepted, rnd.emitted))
         )
         out["narration"] = narration_html(rnd)
+    out["tree"] = tree_frame(session.spec, rnd.index if rnd is not None else None)
     n = round_number(rnd.index) if rnd is not None else len(session.spec.rounds)
     msg = f"step mode: round {n} done, {len(session.spec.token_ids)} tokens"
     msg += " (finished: Step again starts over)" if done else " (timings include the pauses)"

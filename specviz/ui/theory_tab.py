@@ -19,6 +19,7 @@ from specviz.views import figures, theory_figures
 def layout(v: dict[str, Any]) -> None:
     """The theory and projection figures and the c slider, into the page's components by name."""
     v["theory"] = gr.Plot(label="expected speedup against gamma (Leviathan)")
+    v["tree_compare"] = gr.HTML("", js_on_load=None, elem_id="sv-tree-compare")
     v["c_user"] = gr.Slider(
         0.01,
         1.0,

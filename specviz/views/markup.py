@@ -195,6 +195,10 @@ def round_row(rnd: Round) -> str:
     else:
         added = '<span class="sv-none">(EOS accepted)</span>'
     counts = f"{rnd.n_accepted}/{len(rnd.drafted)}"
+    if rnd.nodes is not None:  # a tree round: accepted depth, nodes and trials
+        nodes = rnd.nodes
+        depth = max((n.depth for n in nodes), default=0)
+        counts = f"depth {rnd.n_accepted}/{depth}<br>{rnd.trials} trials / {len(nodes)} nodes"
     return (
         f'<tr><td class="sv-rn">{round_number(rnd.index)}</td><td>{drafts}</td>'
         f'<td class="sv-counts">{counts}</td><td>{added}</td></tr>'

@@ -6,14 +6,16 @@ scored k + 1 positions and how long it took (verify_ms); each decision with u, p
 min(1, p/q) (under exact match: the target's own sample against the draft); the drafts
 discarded after a rejection; where the added token came from (the residual
 norm(max(0, p - q)) after a rejection, the target's sample under exact match, or p after a
-full accept); and how many tokens the round emitted. ``narration_html`` escapes every
-sentence. No gradio.
+full accept); and how many tokens the round emitted. A tree round is told depth by depth:
+the siblings' trials in draw order, each against the updated target p'. ``narration_html``
+escapes every sentence. No gradio.
 """
 
 from __future__ import annotations
 
-from specviz.trace import Drafted, Round, round_number
+from specviz.trace import Drafted, Node, Round, round_number
 from specviz.views.markup import _pair_fmt, esc, match_verdict, num
+from specviz.views.tree_view import ordinal, shape_text
 
 
 def _tokens(drafted: list[Drafted]) -> str:
@@ -93,8 +95,86 @@ def addition(rnd: Round) -> str:
     )
 
 
+def _tree_trial(n: Node, exact: bool) -> str:
+    """One sibling's trial, with its numbers."""
+    head = f"{ordinal(n.trial or 0)} {n.text!r}: q = {num(n.q)}"
+    if exact:
+        same = "equals" if n.status == "accepted" else "differs from"
+        return f"{head}, p = {num(n.p)}; {same} the target's sample, {n.status}"
+    pp = num(n.p_prime if n.p_prime is not None else n.p)
+    if n.u is None:
+        return f"{head}, p′ = {pp}; greedy, no u drawn, {n.status}"
+    su, sa = _pair_fmt(n.u, n.accept_prob if n.accept_prob is not None else 0.0)
+    sign = "<" if n.status == "accepted" else "≥"
+    step = "" if n.status == "accepted" else ", and p′ becomes norm(max(0, p′ − q))"
+    return f"{head}, p′ = {pp}; u = {su} {sign} min(1, p′/q) = {sa}, {n.status}{step}"
+
+
+def narrate_tree(rnd: Round) -> list[str]:
+    """A tree round as plain sentences: the tree drafted depth by depth, the one target
+    call over every node, the siblings' trials in order at each depth the walk reached, the
+    added token and the tokens emitted."""
+    nodes = rnd.nodes or []
+    depths = sorted({n.depth for n in nodes})
+    shape = shape_text(rnd)
+    per_depth = "; ".join(
+        f"depth {d}: " + ", ".join(repr(n.text) for n in nodes if n.depth == d) for d in depths
+    )
+    lines = [
+        f"The draft proposed a {shape} of {len(nodes)} nodes in {len(depths)} "
+        f"call{'s' if len(depths) != 1 else ''} (one per depth), in {rnd.draft_ms:.1f} ms: "
+        f"{per_depth}.",
+        f"One target call scored all {len(nodes)} nodes and the position before them "
+        f"({len(nodes) + 1} positions, each node seeing the prefix and its ancestors) "
+        f"in {rnd.verify_ms:.1f} ms.",
+    ]
+    exact = rnd.exact_match
+    parent = -1
+    for d in depths:
+        group = [j for j, n in enumerate(nodes) if n.depth == d and n.parent == parent]
+        tried = sorted(
+            (j for j in group if nodes[j].trial is not None), key=lambda j: nodes[j].trial or 0
+        )
+        if not tried:
+            break
+        under = "the context" if parent < 0 else f"{nodes[parent].text!r}"
+        untried = len(group) - len(tried)
+        rest = (
+            f"; {untried} later sibling{'s' if untried > 1 else ''} never tried" if untried else ""
+        )
+        lines.append(
+            f"Depth {d}, under {under}, the siblings in draw order: "
+            + "; ".join(_tree_trial(nodes[j], exact) for j in tried)
+            + rest
+            + "."
+        )
+        kept = next((j for j in tried if nodes[j].status == "accepted"), None)
+        if kept is None:
+            break
+        parent = kept
+    a = rnd.added
+    if a is None:
+        lines.append("The accepted path ended with the end of the sequence: no token was added.")
+    elif a.status == "resampled":
+        source = "the target's own sample from p" if exact else "the final p′"
+        lines.append(
+            f"Every child there was rejected, so the same target call added {a.text!r}, "
+            f"drawn from {source} (probability {num(a.prob)}; p = {num(a.p)})."
+        )
+    else:
+        lines.append(
+            f"The path reached a leaf, so the same target call added the bonus token "
+            f"{a.text!r} from p at the leaf's own row (p = {num(a.p)})."
+        )
+    n = rnd.emitted
+    lines.append(f"The round emitted {n} token{'s' if n != 1 else ''} for one target call.")
+    return lines
+
+
 def narrate_round(rnd: Round) -> list[str]:
     """The round as plain sentences, in order (unnumbered; the HTML numbers them)."""
+    if rnd.nodes:
+        return narrate_tree(rnd)
     lines = [proposal(rnd), scoring(rnd)]
     lines += [decision(i, d) for i, d in enumerate(rnd.verified, 1)]
     extra = discarded(rnd)
