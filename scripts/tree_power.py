@@ -18,6 +18,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from scripts.distribution_power import needed  # noqa: E402
+
 from specviz.analysis import distribution_check as dc  # noqa: E402
 from tests import test_tree as T  # noqa: E402
 
