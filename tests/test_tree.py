@@ -1,7 +1,7 @@
 """Trees of drafts: exact in greedy and sampled mode, the caches after the path gather, the
 chain as a tree of ones, EOS inside a tree, the refusals, the trace's nodes.
 
-The wrong sibling rule's sample size comes from power (scripts/tree_power.py): at target
+The wrong sibling rule's sample size comes from power (tests/tree_power.py): at target
 temperature 1.0 and draft temperature 0.7 on the check's pair, the smallest N at which the
 check fails it with probability 0.99 is 264 at --tree 2,2 (its first token moves by a total
 variation of 0.18) and 180 at --tree 3,1 (0.24); N_WRONG leaves a margin over the larger.
@@ -32,7 +32,7 @@ SHAPES = [(2, 2), (3, 1, 2), (2, 2, 1), (4,), (1, 3), (2, 1, 1, 1)]
 CHECK_SHAPES = [(2, 2), (3, 1)]
 CHECK_PROMPT = "1 2"
 WRONG_RULE = "same-target-for-siblings"
-N_NEEDED = 264  # scripts/tree_power.py: the larger of the two shapes' needed N
+N_NEEDED = 264  # tests/tree_power.py: the larger of the two shapes' needed N
 N_WRONG = 320
 N_CHECK = 200  # the check's smallest N
 

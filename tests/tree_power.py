@@ -1,26 +1,21 @@
 """The sample size of the tree check tests (tests/test_tree.py), from power, as
-scripts/distribution_power.py computes the chain's: for each tree shape, draw NEST samples
+tests/distribution_power.py computes the chain's: for each tree shape, draw NEST samples
 of the distribution check under the wrong sibling rule "same-target-for-siblings" (target
 temperature 1.0, draft temperature 0.7), estimate the noncentrality per sample,
 (chi-square - df) / n, in each of the check's views as it bins them, and find the smallest N
 at which the rule fails the check (some view below significance / views) with probability
-POWER. Run from the repository root: `python scripts/tree_power.py`.
+POWER. Run from the repository root: `python -m tests.tree_power`.
 """
 
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from scripts.distribution_power import needed  # noqa: E402
-
-from specviz.analysis import distribution_check as dc  # noqa: E402
-from tests import test_tree as T  # noqa: E402
+from specviz.analysis import distribution_check as dc
+from tests import test_tree as T
+from tests.distribution_power import needed
 
 NEST = 1000
 
