@@ -90,7 +90,7 @@ def test_clicking_ahead_keeps_each_statement_on_its_own_step(browser, short_url)
             timeout=120_000,
         )
         page.click("#sv-lesson-next")
-        page.locator("#sv-lesson").filter(has_text="step 2 of 6").wait_for(timeout=30_000)
+        page.locator("#sv-lesson").filter(has_text="step 2 of 7").wait_for(timeout=30_000)
         assert "temperature 1.5" in page.inner_text("#sv-lesson-go")
         assert not MODEL_THREAD.idle(), "step 1 still runs when step 2's button is pressed"
         page.click("#sv-lesson-go")
@@ -107,7 +107,7 @@ def test_clicking_ahead_keeps_each_statement_on_its_own_step(browser, short_url)
         shot(page, "lesson-click-ahead.png")
         # Step 1 kept its own statement.
         page.click("#sv-lesson-prev")
-        page.locator("#sv-lesson").filter(has_text="step 1 of 6").wait_for(timeout=30_000)
+        page.locator("#sv-lesson").filter(has_text="step 1 of 7").wait_for(timeout=30_000)
         said.filter(has_text=STEP_ONE).wait_for(timeout=30_000)
         assert "draft temperature 1.5" not in said.inner_text()
         no_error_shown(page)
