@@ -129,44 +129,33 @@ def prepare_offline(force: bool = False) -> Path:
 class Int8WeightLinear(torch.nn.Module):
     """A Linear layer with int8 per-output-channel weights; activations stay in float."""
 
-    def __init__(
-        self, linear: torch.nn.Linear, act_dtype: torch.dtype, out_dtype: torch.dtype | None = None
-    ) -> None:
+    def __init__(self, linear: torch.nn.Linear, act_dtype: torch.dtype) -> None:
         super().__init__()
-        # out_dtype: the dtype the product is computed and returned in (default act_dtype).
-        out_dtype = out_dtype or act_dtype
-        self.out_dtype = out_dtype
         w = linear.weight.detach().float()  # [out, in]
         scale = w.abs().amax(dim=1).clamp_min(1e-8) / 127.0  # [out]
         self.register_buffer(
             "weight", torch.round(w / scale[:, None]).clamp(-128, 127).to(torch.int8)
         )
-        self.register_buffer("scale", scale.to(out_dtype))
+        self.register_buffer("scale", scale.to(act_dtype))
         self.bias = (
-            None if linear.bias is None else torch.nn.Parameter(linear.bias.detach().to(out_dtype))
+            None if linear.bias is None else torch.nn.Parameter(linear.bias.detach().to(act_dtype))
         )
         self.out_features = w.shape[0]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
-        flat = x.reshape(-1, shape[-1]).to(self.out_dtype)
+        flat = x.reshape(-1, shape[-1])
         if flat.device.type == "cpu":
             y = torch._weight_int8pack_mm(flat, self.weight, self.scale)
         else:
-            y = torch.nn.functional.linear(flat, self.weight.to(flat.dtype) * self.scale[:, None])
+            y = torch.nn.functional.linear(flat, self.weight.to(x.dtype) * self.scale[:, None])
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*shape[:-1], self.out_features)
 
 
 def quantize_w8(model: torch.nn.Module, act_dtype: torch.dtype) -> torch.nn.Module:
-    """A copy of model with every Linear (the tied LM head included) in int8 weights.
-
-    The LM head returns float32 logits: rounded to bf16 (8 bits of mantissa, a step of 0.125
-    at a logit of 30) the draft's two most likely tokens tie exactly at many positions, and
-    argmax then picks the lower id whatever the unrounded logits said. The head reads the
-    same int8 weights either way; only its product is kept at full precision.
-    """
+    """A copy of model with every Linear (the tied LM head included) in int8 weights."""
     import copy
 
     q = copy.deepcopy(model).to(act_dtype)
@@ -174,9 +163,7 @@ def quantize_w8(model: torch.nn.Module, act_dtype: torch.dtype) -> torch.nn.Modu
     for module in list(q.modules()):
         for name, child in list(module.named_children()):
             if isinstance(child, torch.nn.Linear):
-                head = child is q.get_output_embeddings()
-                out = torch.float32 if head else None
-                setattr(module, name, Int8WeightLinear(child, act_dtype, out))
+                setattr(module, name, Int8WeightLinear(child, act_dtype))
     return q.eval()
 
 
