@@ -1,7 +1,8 @@
 """Chains against trees of the same node count on one pair: tokens per target call, the
 verify call's width and cost, and the measured speedup against the autoregressive baseline.
 
-    PYTHONPATH=. .venv/bin/python scripts/tree_vs_chain.py [--tokens 64] [--seeds 3] [--draft-temperature 1.5]
+    PYTHONPATH=. .venv/bin/python scripts/tree_vs_chain.py [--tokens 64] [--seeds 3] \
+        [--draft-temperature 1.5]
 
 Each shape runs the same prompt and seeds; the baseline runs once per seed. A tree of the
 same depth contains the chain and wins by construction, so the chain here has as many

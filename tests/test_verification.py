@@ -363,6 +363,28 @@ def test_inspector_draws_out_and_states_the_tv(pair):
             assert "TV(out, p)" in metrics.out_tv_row(t)[0]
 
 
+@pytest.mark.parametrize("verification", ["typical", "top-k-match"])
+def test_the_narration_tells_a_lossy_round_by_its_own_test(pair, verification):
+    """A lossy round's narration names the verification's test on p and the target's own
+    sample, never a u, greedy or the residual, which it does not use."""
+    from specviz.views.narration import narrate_round, narration_html
+
+    t = generate(pair, "1 2 3", SAMPLED.with_(verification=verification), raw=True)
+    label = verification_label(verification)
+    resampled = [r for r in t.rounds if r.added is not None and r.added.status == "resampled"]
+    assert resampled and any(r.n_accepted for r in t.rounds)
+    for r in t.rounds:
+        said = " ".join(narrate_round(r, t.settings))
+        assert "residual" not in said and "greedy" not in said and "u = " not in said
+        assert said.count(label) >= len(r.verified)
+        if r in resampled:
+            assert f"{label} did not keep draft {r.n_accepted + 1}" in said
+        assert unescape(narration_html(r, t.settings)).count(label) == said.count(label)
+    # the rejection rule's narration is unchanged by the settings
+    t = generate(pair, "1 2 3", SAMPLED, raw=True)
+    assert all(narrate_round(r, t.settings) == narrate_round(r) for r in t.rounds)
+
+
 def test_greedy_divergence_shows_the_logit_gap_in_both_runs(pair):
     s = Settings(greedy=True, gamma=3, max_new_tokens=10)
     spec = generate(pair, "1 2 3", s, raw=True)
@@ -441,3 +463,56 @@ def test_check_names_the_lossy_verification(cli_pair, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert out.startswith("FAIL: typical (lossy)") and "measured TV(spec, p)" in out
     assert "moves the first token's distribution by TV = " in out
+
+
+def test_the_app_compares_every_verification_and_stops_between_steps():
+    """The Exactness tab's comparison: a progress bar, then one row per verification, each
+    lossy name labelled, the lossless ones passing their check at TV 0; Stop ends it after
+    the step in progress and leaves the model thread idle; a bad N is one clear error."""
+    import threading
+
+    from specviz import ui
+    from specviz.config import Limits
+    from specviz.modelthread import MODEL_THREAD
+    from specviz.ui import verifications_tab
+
+    pair = tiny_pair(vocab=8, target_seed=0, draft_seed=2)
+    ctx = ui.AppContext(lambda name, dtype: pair, Limits())
+    f = ui.Form(prompt="1 2", pair="tiny", temperature=1.0, draft_temperature=2.0, top_p=1.0)
+    f = ui.Form(**{**f.__dict__, "match_top_k": 3, "max_new_tokens": 8, "gamma": 2})
+    updates = verifications_tab.compare_updates(ctx, f, 200, True)
+    frames = []
+    while True:
+        try:
+            frames.append(next(updates))
+        except StopIteration as end:
+            got = end.value
+            break
+    assert [r.verification for r in got] == ["rejection", "exact-match", "typical", "top-k-match"]
+    assert any("<progress" in fr.get("verif_status", "") for fr in frames[:-1])
+    table = frames[-1]["verif_table"]
+    assert "typical (lossy)" in table and "top-k-match (lossy)" in table
+    assert FORBIDDEN not in unescape(table).lower() and "done: 4" in frames[-1]["verif_status"]
+    for r in got:
+        if not r.lossy:
+            assert r.check_passed and r.mean_out_tv <= 1e-6
+    assert [tr.name for tr in frames[-1]["verif_plot"].data][2:] == [
+        "typical (lossy)",
+        "top-k-match (lossy)",
+    ]
+
+    stop = threading.Event()
+    updates = verifications_tab.compare_updates(ctx, f, 800, True, stop)
+    frames = []
+    while True:
+        try:
+            frames.append(next(updates))
+        except StopIteration as end:
+            got = end.value
+            break
+        if "samples" in frames[-1].get("verif_status", ""):
+            stop.set()  # the first check is drawing: press Stop
+    assert len(got) < 4 and "stopped after" in frames[-1]["verif_status"]
+    assert MODEL_THREAD.idle()
+    with pytest.raises(ValueError, match="samples must be in 200..800"):
+        next(verifications_tab.compare_updates(ctx, f, 900, True))

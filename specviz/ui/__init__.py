@@ -9,7 +9,7 @@ Modules, each with one job (imports point down this list, never up):
     token_view    the token view, overlap shading and its legend, the Step narration box
     present       the presentation view: toggle, ?view=present, Space or → takes a Step
     race          the race replay of a compared run's measured timings (Speed tab)
-    inspector_tab, runs_tab, theory_tab, sweep_tab, check_tab, io_tab
+    inspector_tab, runs_tab, theory_tab, sweep_tab, check_tab, verifications_tab, io_tab
                   one module per section with handlers, layout and events together; the
                   tabs Decision, Acceptance, Theory, Exactness and Data hold them (layout
                   composes them: no tab module imports another)

@@ -10,7 +10,8 @@ narration, the exactness note; token_view), then six tabs, each reading top to b
                 a round's time goes, this run's figures
     Acceptance  per round, by draft position, the calibration and the run log (runs_tab)
     Theory      the formula and the projection (theory_tab), the measured sweep (sweep_tab)
-    Exactness   the greedy check, the distribution check (check_tab)
+    Exactness   the greedy check, the distribution check (check_tab), every verification
+                side by side (verifications_tab)
     Data        export and import (io_tab)
 
 Each section builds its own components and wires its own events; the tabs are composed here
@@ -44,6 +45,7 @@ from specviz.ui import (
     theory_tab,
     token_view,
     tree_panel,
+    verifications_tab,
     verifier_tab,
 )
 from specviz.ui.context import AppContext, app_context
@@ -71,6 +73,7 @@ SECTIONS = (
     theory_tab,
     sweep_tab,
     check_tab,
+    verifications_tab,
     io_tab,
     verifier_tab,
     tree_panel,
@@ -152,6 +155,7 @@ def main_views() -> dict[str, Any]:
         with gr.Tab("Exactness", id="exact", elem_id="sv-exact-tab"):
             v["greedy"] = gr.HTML(js_on_load=None, elem_id="sv-greedy")
             check_tab.layout(v)
+            verifications_tab.layout(v)
         with gr.Tab("Data", id="data", elem_id="sv-data-tab"):
             io_tab.layout(v)
     return v

@@ -75,7 +75,7 @@ def _step_views(session: Session, settings: Settings, rnd: Round | None, out: Vi
         out.update(
             inspect_view(session.spec, rnd.index, rnd.start + min(rnd.n_accepted, rnd.emitted))
         )
-        out["narration"] = narration_html(rnd)
+        out["narration"] = narration_html(rnd, session.spec.settings)
     out["tree"] = tree_frame(session.spec, rnd.index if rnd is not None else None)
     n = round_number(rnd.index) if rnd is not None else len(session.spec.rounds)
     msg = f"step mode: round {n} done, {len(session.spec.token_ids)} tokens"

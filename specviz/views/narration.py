@@ -5,16 +5,19 @@ In order: what the draft proposed and how long it took (draft_ms); that one targ
 scored k + 1 positions and how long it took (verify_ms); each decision with u, p, q and
 min(1, p/q) (under exact match: the target's own sample against the draft); the drafts
 discarded after a rejection; where the added token came from (the residual
-norm(max(0, p - q)) after a rejection, the target's sample under exact match, or p after a
-full accept); and how many tokens the round emitted. A tree round is told depth by depth:
-the siblings' trials in draw order, each against the updated target p'. ``narration_html``
-escapes every sentence. No gradio.
+norm(max(0, p - q)) after a rejection, the target's sample under exact match or a lossy
+verification, or p after a full accept); and how many tokens the round emitted. A tree
+round is told depth by depth: the siblings' trials in draw order, each against the updated
+target p'. ``narration_html`` escapes every sentence. No gradio.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from specviz.config import LOSSY_VERIFICATIONS, verification_label, verification_of
 from specviz.trace import Drafted, Node, Round, round_number
-from specviz.views.markup import _pair_fmt, esc, match_verdict, num
+from specviz.views.markup import _pair_fmt, esc, lossy_verdict, match_verdict, num
 from specviz.views.tree_view import ordinal, shape_text
 
 
@@ -44,9 +47,12 @@ def scoring(rnd: Round) -> str:
     )
 
 
-def decision(i: int, d: Drafted) -> str:
-    """The rule's (or exact match's) decision on draft i (1-based), with its numbers."""
+def decision(i: int, d: Drafted, settings: dict[str, Any] | None = None) -> str:
+    """The verification's decision on draft i (1-based), with its numbers; settings are the
+    trace's (None: the rejection rule or exact match, told apart by the record)."""
     head = f"Draft {i} {d.text!r}: p = {num(d.p)}, q = {num(d.q)}"
+    if settings is not None and verification_of(settings) in LOSSY_VERIFICATIONS:
+        return f"{head}; {lossy_verdict(d, settings)}."
     if d.target_sample is not None:
         return f"{head}; {match_verdict(d)}."
     if d.u is None:
@@ -70,11 +76,18 @@ def discarded(rnd: Round) -> str | None:
     )
 
 
-def addition(rnd: Round) -> str:
-    """Where the added token came from."""
+def addition(rnd: Round, lossy: str = "") -> str:
+    """Where the added token came from (lossy: the label of the lossy verification that
+    decided)."""
     a, k = rnd.added, len(rnd.drafted)
     if a is None:
         return "The last accepted draft was the end of the sequence, so no token was added."
+    if a.status == "resampled" and lossy:
+        return (
+            f"{lossy} did not keep draft {rnd.n_accepted + 1}, so the round emits the "
+            f"target's own sample {a.text!r}, drawn from p in the same target call "
+            f"(p = {num(a.p)})."
+        )
     if a.status == "resampled" and rnd.exact_match:
         return (
             f"Draft {rnd.n_accepted + 1} did not match, so the round kept the target's own "
@@ -171,23 +184,26 @@ def narrate_tree(rnd: Round) -> list[str]:
     return lines
 
 
-def narrate_round(rnd: Round) -> list[str]:
-    """The round as plain sentences, in order (unnumbered; the HTML numbers them)."""
+def narrate_round(rnd: Round, settings: dict[str, Any] | None = None) -> list[str]:
+    """The round as plain sentences, in order (unnumbered; the HTML numbers them); settings
+    are the trace's, which name the verification."""
     if rnd.nodes:
         return narrate_tree(rnd)
+    used = verification_of(settings) if settings is not None else ""
+    lossy = verification_label(used) if used in LOSSY_VERIFICATIONS else ""
     lines = [proposal(rnd), scoring(rnd)]
-    lines += [decision(i, d) for i, d in enumerate(rnd.verified, 1)]
+    lines += [decision(i, d, settings) for i, d in enumerate(rnd.verified, 1)]
     extra = discarded(rnd)
     if extra:
         lines.append(extra)
-    lines.append(addition(rnd))
+    lines.append(addition(rnd, lossy))
     n = rnd.emitted
     lines.append(f"The round emitted {n} token{'s' if n != 1 else ''} for one target call.")
     return lines
 
 
-def narration_html(rnd: Round) -> str:
+def narration_html(rnd: Round, settings: dict[str, Any] | None = None) -> str:
     """The numbered sentences as an escaped ordered list."""
-    items = "".join(f"<li>{esc(s)}</li>" for s in narrate_round(rnd))
+    items = "".join(f"<li>{esc(s)}</li>" for s in narrate_round(rnd, settings))
     head = esc(f"Round {round_number(rnd.index)}")
     return f'<div class="sv-narration"><b>{head}</b><ol>{items}</ol></div>'

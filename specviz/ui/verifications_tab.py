@@ -1,0 +1,176 @@
+"""Every verification side by side (in the Exactness tab, under the distribution check):
+the form's prompt, seed and settings under each of the lossless and the lossy
+verifications, against one autoregressive baseline (specviz.analysis.verifications does
+the work). It draws acceptance against the distortion each decision adds, TV(out, p), and
+tables the acceptance, tokens per target call, speedup and the check's verdict per
+verification.
+
+It runs on the model thread through a Worker, one step (a run, or one pair of a check's
+samples) at a time, so that Stop, or the visitor leaving, ends it after the step in progress.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Generator, Iterator
+from typing import Any
+
+import gradio as gr
+
+from specviz import metrics
+from specviz.analysis import distribution_check
+from specviz.analysis.verifications import Progress, Row, iter_compare
+from specviz.config import VERIFICATIONS, verification_label
+from specviz.ui.context import AppContext
+from specviz.ui.errors import model_failures
+from specviz.ui.page import HIDDEN, Page
+from specviz.ui.pairs import pair_label
+from specviz.ui.state import Form, Session, View, as_int
+from specviz.ui.warm import warmed_pair
+from specviz.ui.worker import Worker
+from specviz.views import figures, markup
+
+MAX_SAMPLES = 800  # per method in each check: the lossy rules' power is stated up to n 800
+INTRO = (
+    "**Why not just accept more?** Run the prompt under every verification at the current "
+    "settings: the two lossless ones (rejection, exact match) and two lossy ones that engines "
+    "and courses use (typical acceptance, top-k match). Each point is one verification: its "
+    "acceptance against the mean TV(out, p) per verified position, where out is the exact "
+    "distribution of the token its decision emits. The lossless ones sit at TV 0; a lossy one "
+    "buys acceptance with distortion, or fails to. The check draws N one-token continuations "
+    "under each and tests them against the target's p. "
+    "`python -m specviz verifications` does the same from the command line."
+)
+
+
+def layout(v: dict[str, Any]) -> None:
+    """The comparison's components, into the page's components by name."""
+    gr.Markdown(INTRO)
+    with gr.Row():
+        v["verif_n"] = gr.Slider(
+            distribution_check.MIN_N, MAX_SAMPLES, 400, step=100, label="check samples N"
+        )
+        v["verif_check"] = gr.Checkbox(True, label="run the distribution checks")
+    with gr.Row():
+        v["verif_run"] = gr.Button(
+            "Compare the verifications", variant="primary", elem_id="sv-verif-run"
+        )
+        v["verif_stop"] = gr.Button("Stop", variant="stop", elem_id="sv-verif-stop")
+    v["verif_status"] = gr.HTML(js_on_load=None, elem_id="sv-verif-status")
+    v["verif_plot"] = gr.Plot(label="acceptance against TV(out, p)", elem_id="sv-verif-plot")
+    v["verif_table"] = gr.HTML(js_on_load=None, elem_id="sv-verif-table")
+
+
+def progress_html(p: Progress) -> str:
+    """A progress bar over the steps and the step under way."""
+    bar = f'<progress value="{p.done}" max="{max(1, p.total)}" style="width: 100%"></progress>'
+    return bar + markup.status_html(f"step {p.done + 1} of {p.total}: {p.text()}", "busy")
+
+
+def table_html(rows: list[Row]) -> str:
+    """The rows as a table, each verification's name saying whether it is lossy."""
+    head = ["verification", "acceptance", "tokens per call", "speedup", "mean TV(out, p)"]
+    head.append("check")
+    cells = []
+    for r in rows:
+        tv = "not measured" if r.mean_out_tv is None else f"{r.mean_out_tv:.3g}"
+        check = "skipped" if r.check_passed is None else "pass" if r.check_passed else "FAIL"
+        cells.append(
+            [
+                verification_label(r.verification),
+                f"{r.acceptance_rate:.3f}",
+                f"{r.tokens_per_call:.2f}",
+                f"{r.speedup:.2f}x",
+                tv,
+                check,
+            ]
+        )
+    th = "".join(f"<th>{markup.esc(h)}</th>" for h in head)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{markup.esc(c)}</td>" for c in row) + "</tr>" for row in cells
+    )
+    d = metrics.DEFINITIONS
+    notes = (
+        f"Speedup: {d['speedup']}. Mean TV(out, p): {d['out TV']}; 0 up to float error for a "
+        "lossless verification. A lossy verification fails the check where its distortion is "
+        "large enough for N samples to detect."
+    )
+    return (
+        f"<table class='sv-table sv-verif'><thead><tr>{th}</tr></thead><tbody>{body}"
+        f"</tbody></table><p>{markup.esc(notes)}</p>"
+    )
+
+
+def results(rows: list[Row], status: str) -> View:
+    return {
+        "verif_plot": figures.verifications_figure(rows),
+        "verif_table": table_html(rows) if rows else "",
+        "verif_status": status,
+    }
+
+
+def compare_updates(
+    ctx: AppContext, form: Form, n: Any, check: Any, stop: threading.Event | None = None
+) -> Generator[View, None, list[Row]]:
+    """The comparison for the form's prompt and settings, on the model thread: its progress,
+    and each verification's row as it is measured. Returns the rows measured (fewer when
+    stopped)."""
+    n = as_int("samples", n)
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise ValueError(f"samples must be an integer, got {n!r}")
+    if not distribution_check.MIN_N <= n <= MAX_SAMPLES:
+        raise ValueError(f"samples must be in {distribution_check.MIN_N}..{MAX_SAMPLES}, got {n}")
+    check = bool(check)
+    settings = ctx.settings(form)
+    yield {
+        "verif_n": n,
+        "verif_check": check,
+        "verif_status": markup.status_html(f"loading pair {pair_label(form)!r} ...", "busy"),
+    }
+    pair = warmed_pair(ctx, form)
+    items: list[Progress | Row] = []
+    compare = iter_compare(pair, form.prompt, settings, n, 1, check)
+    worker = Worker([compare], stop or threading.Event(), sink=items)
+    shown = 0
+    for _ in worker.polls():
+        if len(items) > shown:
+            shown = len(items)
+            rows = [r for r in items[:shown] if isinstance(r, Row)]
+            last = next(p for p in reversed(items[:shown]) if isinstance(p, Progress))
+            yield results(rows, progress_html(last))
+    if worker.error is not None:
+        with model_failures(f"comparing verifications on pair {pair_label(form)!r}"):
+            raise worker.error
+    rows = [r for r in items if isinstance(r, Row)]
+    if len(rows) < len(VERIFICATIONS):
+        status = markup.status_html(f"stopped after {len(rows)} verifications")
+    else:
+        status = markup.status_html(f"done: {len(rows)} verifications, one baseline")
+    yield results(rows, status)
+    return rows
+
+
+def stop_compare(session: Session) -> str:
+    """Stop: the comparison ends after the step in progress."""
+    session.stop.set()
+    return markup.status_html("stopping after the step in progress ...", "busy")
+
+
+def wire(page: Page) -> None:
+    v, sess = page.components, page.session
+
+    def run(s: Session, n: Any, check: Any, *values: Any) -> Iterator[View]:
+        return compare_updates(page.ctx, page.form(values), n, check, s.new_stop())
+
+    choices = [v["verif_n"], v["verif_check"]]
+    v["verif_run"].click(
+        page.stream(run),
+        [sess, *choices, *page.inputs],
+        [*choices, v["verif_status"], v["verif_plot"], v["verif_table"]],
+        api_name="verifications",
+        show_progress="minimal",
+        **page.model_queue,
+        **HIDDEN,
+    )
+    stop: Any = [v["verif_status"]]
+    v["verif_stop"].click(stop_compare, [sess], stop, api_name="stop_verifications", **page.quiet)
