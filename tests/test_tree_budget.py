@@ -380,3 +380,34 @@ def test_the_stop_round_trips_and_old_traces_load():
     d["rounds"][0]["stop"] = "tired"
     with pytest.raises(ValueError, match="stop must be one of"):
         Trace.from_dict(d)
+
+
+def test_the_app_shows_where_each_round_stopped_and_why():
+    """The round table tags every round that stopped short of gamma with its reason, and
+    the narration says it in a sentence naming the threshold; the plain case goes unsaid."""
+    from specviz.views import markup
+    from specviz.views.narration import narrate_round
+
+    pair = check_pair()
+    s = Settings(temperature=1.0, draft_temperature=0.7, top_p=1.0, gamma=3)
+    t = generate(pair, "3 1 4", s.with_(max_new_tokens=24, draft_confidence=0.8))
+    seen = set()
+    for r in t.rounds:
+        row, said = markup.round_row(r), narrate_round(r, t.settings)
+        seen.add(r.stop)
+        if r.stop == "gamma":
+            assert "stopped:" not in row and not any("Drafting stopped" in x for x in said)
+            continue
+        assert f"stopped: {markup.STOP_TAGS[r.stop]}" in row
+        sentence = next(x for x in said if x.startswith("Drafting stopped at "))
+        assert f"{len(r.drafted)} of {r.gamma}" in sentence
+        if r.stop == "confidence":
+            assert "threshold 0.8" in sentence
+            # the stop reads the last drafted token's own q: it fell below the threshold
+            assert r.drafted[-1].q < 0.8
+    assert "confidence" in seen
+    tree = generate(pair, "3 1 4", s.with_(gamma=4, tree_budget=3, max_new_tokens=12))
+    r = next(r for r in tree.rounds if r.stop == "nodes")
+    said = narrate_round(r, tree.settings)
+    assert any(x.startswith(f"Drafting stopped at {len(r.nodes)} nodes: ") for x in said)
+    assert "stopped: node budget" in markup.round_row(r)

@@ -181,6 +181,40 @@ def _chip(text: str, status: str, round_index: int, pos: int | None) -> str:
     )
 
 
+# Why a round stopped drafting, in words (trace.STOPS); "gamma" is the plain case, which the
+# round table leaves unsaid.
+STOP_WORDS = {
+    "gamma": "it drafted all it was asked (gamma, or the tree's full depth)",
+    "confidence": "the draft's probability of its last token fell below the confidence "
+    "threshold, so it drafted no further",
+    "eos": "the draft proposed the end of the sequence",
+    "budget": "the token budget left no room for more",
+    "lookup": "the n-gram drafter found no longer match",
+    "nodes": "the dynamic tree spent its node budget",
+}
+STOP_TAGS = {
+    "confidence": "unsure",
+    "eos": "EOS drafted",
+    "budget": "token budget",
+    "lookup": "no match",
+    "nodes": "node budget",
+}
+
+
+def stop_sentence(rnd: Round, settings: dict[str, Any] | None = None) -> str | None:
+    """Where and why the round stopped drafting, in one sentence (None when the trace did
+    not record it). Plain text; callers escape it."""
+    if rnd.stop is None:
+        return None
+    k = len(rnd.nodes) if rnd.nodes is not None else len(rnd.drafted)
+    what = f"{k} node{'s' if k != 1 else ''}" if rnd.nodes is not None else f"{k} of {rnd.gamma}"
+    why = STOP_WORDS[rnd.stop]
+    threshold = (settings or {}).get("draft_confidence")
+    if rnd.stop == "confidence" and threshold is not None:
+        why = why.replace("threshold", f"threshold {threshold:g}")
+    return f"Drafting stopped at {what}: {why}."
+
+
 def round_row(rnd: Round) -> str:
     """One row: the round's number (from 1), drafts with verdicts, then the added token."""
     drafts = "".join(
@@ -188,6 +222,11 @@ def round_row(rnd: Round) -> str:
         for i, d in enumerate(rnd.drafted)
     )
     drafts = drafts or '<span class="sv-none">no drafts</span>'
+    if rnd.stop in STOP_TAGS:
+        why = esc(STOP_WORDS[rnd.stop])
+        drafts += (
+            f' <span class="sv-kind sv-stop" title="{why}">stopped: {STOP_TAGS[rnd.stop]}</span>'
+        )
     if rnd.added is not None:
         pos = rnd.start + rnd.n_accepted
         added = _chip(rnd.added.text, rnd.added.status, rnd.index, pos)

@@ -1,14 +1,16 @@
 """Round narration: numbered plain sentences telling what one round did, from the trace's
 numbers only (no model call).
 
-In order: what the draft proposed and how long it took (draft_ms); that one target call
-scored k + 1 positions and how long it took (verify_ms); each decision with u, p, q and
-min(1, p/q) (under exact match: the target's own sample against the draft); the drafts
-discarded after a rejection; where the added token came from (the residual
-norm(max(0, p - q)) after a rejection, the target's sample under exact match or a lossy
-verification, or p after a full accept); and how many tokens the round emitted. A tree
-round is told depth by depth: the siblings' trials in draw order, each against the updated
-target p'. ``narration_html`` escapes every sentence. No gradio.
+In order: what the draft proposed and how long it took (draft_ms); where and why drafting
+stopped, unless it drafted all it was asked (Round.stop); that one target call scored
+k + 1 positions and how long it took (verify_ms); each decision with u, p, q and
+min(1, p/q) (under exact match: the target's own sample against the draft; under a lossy
+verification: its test on p); the drafts discarded after a rejection; where the added
+token came from (the residual norm(max(0, p - q)) after a rejection, the target's sample
+under exact match or a lossy verification, or p after a full accept); and how many tokens
+the round emitted. A tree round is told depth by depth: the siblings' trials in draw
+order, each against the updated target p'. ``narration_html`` escapes every sentence.
+No gradio.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 from specviz.config import LOSSY_VERIFICATIONS, verification_label, verification_of
 from specviz.trace import Drafted, Node, Round, round_number
-from specviz.views.markup import _pair_fmt, esc, lossy_verdict, match_verdict, num
+from specviz.views.markup import _pair_fmt, esc, lossy_verdict, match_verdict, num, stop_sentence
 from specviz.views.tree_view import ordinal, shape_text
 
 
@@ -123,10 +125,10 @@ def _tree_trial(n: Node, exact: bool) -> str:
     return f"{head}, p′ = {pp}; u = {su} {sign} min(1, p′/q) = {sa}, {n.status}{step}"
 
 
-def narrate_tree(rnd: Round) -> list[str]:
-    """A tree round as plain sentences: the tree drafted depth by depth, the one target
-    call over every node, the siblings' trials in order at each depth the walk reached, the
-    added token and the tokens emitted."""
+def narrate_tree(rnd: Round, settings: dict[str, Any] | None = None) -> list[str]:
+    """A tree round as plain sentences: the tree drafted depth by depth, where and why it
+    stopped growing, the one target call over every node, the siblings' trials in order at
+    each depth the walk reached, the added token and the tokens emitted."""
     nodes = rnd.nodes or []
     depths = sorted({n.depth for n in nodes})
     shape = shape_text(rnd)
@@ -137,6 +139,10 @@ def narrate_tree(rnd: Round) -> list[str]:
         f"The draft proposed a {shape} of {len(nodes)} nodes in {len(depths)} "
         f"call{'s' if len(depths) != 1 else ''} (one per depth), in {rnd.draft_ms:.1f} ms: "
         f"{per_depth}.",
+    ]
+    if rnd.stop not in (None, "gamma"):  # the plain case goes unsaid
+        lines.append(stop_sentence(rnd, settings) or "")
+    lines += [
         f"One target call scored all {len(nodes)} nodes and the position before them "
         f"({len(nodes) + 1} positions, each node seeing the prefix and its ancestors) "
         f"in {rnd.verify_ms:.1f} ms.",
@@ -188,10 +194,13 @@ def narrate_round(rnd: Round, settings: dict[str, Any] | None = None) -> list[st
     """The round as plain sentences, in order (unnumbered; the HTML numbers them); settings
     are the trace's, which name the verification."""
     if rnd.nodes:
-        return narrate_tree(rnd)
+        return narrate_tree(rnd, settings)
     used = verification_of(settings) if settings is not None else ""
     lossy = verification_label(used) if used in LOSSY_VERIFICATIONS else ""
-    lines = [proposal(rnd), scoring(rnd)]
+    lines = [proposal(rnd)]
+    if rnd.stop not in (None, "gamma"):  # the plain case goes unsaid
+        lines.append(stop_sentence(rnd, settings) or "")
+    lines.append(scoring(rnd))
     lines += [decision(i, d, settings) for i, d in enumerate(rnd.verified, 1)]
     extra = discarded(rnd)
     if extra:
