@@ -127,9 +127,19 @@ def prepare_offline(force: bool = False) -> Path:
 
 
 class Int8WeightLinear(torch.nn.Module):
-    """A Linear layer with int8 per-output-channel weights; activations stay in float."""
+    """A Linear layer with int8 per-output-channel weights; activations stay in float.
 
-    def __init__(self, linear: torch.nn.Linear, act_dtype: torch.dtype) -> None:
+    refine_top > 0 (the LM head): the output is float32, and each row's refine_top largest
+    entries are recomputed from the same int8 weights at full precision. Rounded to bf16 (8
+    bits of mantissa, a step of 0.125 at a logit of 30) the draft's two most likely tokens
+    tie exactly at many positions, and argmax then takes the lower id whatever the unrounded
+    logits said; the full product in float32 costs more than a draft step's every other
+    matmul on an AVX2 CPU, where this recompute of a few rows costs a few microseconds.
+    """
+
+    def __init__(
+        self, linear: torch.nn.Linear, act_dtype: torch.dtype, refine_top: int = 0
+    ) -> None:
         super().__init__()
         w = linear.weight.detach().float()  # [out, in]
         scale = w.abs().amax(dim=1).clamp_min(1e-8) / 127.0  # [out]
@@ -137,6 +147,9 @@ class Int8WeightLinear(torch.nn.Module):
             "weight", torch.round(w / scale[:, None]).clamp(-128, 127).to(torch.int8)
         )
         self.register_buffer("scale", scale.to(act_dtype))
+        self.refine_top = refine_top
+        if refine_top:
+            self.register_buffer("scale32", scale)
         self.bias = (
             None if linear.bias is None else torch.nn.Parameter(linear.bias.detach().to(act_dtype))
         )
@@ -151,19 +164,40 @@ class Int8WeightLinear(torch.nn.Module):
             y = torch.nn.functional.linear(flat, self.weight.to(x.dtype) * self.scale[:, None])
         if self.bias is not None:
             y = y + self.bias
+        if self.refine_top:
+            y = self.refined(flat, y)
         return y.reshape(*shape[:-1], self.out_features)
+
+    def refined(self, flat: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """y [n, out] in float32, each row's refine_top largest entries recomputed at full
+        precision from the int8 weights and the float32 scales."""
+        k = min(self.refine_top, self.out_features)
+        idx = y.topk(k, dim=-1).indices  # [n, k]
+        w = self.weight[idx].float() * self.scale32[idx][..., None]  # [n, k, in]
+        exact = torch.einsum("ni,nki->nk", flat.float(), w)  # [n, k]
+        if self.bias is not None:
+            exact = exact + self.bias.float()[idx]
+        return y.float().scatter_(-1, idx, exact)
+
+
+# The LM head's entries recomputed at full precision per row: the near-ties that bf16
+# rounding makes are among the few largest logits.
+REFINE_TOP = 8
 
 
 def quantize_w8(model: torch.nn.Module, act_dtype: torch.dtype) -> torch.nn.Module:
-    """A copy of model with every Linear (the tied LM head included) in int8 weights."""
+    """A copy of model with every Linear (the tied LM head included) in int8 weights; the
+    head's largest logits per row are refined in float32 (Int8WeightLinear.refine_top)."""
     import copy
 
     q = copy.deepcopy(model).to(act_dtype)
     q.config.tie_word_embeddings = False
+    head = q.get_output_embeddings()
     for module in list(q.modules()):
         for name, child in list(module.named_children()):
             if isinstance(child, torch.nn.Linear):
-                setattr(module, name, Int8WeightLinear(child, act_dtype))
+                top = REFINE_TOP if child is head else 0
+                setattr(module, name, Int8WeightLinear(child, act_dtype, top))
     return q.eval()
 
 

@@ -1,0 +1,82 @@
+"""The offline draft's int8 layers: every Linear in int8 weights, the LM head's largest
+logits per row refined at full precision so that bf16 rounding does not decide the argmax."""
+
+from __future__ import annotations
+
+import torch
+
+from specviz.offline import REFINE_TOP, Int8WeightLinear, quantize_w8
+from tests.tiny import tiny_model
+
+
+def test_only_the_head_refines_and_it_returns_float32(one_thread):
+    q = quantize_w8(tiny_model(vocab=64, seed=3, tie_word_embeddings=True), torch.bfloat16)
+    linears = [m for m in q.modules() if isinstance(m, Int8WeightLinear)]
+    assert linears and not any(isinstance(m, torch.nn.Linear) for m in q.modules())
+    assert q.lm_head.refine_top == REFINE_TOP
+    assert all(m.refine_top == 0 for m in linears if m is not q.lm_head)
+    with torch.inference_mode():
+        out = q(input_ids=torch.tensor([[1, 2, 3]]), output_hidden_states=True)
+    assert out.logits.dtype == torch.float32
+    assert out.hidden_states[-1].dtype == torch.bfloat16
+
+
+def head(seed: int = 0, out: int = 512, bias: bool = False) -> Int8WeightLinear:
+    torch.manual_seed(seed)
+    lin = torch.nn.Linear(64, out, bias=bias)
+    with torch.no_grad():
+        lin.weight.mul_(8.0)
+    return Int8WeightLinear(lin, torch.bfloat16, REFINE_TOP)
+
+
+def reference(h: Int8WeightLinear, x: torch.Tensor) -> torch.Tensor:
+    """The head's product in float64 from the same int8 weights and float32 scales."""
+    w = h.weight.double() * h.scale32.double()[:, None]  # [out, in]
+    ref = x.double() @ w.T  # [n, out]
+    return ref if h.bias is None else ref + h.bias.double()
+
+
+def test_the_largest_logits_keep_the_digits_bf16_rounding_drops(one_thread):
+    """Each row's REFINE_TOP largest entries are off the float64 product by float32 error
+    only, where the bf16 product is off by up to half a bf16 step; the rest are the bf16
+    product's values, so the refine costs a few rows' work."""
+    for bias in (False, True):
+        h = head(bias=bias)
+        x = torch.randn(3, 64).to(torch.bfloat16)
+        ref, got = reference(h, x), h(x)
+        assert got.dtype == torch.float32 and got.shape == (3, 512)
+        top = ref.topk(REFINE_TOP // 2, dim=-1).indices
+        err = (got.double() - ref).gather(-1, top).abs().max()
+        assert err < 1e-5 * ref.abs().max()
+        rounded = (ref.to(torch.bfloat16).double() - ref).abs().max()
+        assert rounded > 10 * err
+        assert torch.equal(got.argmax(-1), ref.argmax(-1))
+        h.refine_top = 0
+        bf16 = h(x).float()
+        h.refine_top = REFINE_TOP
+        changed = (got != bf16).sum(-1)
+        assert bool((changed <= REFINE_TOP).all())
+
+
+def test_a_tie_in_bf16_is_broken_by_the_unrounded_logits(one_thread):
+    """Two output rows built to differ by a quarter of a bf16 step at a logit near 30: bf16
+    rounds them to the same value and argmax takes the lower id; the refined head takes
+    the larger, as the float64 product does."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(64, 64, bias=False)
+    with torch.no_grad():
+        lin.weight.mul_(0.1)  # every other logit near 0
+        lin.weight[2] = 0.0
+        lin.weight[5] = 0.0
+        lin.weight[2, 0] = 30.0
+        lin.weight[5, 0] = 30.0
+        lin.weight[5, 1] = 0.3  # int8: 0.3 -> 1 step of 30/127
+    h = Int8WeightLinear(lin, torch.bfloat16, REFINE_TOP)
+    x = torch.zeros(1, 64, dtype=torch.bfloat16)
+    x[0, 0], x[0, 1] = 1.0, 0.125  # 5 leads 2 by 0.03
+    h.refine_top = 0
+    bf16 = h(x)
+    assert bf16[0, 2] == bf16[0, 5] and int(bf16.argmax()) == 2  # the tie and the lower id
+    h.refine_top = REFINE_TOP
+    got, ref = h(x), reference(h, x)
+    assert int(ref.argmax()) == 5 and int(got.argmax()) == 5
