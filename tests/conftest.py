@@ -10,6 +10,22 @@ import pytest
 import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Under pytest-xdist (scripts/test.sh runs two workers on a 2-core CPU) each worker and
+    # the processes it starts compute on one thread: two workers' thread teams would
+    # otherwise share two cores, and tiny models gain nothing from a second thread.
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Keep the tests that share a costly fixture on one xdist worker: the browser tests
+    (one served app and one chromium) and the load test's app process."""
+    for item in items:
+        if item.get_closest_marker("browser"):
+            item.add_marker(pytest.mark.xdist_group("browser"))
+        elif item.module.__name__.endswith("test_load"):
+            item.add_marker(pytest.mark.xdist_group("load"))
 
 
 @pytest.fixture(scope="session")
