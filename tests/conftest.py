@@ -18,14 +18,19 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 
+# Modules whose tests are independent cases with no costly shared fixture: xdist spreads
+# their tests over the workers one by one. Every other module keeps to one worker, so that a
+# module-scoped fixture (a served app, a browser, a generated baseline, a subprocess's
+# report) is built once.
+SPREAD = {"test_distribution", "test_statements"}
+
+
 def pytest_collection_modifyitems(config, items):
-    """Keep the tests that share a costly fixture on one xdist worker: the browser tests
-    (one served app and one chromium) and the load test's app process."""
+    """Each module's tests on one xdist worker, but for the SPREAD modules'."""
     for item in items:
-        if item.get_closest_marker("browser"):
-            item.add_marker(pytest.mark.xdist_group("browser"))
-        elif item.module.__name__.endswith("test_load"):
-            item.add_marker(pytest.mark.xdist_group("load"))
+        module = item.module.__name__.rsplit(".", 1)[-1]
+        if module not in SPREAD:
+            item.add_marker(pytest.mark.xdist_group(module))
 
 
 @pytest.fixture(scope="session")
