@@ -85,6 +85,10 @@ def test_statuses_click_and_inspector(page, tmp_path) -> None:
     page.wait_for_selector("#sv-insp-plot .js-plotly-plot", timeout=30_000)
     chart = page.inner_text("#sv-insp-plot")
     assert "q (draft)" in chart and "drafted" in chart and "residual" in chart
+    # every handler the click reached ran: no error toast, no "Error" badge
+    page.wait_for_timeout(1000)
+    assert page.locator(".toast-body.error").count() == 0
+    assert page.get_by_text("Error", exact=True).count() == 0
     page.locator("#sv-inspector").screenshot(path=str(shots[1]))
     assert all(p.stat().st_size > 10_000 for p in shots)
     target = os.environ.get("SPECVIZ_SCREENSHOT_DIR")

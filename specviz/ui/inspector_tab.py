@@ -76,7 +76,7 @@ def wire(page: Page) -> None:
 
     def click(sess: Session, evt: gr.EventData) -> dict[Any, Any]:
         out = on_click(sess, evt)
-        return page.keyed({**out, **opened()}) if out else {}
+        return page.keyed({**out, **opened()} if out else {})
 
     v["inspect"].click(
         page.once(pick),

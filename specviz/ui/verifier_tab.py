@@ -212,8 +212,11 @@ def wire(page: Page) -> None:
             page.once(lambda g, kept=kept: call_view(g, kept)), [game], outputs, **options
         )
     v["play_next"].click(page.once(next_view), [game], outputs, **options)
+    def clicked(evt: gr.EventData) -> dict[Any, Any]:  # gradio fills evt by this annotation
+        return page.keyed(token_clicked(evt))
+
     for view in (v["tokens"], v["rounds"]):  # a click on a token opens the inspector
-        view.click(page.once(token_clicked), None, outputs, **options)
+        view.click(clicked, None, outputs, **options)
 
 
 def token_clicked(evt: gr.EventData) -> View:
