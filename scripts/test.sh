@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Set up (idempotently) and run the whole test suite, on two pytest-xdist workers (one torch
-# thread each; SPECVIZ_TEST_WORKERS changes the count, 0 runs in this process). Extra
-# arguments go to pytest.
+# thread each; SPECVIZ_TEST_WORKERS changes the count, 0 runs in this process). A module's
+# tests keep to one worker (--dist loadscope), so that a module fixture (a served app, a
+# browser, a baseline) is built once. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --dev
 workers="${SPECVIZ_TEST_WORKERS:-2}"
 HF_HUB_OFFLINE=1 exec "${SPECVIZ_VENV:-.venv}/bin/python" -m pytest \
-    -n "$workers" --dist loadgroup "$@"
+    -n "$workers" --dist loadscope "$@"

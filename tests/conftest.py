@@ -18,21 +18,6 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 
-# Modules whose tests are independent cases with no costly shared fixture: xdist spreads
-# their tests over the workers one by one. Every other module keeps to one worker, so that a
-# module-scoped fixture (a served app, a browser, a generated baseline, a subprocess's
-# report) is built once.
-SPREAD = {"test_distribution", "test_statements"}
-
-
-def pytest_collection_modifyitems(config, items):
-    """Each module's tests on one xdist worker, but for the SPREAD modules'."""
-    for item in items:
-        module = item.module.__name__.rsplit(".", 1)[-1]
-        if module not in SPREAD:
-            item.add_marker(pytest.mark.xdist_group(module))
-
-
 @pytest.fixture(scope="session")
 def offline_pair():
     """Loaded on the model thread, as the app loads it: torch's CPU kernels keep a team of
@@ -96,3 +81,4 @@ def browser(app_url):
         chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield chromium
         chromium.close()
+
