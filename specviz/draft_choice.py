@@ -39,7 +39,7 @@ from typing import Any
 import torch
 
 from specviz import metrics
-from specviz.offline import cache_root, quantize_w8
+from specviz.offline import cache_root, quantize_w8, refine_copy
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ def build(base: torch.nn.Module, variant: str) -> torch.nn.Module:
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[act]
         return quantize_w8(base, dtype)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[kind]
-    return copy.deepcopy(base).to(dtype).eval()
+    return refine_copy(copy.deepcopy(base).to(dtype).eval())
 
 
 def describe_variant(variant: str) -> str:

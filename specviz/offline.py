@@ -126,6 +126,11 @@ def prepare_offline(force: bool = False) -> Path:
     return target
 
 
+# The LM head's entries recomputed at full precision per row: the near-ties that bf16
+# rounding makes are among the few largest logits.
+REFINE_TOP = 8
+
+
 class Int8WeightLinear(torch.nn.Module):
     """A Linear layer with int8 per-output-channel weights; activations stay in float.
 
@@ -180,9 +185,43 @@ class Int8WeightLinear(torch.nn.Module):
         return y.float().scatter_(-1, idx, exact)
 
 
-# The LM head's entries recomputed at full precision per row: the near-ties that bf16
-# rounding makes are among the few largest logits.
-REFINE_TOP = 8
+class RefinedHead(torch.nn.Module):
+    """A low-precision copy's LM head (a plain Linear, its weight shared, so a tied head
+    stays tied) whose output is float32 with each row's refine_top largest entries
+    recomputed at full precision from the same weights: as Int8WeightLinear.refine_top, so
+    that bf16 or fp16 rounding of the logits does not decide the draft's argmax."""
+
+    def __init__(self, linear: torch.nn.Linear, refine_top: int) -> None:
+        super().__init__()
+        self.linear, self.refine_top = linear, refine_top
+
+    @property
+    def weight(self) -> torch.nn.Parameter:
+        return self.linear.weight
+
+    @weight.setter
+    def weight(self, value: torch.nn.Parameter) -> None:  # transformers' tie_weights
+        self.linear.weight = value
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        flat = x.reshape(-1, shape[-1])
+        y = self.linear(flat)  # [n, out]
+        k = min(self.refine_top, y.shape[-1])
+        idx = y.topk(k, dim=-1).indices  # [n, k]
+        w = self.linear.weight[idx].float()  # [n, k, in]
+        exact = torch.einsum("ni,nki->nk", flat.float(), w)  # [n, k]
+        if self.linear.bias is not None:
+            exact = exact + self.linear.bias.float()[idx]
+        return y.float().scatter_(-1, idx, exact).reshape(*shape[:-1], y.shape[-1])
+
+
+def refine_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """model (a bf16 or fp16 copy) with its LM head a RefinedHead."""
+    head = model.get_output_embeddings()
+    if isinstance(head, torch.nn.Linear):
+        model.set_output_embeddings(RefinedHead(head, REFINE_TOP))
+    return model
 
 
 def quantize_w8(model: torch.nn.Module, act_dtype: torch.dtype) -> torch.nn.Module:

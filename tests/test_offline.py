@@ -80,3 +80,46 @@ def test_a_tie_in_bf16_is_broken_by_the_unrounded_logits(one_thread):
     h.refine_top = REFINE_TOP
     got, ref = h(x), reference(h, x)
     assert int(ref.argmax()) == 5 and int(got.argmax()) == 5
+
+
+def test_a_copys_head_is_refined_and_stays_tied(one_thread):
+    """The bf16 and fp16 copies' LM head returns float32 with its largest logits at full
+    precision, and still shares its weight with the input embedding."""
+    from specviz.draft_choice import build
+    from specviz.offline import RefinedHead
+
+    base = tiny_model(vocab=64, seed=3, tie_word_embeddings=True)
+    for variant, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
+        m = build(base, variant)
+        head = m.get_output_embeddings()
+        assert isinstance(head, RefinedHead) and head.weight.dtype == dtype
+        assert head.weight is m.get_input_embeddings().weight
+        with torch.inference_mode():
+            out = m(input_ids=torch.tensor([[1, 2, 3]]), output_hidden_states=True)
+        h = out.hidden_states[-1][0]  # [3, hidden], the head's input
+        ref = h.double() @ head.weight.double().T
+        top = ref.topk(REFINE_TOP // 2, dim=-1).indices
+        got = out.logits[0].double()
+        assert out.logits.dtype == torch.float32
+        assert (got - ref).gather(-1, top).abs().max() < 1e-4 * ref.abs().max()
+        assert torch.equal(got.argmax(-1), ref.argmax(-1))
+
+
+def test_a_tie_in_a_bf16_copy_is_broken_by_the_unrounded_logits(one_thread):
+    from specviz.offline import RefinedHead
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(64, 64, bias=False)
+    with torch.no_grad():
+        lin.weight.mul_(0.1)
+        lin.weight[2] = 0.0
+        lin.weight[5] = 0.0
+        lin.weight[2, 0] = 30.0
+        lin.weight[5, 0] = 30.0
+        lin.weight[5, 1] = 0.25  # bf16 keeps 0.25 exactly
+    lin = lin.to(torch.bfloat16)
+    x = torch.zeros(1, 64, dtype=torch.bfloat16)
+    x[0, 0], x[0, 1] = 1.0, 0.125  # 5 leads 2 by 0.03, a quarter of a bf16 step at 30
+    plain = lin(x)
+    assert plain[0, 2] == plain[0, 5] and int(plain.argmax()) == 2
+    assert int(RefinedHead(lin, REFINE_TOP)(x).argmax()) == 5
