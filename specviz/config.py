@@ -477,7 +477,7 @@ class Settings:
     verification: str = setting(
         "rejection",
         "verification: rejection u < p/q or exact match (lossless); typical or top-k match "
-        "(lossy: they accept more, and the text is no longer distributed as the target's)",
+        "(lossy: they keep drafts by a test on p alone, which changes the text's distribution)",
         choices=VERIFICATIONS,
         elem_id="sv-verification",
         help="rejection: u < p/q; exact-match: the target's own sample equals the draft "

@@ -212,6 +212,7 @@ def wire(page: Page) -> None:
             page.once(lambda g, kept=kept: call_view(g, kept)), [game], outputs, **options
         )
     v["play_next"].click(page.once(next_view), [game], outputs, **options)
+
     def clicked(evt: gr.EventData) -> dict[Any, Any]:  # gradio fills evt by this annotation
         return page.keyed(token_clicked(evt))
 

@@ -381,6 +381,9 @@ def verifications_figure(rows: Sequence[Any]) -> go.Figure:
             name=name,
             marker={"size": 14, "symbol": "x" if r.lossy else "circle", "color": SERIES[n % 10]},
         )
+    if rows:  # room above the highest marker for its label
+        lo = min(r.acceptance_rate for r in rows)
+        fig.update_yaxes(range=[max(0.0, lo - 0.1), 1.12])
     return lay_out(
         fig,
         "acceptance against the distortion each decision adds",
