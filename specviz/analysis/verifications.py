@@ -30,6 +30,22 @@ class Row:
     mean_out_tv: float | None
     check_passed: bool | None  # None: the check was skipped
 
+    def cells(self) -> list[str]:
+        """The row as the command line's and the app's tables print it (COLUMNS)."""
+        tv = "not measured" if self.mean_out_tv is None else f"{self.mean_out_tv:.3g}"
+        passed = self.check_passed
+        return [
+            verification_label(self.verification),
+            f"{self.acceptance_rate:.3f}",
+            f"{self.tokens_per_call:.2f}",
+            f"{self.speedup:.2f}x",
+            tv,
+            "skipped" if passed is None else "PASS" if passed else "FAIL",
+        ]
+
+
+COLUMNS = ("verification", "acceptance", "tokens/call", "speedup", "mean TV(out, p)", "check")
+
 
 @dataclass(frozen=True)
 class Progress:

@@ -20,7 +20,7 @@ from specviz.cli.args import (
     say,
     settings_from_args,
 )
-from specviz.config import DEFAULT_PROMPT, verification_label
+from specviz.config import DEFAULT_PROMPT
 
 if TYPE_CHECKING:
     from specviz.analysis.verifications import Row
@@ -63,22 +63,10 @@ def cmd_verifications(args: argparse.Namespace) -> int:
 def table(rows: list[Row], seed: int) -> str:
     """The rows as an aligned text table with its definitions underneath."""
     from specviz import metrics
+    from specviz.analysis.verifications import COLUMNS
 
-    head = ["verification", "acceptance", "tokens/call", "speedup", "mean TV(out, p)", "check"]
-    body = []
-    for r in rows:
-        tv = "not measured" if r.mean_out_tv is None else f"{r.mean_out_tv:.3g}"
-        check = "skipped" if r.check_passed is None else "PASS" if r.check_passed else "FAIL"
-        body.append(
-            [
-                verification_label(r.verification),
-                f"{r.acceptance_rate:.3f}",
-                f"{r.tokens_per_call:.2f}",
-                f"{r.speedup:.2f}x",
-                tv,
-                check,
-            ]
-        )
+    head = list(COLUMNS)
+    body = [r.cells() for r in rows]
     widths = [max(len(x) for x in col) for col in zip(head, *body, strict=True)]
     lines = [
         "  ".join(x.ljust(w) for x, w in zip(line, widths, strict=True)) for line in [head, *body]

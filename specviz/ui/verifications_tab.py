@@ -19,8 +19,8 @@ import gradio as gr
 
 from specviz import metrics
 from specviz.analysis import distribution_check
-from specviz.analysis.verifications import Progress, Row, iter_compare
-from specviz.config import VERIFICATIONS, verification_label
+from specviz.analysis.verifications import COLUMNS, Progress, Row, iter_compare
+from specviz.config import VERIFICATIONS
 from specviz.ui.context import AppContext
 from specviz.ui.errors import model_failures
 from specviz.ui.page import HIDDEN, Page
@@ -69,22 +69,7 @@ def progress_html(p: Progress) -> str:
 
 def table_html(rows: list[Row]) -> str:
     """The rows as a table, each verification's name saying whether it is lossy."""
-    head = ["verification", "acceptance", "tokens per call", "speedup", "mean TV(out, p)"]
-    head.append("check")
-    cells = []
-    for r in rows:
-        tv = "not measured" if r.mean_out_tv is None else f"{r.mean_out_tv:.3g}"
-        check = "skipped" if r.check_passed is None else "pass" if r.check_passed else "FAIL"
-        cells.append(
-            [
-                verification_label(r.verification),
-                f"{r.acceptance_rate:.3f}",
-                f"{r.tokens_per_call:.2f}",
-                f"{r.speedup:.2f}x",
-                tv,
-                check,
-            ]
-        )
+    head, cells = COLUMNS, [r.cells() for r in rows]
     th = "".join(f"<th>{markup.esc(h)}</th>" for h in head)
     body = "".join(
         "<tr>" + "".join(f"<td>{markup.esc(c)}</td>" for c in row) + "</tr>" for row in cells
