@@ -227,13 +227,12 @@ def bench_figures(result: BenchResult) -> list[Any]:
 
 def _ms_per_token_figure(result: BenchResult) -> Any:
     """Grouped bars, one subplot per mode: median ms/token of each contender per prompt."""
-    from plotly.subplots import make_subplots
-
     from specviz.views.figures import add_bar_group
+    from specviz.views.style import subplots
 
     df = contender_frame(result)
     modes = result.options["modes"]
-    fig = make_subplots(rows=len(modes), cols=1, subplot_titles=[_mode_title(m) for m in modes])
+    fig = subplots(rows=len(modes), cols=1, subplot_titles=[_mode_title(m) for m in modes])
     for i, mode in enumerate(modes, start=1):
         sub = df[df["mode"] == mode]
         groups = [(prompt, sub[sub["prompt"] == prompt]) for prompt in sub["prompt"].unique()]
@@ -252,7 +251,9 @@ def _ratios_figure(result: BenchResult) -> Any:
     """One marker per prompt and ratio, one series per mode; 1 is parity."""
     import plotly.graph_objects as go
 
-    fig = go.Figure()
+    from specviz.views.style import figure
+
+    fig = figure()
     for mode in result.options["modes"]:
         rs = [r for r in result.ratios if r["mode"] == mode and r["value"] is not None]
         fig.add_trace(

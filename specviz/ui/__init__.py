@@ -2,6 +2,7 @@
 
 Modules, each with one job (imports point down this list, never up):
     layout        the Blocks from its sections, the six tabs composed; serving
+    blocks        gr.Blocks, with the outputs a frame leaves alone sent at no cost
     controls      the left column and its own events (presets, pair loading)
     api           the named endpoint /generate
     lesson_panel  the guided lesson's panel: each step's action through the handlers below

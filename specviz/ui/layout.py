@@ -48,6 +48,7 @@ from specviz.ui import (
     verifications_tab,
     verifier_tab,
 )
+from specviz.ui.blocks import Blocks
 from specviz.ui.context import AppContext, app_context
 from specviz.ui.page import Page
 from specviz.ui.pairs import CustomLoader, Loader
@@ -96,7 +97,7 @@ def build_app(
     dep = deployment or Deployment.from_env()
     dep = replace(dep, limits=limits) if limits is not None else dep
     ctx, menu = app_context(dep, loader, pairs, custom_loader, runner)
-    with gr.Blocks(title="specviz: speculative decoding, decision by decision") as demo:
+    with Blocks(title="specviz: speculative decoding, decision by decision") as demo:
         page, lesson_state = compose(ctx, menu, dep, demo)
         for section in SECTIONS:
             section.wire(page)

@@ -10,14 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from specviz import metrics
 from specviz.views.figures import empty_figure, plain
 from specviz.views.palette import COLORS, SERIES
+from specviz.views.style import figure, subplots
 
 LAYOUT: dict[str, Any] = {
-    "template": "plotly_white",
     "margin": {"l": 55, "r": 20, "t": 60, "b": 40},
     "legend": {"orientation": "h", "y": -0.18},
     "font": {"size": 12},
@@ -33,7 +32,7 @@ def sweep_figure(rows: list[dict[str, Any]]) -> go.Figure:
     costs (where the rows carry it), one colour per temperature."""
     if not rows:
         return empty_figure("No sweep yet: run one to see measured points against the formula.")
-    fig = go.Figure(layout=LAYOUT)
+    fig = figure(layout=LAYOUT)
     top = max(r["gamma"] for r in rows)
     temps = sorted({r["temperature"] for r in rows})
     for i, t in enumerate(temps):
@@ -94,7 +93,7 @@ def reliability_figure(result: dict[str, Any]) -> go.Figure:
     rule). Open markers: bins with fewer than min_n observations (shown, not judged)."""
     if not result.get("bins") and not result.get("residual_bins"):
         return empty_figure("No sampled decisions yet: run with a temperature above 0.")
-    fig = go.Figure(layout=LAYOUT)
+    fig = figure(layout=LAYOUT)
     diag = {"color": COLORS["ar"], "dash": "dot"}
     fig.add_scatter(x=[0, 1], y=[0, 1], mode="lines", line=diag, name="exact rule")
     series = (
@@ -144,7 +143,7 @@ def runs_figure(rows: list[dict[str, Any]]) -> go.Figure:
     """Speedup (compared runs) and acceptance rate per run of the log."""
     if not rows:
         return empty_figure("No runs logged yet.")
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
+    fig = subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
     fig.update_layout(LAYOUT)
     x = [r["run"] for r in rows]
     hover = [plain(r["changed"]) for r in rows]

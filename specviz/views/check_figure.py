@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from plotly.subplots import make_subplots
-
 from specviz.analysis.binning import OTHER, CheckView
 from specviz.analysis.chisquare import frequencies
 from specviz.analysis.distribution_check import CheckResult
 from specviz.views.figures import add_bar_group, label
+from specviz.views.style import subplots
 
 
 def check_figure(result: CheckResult, max_bins: int = 20) -> Any:
@@ -20,7 +19,7 @@ def check_figure(result: CheckResult, max_bins: int = 20) -> Any:
         f" | TV(AR, p) {v.tv_ar:.3f}, p-value {v.ar_test.p_text}"
         for v in result.views
     ]
-    fig = make_subplots(rows=len(result.views), cols=1, subplot_titles=titles)
+    fig = subplots(rows=len(result.views), cols=1, subplot_titles=titles)
     for row, v in enumerate(result.views, start=1):
         idx = _shown(v, max_bins)
         x = [_display(v.labels[i], i) for i in idx]

@@ -11,15 +11,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from specviz import metrics
 from specviz.config import LOSSY_VERIFICATIONS, verification_label, verification_of
 from specviz.trace import Decision, Trace, round_number
 from specviz.views.palette import COLORS, GRID, OUTLINE, SERIES, ZERO_LINE, show_whitespace
+from specviz.views.style import figure, subplots
 
 _LAYOUT: dict[str, Any] = {
-    "template": "plotly_white",
     "margin": {"l": 50, "r": 20, "t": 50, "b": 40},
     "legend": {"orientation": "h", "y": -0.15},
     "font": {"size": 12},
@@ -78,7 +77,7 @@ def lay_out(fig: go.Figure, title: str, x: str, y: str, height: int, **extra: An
 
 def empty_figure(message: str) -> go.Figure:
     """A blank figure carrying one line of text."""
-    fig = go.Figure(layout=_LAYOUT)
+    fig = figure(layout=_LAYOUT)
     fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
@@ -220,7 +219,7 @@ def decision_figure(dec: Decision) -> go.Figure:
         "added": added,
     }
     heights = {"pq": 0.5, "accept": 0.15, "added": 0.45}
-    fig = make_subplots(
+    fig = subplots(
         rows=len(panels),
         cols=1,
         subplot_titles=[titles[p] for p in panels],
@@ -298,7 +297,7 @@ def speedup_spec(spec: Trace | None, ar: Trace | None) -> dict[str, Any]:
 
 def speedup_figure(spec: Trace | None, ar: Trace | None) -> go.Figure:
     """Tokens against wall-clock seconds, speculative and autoregressive, with the speedup."""
-    return go.Figure(speedup_spec(spec, ar))
+    return figure(speedup_spec(spec, ar))
 
 
 # --- acceptance ------------------------------------------------------------------------
@@ -308,7 +307,7 @@ def acceptance_per_round_figure(trace: Trace) -> go.Figure:
     """Accepted drafts / verified drafts in each round (the acceptance-rate definition)."""
     rounds = trace.rounds
     n_verified = [len(r.verified) for r in rounds]
-    fig = go.Figure()
+    fig = figure()
     fig.add_bar(
         x=[round_number(r.index) for r in rounds],
         y=[r.n_accepted / v if v else 0.0 for r, v in zip(rounds, n_verified, strict=True)],
@@ -328,7 +327,7 @@ def acceptance_per_round_figure(trace: Trace) -> go.Figure:
 def accepted_histogram_figure(trace: Trace) -> go.Figure:
     """How many rounds accepted 0, 1, 2, ... drafts."""
     hist = metrics.accepted_histogram(trace)
-    fig = go.Figure()
+    fig = figure()
     fig.add_bar(x=list(hist), y=list(hist.values()), marker={"color": COLORS["p"]}, name="rounds")
     return lay_out(
         fig,
@@ -343,7 +342,7 @@ def accepted_histogram_figure(trace: Trace) -> go.Figure:
 def acceptance_by_position_figure(trace: Trace) -> go.Figure:
     """Acceptance rate at draft position 1, 2, ... (verified drafts only)."""
     rates = metrics.acceptance_by_position(trace)
-    fig = go.Figure()
+    fig = figure()
     fig.add_bar(
         x=list(range(1, len(rates) + 1)),
         y=rates,
@@ -368,7 +367,7 @@ def verifications_figure(rows: Sequence[Any]) -> go.Figure:
     """Acceptance against TV(out, p), one marker per verification (rows of
     specviz.analysis.verifications): the lossless ones sit at TV 0, the lossy ones buy
     acceptance with distortion, or fail to."""
-    fig = go.Figure(layout=_LAYOUT)
+    fig = figure(layout=_LAYOUT)
     for n, r in enumerate(rows):
         tv = r.mean_out_tv if r.mean_out_tv is not None else 0.0
         name = verification_label(r.verification)

@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 from specviz import metrics
 from specviz.views.figures import lay_out
 from specviz.views.palette import COLORS
+from specviz.views.style import figure
 
 
 def theory_figure(
@@ -71,6 +72,6 @@ def _expected_curve(
     """A figure holding Leviathan's expected speedup at every gamma in metrics.GAMMAS as one
     line, and the speedups it draws."""
     gammas, ys = metrics.expected_curve(alpha, c)
-    fig = go.Figure()
+    fig = figure()
     fig.add_scatter(x=gammas, y=ys, mode="lines+markers", name=name, line=line)
     return fig, ys

@@ -22,6 +22,7 @@ import plotly.graph_objects as go
 
 from specviz.trace import Trace, round_number
 from specviz.views.palette import COLORS, GRID, ZERO_LINE
+from specviz.views.style import figure
 
 PARTS = ("draft", "verify", "rest")
 COLOR = {"draft": COLORS["q"], "verify": COLORS["p"], "rest": COLORS["rest"]}  # draft: q's
@@ -118,4 +119,4 @@ def breakdown_spec(trace: Trace) -> dict[str, Any]:
 
 def breakdown_figure(trace: Trace) -> go.Figure:
     """Draft, verify and rest ms per round, stacked, with the run's shares in the title."""
-    return go.Figure(breakdown_spec(trace))
+    return figure(breakdown_spec(trace))

@@ -31,6 +31,7 @@ from specviz.trace import Node, Round, Trace, round_number
 from specviz.views.figures import lay_out, plain
 from specviz.views.markup import _pair_fmt, esc, num
 from specviz.views.palette import COLORS, show_whitespace
+from specviz.views.style import figure
 
 NODE_STATUSES = ("accepted", "rejected", "untried", "resampled", "bonus")
 STATUS_WORDS = {
@@ -373,7 +374,7 @@ def node_figure(rnd: Round, node: Node) -> go.Figure:
     names = ["p (at parent)", "q (draft)", "p′ (at its trial)", "min(1, p′/q)"]
     values = [node.p, node.q, node.p_prime, node.accept_prob]
     colors = [COLORS["p"], COLORS["q"], COLORS["residual"], COLORS["accepted"]]
-    fig = go.Figure()
+    fig = figure()
     fig.add_bar(
         x=names,
         y=[v if v is not None else 0.0 for v in values],
