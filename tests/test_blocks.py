@@ -50,9 +50,7 @@ def test_a_frame_is_sent_as_gradio_sends_it(frame: str) -> None:
     demo, fn, comps = build()
     ours_state, theirs_state = SessionState(demo), SessionState(demo)
     ours = asyncio.run(demo.postprocess_data(fn, FRAMES[frame](comps), ours_state))
-    theirs = asyncio.run(
-        gr.Blocks.postprocess_data(demo, fn, FRAMES[frame](comps), theirs_state)
-    )
+    theirs = asyncio.run(gr.Blocks.postprocess_data(demo, fn, FRAMES[frame](comps), theirs_state))
     # for a skipped gr.HTML gradio also echoes the update marker as a custom property,
     # {"props": {"__type__": "update"}}, which sets nothing; ours sends the bare marker
     echo = {"props": SKIP, **SKIP}
@@ -70,6 +68,7 @@ def test_a_frame_is_sent_as_gradio_sends_it(frame: str) -> None:
             assert ours_state.config_values[key] == initial[key], block
         else:
             assert ours_state.config_values[key] == theirs_state.config_values[key], block
+
 
 def test_an_output_left_alone_builds_no_component(monkeypatch) -> None:
     demo, fn, comps = build()
