@@ -362,6 +362,19 @@ def _logits(model: torch.nn.Module, ids: list[int], device: torch.device, vocab:
     return model(input_ids=x).logits[0, :, :vocab].float()
 
 
+def recorded(device: torch.device) -> DraftChoice | None:
+    """The choice offline_draft would read for this machine without measuring (the
+    record, with a forced variant applied), or None when it has to measure."""
+    want = requested()
+    rec = load_record(machine_key(device))
+    if rec is not None and want != "auto":
+        known = {c.variant: c for c in rec.candidates}
+        if want not in known or known[want].alpha is None:  # measure it whole
+            return None
+        rec.variant, rec.forced = want, True
+    return rec
+
+
 def offline_draft(
     base: torch.nn.Module,
     tokenizer: Any,
@@ -372,14 +385,7 @@ def offline_draft(
     """The draft network for this machine and its record: from the cache when this machine
     has a valid one (and it covers a forced variant), else measured now and saved."""
     want = requested()
-    key = machine_key(device)
-    rec = None if remeasure else load_record(key)
-    if rec is not None and want != "auto":
-        known = {c.variant: c for c in rec.candidates}
-        if want not in known or known[want].alpha is None:  # measure it whole
-            rec = None
-        else:
-            rec.variant, rec.forced = want, True
+    rec = None if remeasure else recorded(device)
     if rec is not None:
         return build(base, rec.variant).to(device), rec
     forced = want != "auto"

@@ -362,6 +362,9 @@ def prepare_offline_pair(device: str = "auto", remeasure: bool = False, say: Any
 
     draft_choice.requested()  # a bad SPECVIZ_OFFLINE_DRAFT fails before any work
     dev = resolve_device(device)
+    known = None if remeasure else draft_choice.recorded(dev)
+    if known is not None:  # measured before on this machine: nothing to load
+        return known
     with _lock:
         base = _get_model(OFFLINE_TARGET, dev, torch.float32)
         tokenizer = _get_tokenizer(OFFLINE_TARGET)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -408,3 +409,25 @@ def test_the_page_states_the_guard_in_the_status_and_the_speed_tab(one_thread):
     final = frames[-1]
     assert "cannot beat plain decoding" in final["status"] and "sv-status-warn" in final["status"]
     assert "cannot beat plain decoding" in final["table1"]
+
+
+def test_setup_reads_a_recorded_choice_without_loading_a_model(
+    cache, base, monkeypatch, one_thread
+):
+    """`python -m specviz prepare` (every set-up run) with this machine's record: the record,
+    and no model loaded; without one it loads the base network and measures."""
+    from specviz import models
+
+    loads: list[str] = []
+    monkeypatch.setattr(
+        models, "_get_model", lambda name, *a: loads.append(name) or SimpleNamespace(model=base)
+    )
+    monkeypatch.setattr(models, "_get_tokenizer", lambda name: TinyTok())
+    calls = measured(monkeypatch)
+    first = models.prepare_offline_pair("cpu")
+    assert loads == [models.OFFLINE_TARGET] and calls == [draft_choice.VARIANTS]
+    again = models.prepare_offline_pair("cpu")
+    assert loads == [models.OFFLINE_TARGET] and len(calls) == 1  # read, nothing loaded
+    assert again.variant == first.variant and again.candidates == first.candidates
+    models.prepare_offline_pair("cpu", remeasure=True)
+    assert len(loads) == 2 and len(calls) == 2
