@@ -40,9 +40,6 @@ def test_a_tree_round_is_drawn_and_a_node_opens_its_trial(browser, app_url, tmp_
         assert "p′ = " in text and "q = " in text and "among its siblings" in text
         page.locator(TREE).scroll_into_view_if_needed()
         shot(page, "tree-1280x720.png")
-        page.screenshot(path="/tmp/treeui-tree-1280x720.png")
-        page.locator("#sv-verdict").scroll_into_view_if_needed()
-        page.screenshot(path="/tmp/treeui-node-1280x720.png")
         page.screenshot(path=str(tmp_path / "tree.png"))
         # the Theory tab compares the tree with a chain of the same verify width
         open_tab(page, "Theory")
@@ -50,4 +47,3 @@ def test_a_tree_round_is_drawn_and_a_node_opens_its_trial(browser, app_url, tmp_
         compare.scroll_into_view_if_needed()
         text = compare.inner_text()
         assert "7 positions" in text and "chain of gamma 6" in text and "predicted" in text
-        page.screenshot(path="/tmp/treeui-theory-1280x720.png")
