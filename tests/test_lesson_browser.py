@@ -8,6 +8,7 @@ Set SPECVIZ_SCREENSHOT_DIR to also write lesson-1280x720.png there.
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
@@ -111,3 +112,27 @@ def test_clicking_ahead_keeps_each_statement_on_its_own_step(browser, short_url)
         said.filter(has_text=STEP_ONE).wait_for(timeout=30_000)
         assert "draft temperature 1.5" not in said.inner_text()
         no_error_shown(page)
+
+
+def test_step_six_catches_the_wrong_rule_and_passes_exact_match(browser, short_url) -> None:
+    """The distribution-check step as a class meets it: Next to step 6, its button, and the
+    statement of both checks on the offline pair; the check's own view fills in too."""
+    with opened(browser, short_url, 1280, 720) as page:
+        for n in range(2, 7):
+            page.click("#sv-lesson-next")
+            page.locator("#sv-lesson").filter(has_text=f"step {n} of 7").wait_for(timeout=30_000)
+        assert "Run both checks" in page.inner_text("#sv-lesson-go")
+        t0 = time.perf_counter()
+        page.click("#sv-lesson-go")
+        said = page.locator("#sv-lesson-said .sv-lesson-said")
+        said.filter(has_text="exact-match verification").wait_for(timeout=300_000)
+        print(f"step 6 in the browser: {time.perf_counter() - t0:.1f} s from its button")
+        text = said.inner_text()
+        assert re.search(r"With resample-from-p the check fails \(smallest p-value", text), text
+        assert re.search(r"with exact-match verification it passes \(smallest p-value", text)
+        page.wait_for_selector("#sv-check-plot .js-plotly-plot", timeout=30_000)
+        page.wait_for_function(
+            "() => !document.querySelector('#sv-status .sv-status-busy')", timeout=60_000
+        )
+        no_error_shown(page)
+        shot(page, "lesson-step6.png")

@@ -20,6 +20,7 @@ from specviz.analysis.distribution_check import CheckResult
 from specviz.config import RULES
 from specviz.ui.context import AppContext
 from specviz.ui.errors import model_failures
+from specviz.ui.frames import FRAME_S
 from specviz.ui.page import HIDDEN, Page
 from specviz.ui.pairs import pair_label
 from specviz.ui.state import Form, Session, View, as_int
@@ -86,7 +87,7 @@ def check_updates(
     check = distribution_check.iter_check(pair, form.prompt, settings, n, length, rule)
     worker = Worker([check], stop or threading.Event(), sink=items)
     shown = 0
-    for _ in worker.polls():
+    for _ in worker.polls(gap=FRAME_S):
         if len(items) > shown:
             shown = len(items)
             last = items[shown - 1]

@@ -19,6 +19,7 @@ import gradio as gr
 from specviz.analysis.sweep import SweepEvent, SweepPlan, format_table, sweep
 from specviz.ui.context import AppContext
 from specviz.ui.errors import model_failures
+from specviz.ui.frames import FRAME_S
 from specviz.ui.page import HIDDEN, Page
 from specviz.ui.pairs import pair_label
 from specviz.ui.state import Form, Session, View, as_int
@@ -133,7 +134,7 @@ def sweep_updates(
     worker = Worker([sweep(pair, plan)], stop, sink=events)
     yield {"sweep_status": progress_html(None, plan.total_runs), **results([], "")}
     shown = 0
-    for _ in worker.polls():
+    for _ in worker.polls(gap=FRAME_S):
         if len(events) > shown:
             shown = len(events)
             rows = [e.row for e in events[:shown] if e.row is not None]

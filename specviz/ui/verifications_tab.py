@@ -23,6 +23,7 @@ from specviz.analysis.verifications import COLUMNS, Progress, Row, iter_compare
 from specviz.config import VERIFICATIONS
 from specviz.ui.context import AppContext
 from specviz.ui.errors import model_failures
+from specviz.ui.frames import FRAME_S
 from specviz.ui.page import HIDDEN, Page
 from specviz.ui.pairs import pair_label
 from specviz.ui.state import Form, Session, View, as_int
@@ -117,7 +118,7 @@ def compare_updates(
     compare = iter_compare(pair, form.prompt, settings, n, 1, check)
     worker = Worker([compare], stop or threading.Event(), sink=items)
     shown = 0
-    for _ in worker.polls():
+    for _ in worker.polls(gap=FRAME_S):
         if len(items) > shown:
             shown = len(items)
             rows = [r for r in items[:shown] if isinstance(r, Row)]

@@ -10,6 +10,7 @@ views.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -28,16 +29,21 @@ class Worker(threading.Thread):
         self.tick = threading.Event()  # set after every item
         self.error: BaseException | None = None
 
-    def polls(self, interval: float = 0.5) -> Iterator[None]:
+    def polls(self, interval: float = 0.5, gap: float = 0.0) -> Iterator[None]:
         """Start the thread and yield after each tick (or every `interval` seconds) while it
-        runs, then join it; the caller reads ``error`` after the loop. Leaving the loop early
-        (the page went away, the handler was cancelled) sets the stop event."""
+        runs, then join it; the caller reads ``error`` after the loop. With a gap, yields
+        come at most once per gap seconds (items that tick faster, such as a check's
+        samples, are read in batches; the end is not delayed). Leaving the loop early (the
+        page went away, the handler was cancelled) sets the stop event."""
         self.start()
         try:
             while self.is_alive():
                 self.tick.wait(interval)
                 self.tick.clear()
+                since = time.monotonic()
                 yield
+                if gap > 0:
+                    self.join(max(0.0, gap - (time.monotonic() - since)))
         finally:
             self.stop.set()
         self.join()
