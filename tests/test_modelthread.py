@@ -70,3 +70,22 @@ def test_the_app_runs_models_on_the_model_thread(tiny):
     finally:
         hook.remove()
     assert names == {MODEL_THREAD._name}
+
+
+def test_a_worker_with_a_gap_yields_at_most_once_per_gap():
+    """Items that tick every 10 ms are read in batches, at most one yield per gap of the
+    loop's own duration (without the gap it would yield about once per item)."""
+    from specviz.ui.worker import Worker
+
+    def items():
+        for i in range(60):
+            time.sleep(0.01)
+            yield i
+
+    sink: list[int] = []
+    worker = Worker([items()], threading.Event(), sink=sink)
+    t0 = time.monotonic()
+    seen = [len(sink) for _ in worker.polls(gap=0.1)]
+    took = time.monotonic() - t0
+    assert sink == list(range(60))  # the handler reads the rest after the loop
+    assert seen == sorted(seen) and len(seen) <= took / 0.1 + 2, (seen, took)
