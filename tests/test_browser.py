@@ -192,7 +192,7 @@ def wait_text(page, selector: str, text: str, timeout: int = 60_000) -> None:
 
 
 def test_shading_race_log_calibration_and_reload(page) -> None:
-    generate(page, ui.PRESETS["chat"]["prompt"], 24, draft_temperature="1.8")
+    generate(page, ui.PRESETS["chat"]["prompt"], 16, draft_temperature="1.8")
     first = page.locator("#sv-tokens [data-pos]").count()
     # overlap shading: every shown draft carries its overlap, and the legend appears
     page.check("#sv-shade input")
