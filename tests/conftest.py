@@ -99,4 +99,9 @@ SLOWEST_FIRST = (
 
 def pytest_collection_modifyitems(items) -> None:
     rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.module.__name__.rpartition(".")[2], len(rank)))
+
+    def place(item) -> int:
+        module = getattr(item, "module", None)
+        return rank.get(module.__name__.rpartition(".")[2] if module else "", len(rank))
+
+    items.sort(key=place)
