@@ -18,6 +18,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -176,13 +177,31 @@ class Int8WeightLinear(torch.nn.Module):
     def refined(self, flat: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """y [n, out] in float32, each row's refine_top largest entries recomputed at full
         precision from the int8 weights and the float32 scales."""
-        k = min(self.refine_top, self.out_features)
-        idx = y.topk(k, dim=-1).indices  # [n, k]
-        w = self.weight[idx].float() * self.scale32[idx][..., None]  # [n, k, in]
-        exact = torch.einsum("ni,nki->nk", flat.float(), w)  # [n, k]
-        if self.bias is not None:
-            exact = exact + self.bias.float()[idx]
-        return y.float().scatter_(-1, idx, exact)
+        return refine_largest(
+            flat,
+            y,
+            lambda idx: self.weight[idx].float() * self.scale32[idx][..., None],
+            self.bias,
+            self.refine_top,
+        )
+
+
+def refine_largest(
+    flat: torch.Tensor,
+    y: torch.Tensor,
+    rows: Callable[[torch.Tensor], torch.Tensor],
+    bias: torch.Tensor | None,
+    top: int,
+) -> torch.Tensor:
+    """y [n, out] as float32, each row's `top` largest entries recomputed in float32 as
+    flat [n, in] times the weight rows that rows(idx) gives ([n, k] ids to [n, k, in]
+    float32 rows), plus the bias: the refinement both low-precision LM heads share."""
+    k = min(top, y.shape[-1])
+    idx = y.topk(k, dim=-1).indices  # [n, k]
+    exact = torch.einsum("ni,nki->nk", flat.float(), rows(idx))  # [n, k]
+    if bias is not None:
+        exact = exact + bias.float()[idx]
+    return y.float().scatter_(-1, idx, exact)
 
 
 class RefinedHead(torch.nn.Module):
@@ -207,13 +226,9 @@ class RefinedHead(torch.nn.Module):
         shape = x.shape
         flat = x.reshape(-1, shape[-1])
         y = self.linear(flat)  # [n, out]
-        k = min(self.refine_top, y.shape[-1])
-        idx = y.topk(k, dim=-1).indices  # [n, k]
-        w = self.linear.weight[idx].float()  # [n, k, in]
-        exact = torch.einsum("ni,nki->nk", flat.float(), w)  # [n, k]
-        if self.linear.bias is not None:
-            exact = exact + self.linear.bias.float()[idx]
-        return y.float().scatter_(-1, idx, exact).reshape(*shape[:-1], y.shape[-1])
+        lin = self.linear
+        y = refine_largest(flat, y, lambda idx: lin.weight[idx].float(), lin.bias, self.refine_top)
+        return y.reshape(*shape[:-1], y.shape[-1])
 
 
 def refine_copy(model: torch.nn.Module) -> torch.nn.Module:
