@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from specviz import offline
 from specviz.offline import REFINE_TOP, Int8WeightLinear, quantize_w8
 from tests.tiny import tiny_model
 
@@ -123,3 +124,26 @@ def test_a_tie_in_a_bf16_copy_is_broken_by_the_unrounded_logits(one_thread):
     plain = lin(x)
     assert plain[0, 2] == plain[0, 5] and int(plain.argmax()) == 2
     assert int(RefinedHead(lin, REFINE_TOP)(x).argmax()) == 5
+
+
+def test_a_gguf_file_is_parsed_once_during_a_conversion(tmp_path) -> None:
+    """Within _gguf_read_once the config, tokenizer and weights share one parse of the file
+    and one name map; the gguf package's own names come back after."""
+    import gguf
+
+    path = tmp_path / "tiny.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(2)
+    writer.add_tensor("token_embd.weight", torch.zeros(4, 2).numpy())
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    with offline._gguf_read_once():
+        first = gguf.GGUFReader(path)
+        assert gguf.GGUFReader(str(path)) is first
+        assert gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2) is gguf.get_tensor_name_map(
+            gguf.MODEL_ARCH.LLAMA, 2
+        )
+    assert (gguf.GGUFReader, gguf.get_tensor_name_map) == (reader, name_map)
