@@ -22,7 +22,7 @@ pytestmark = pytest.mark.browser
 def test_the_lesson_and_run_on_screen_and_step_one_states_its_run(
     browser, app_url, short_url
 ) -> None:
-    # runs capped at 48 tokens, unless the README's screenshot is being written
+    # runs capped at 24 tokens, unless the README's screenshot is being written
     url = app_url if os.environ.get("SPECVIZ_SCREENSHOT_DIR") else short_url
     with opened(browser, url, 1280, 720) as page:
         page.evaluate("window.scrollTo(0, 0)")
@@ -63,7 +63,7 @@ def no_error_shown(page) -> None:
 
 @pytest.fixture(scope="module")
 def short_url(offline_pair, app_url):
-    """The app on the offline pair with runs capped at 48 tokens (the lesson's steps keep
+    """The app on the offline pair with runs capped at 24 tokens (the lesson's steps keep
     within the deployment's limits), so that two steps' runs stay short."""
     from specviz import ui
     from specviz.config import Limits
@@ -71,7 +71,7 @@ def short_url(offline_pair, app_url):
     demo = ui.build_app(
         loader=lambda pair, dtype: offline_pair,
         pairs=["default"],
-        limits=Limits(max_new_tokens=48),
+        limits=Limits(max_new_tokens=24),
     )
     demo.queue().launch(
         prevent_thread_lock=True, server_name="127.0.0.1", quiet=True, **ui.launch_options()
