@@ -302,7 +302,6 @@ def test_each_case_rejects_a_broken_exact_match(name, monkeypatch, one_thread):
     assert p < WRONG_P, f"{name}: the broken exact match passed the check in {n} samples: {found}"
 
 
-
 def assert_follows_target(pair, case: Case, n: int, reference=None) -> None:
     """n seeded samples of `pair` follow the exact distribution of `reference` (default:
     the pair itself) in every view, over rounds that drafted 3 or more tokens."""
