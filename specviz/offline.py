@@ -137,7 +137,9 @@ def _gguf_read_once() -> Iterator[None]:
     and builds the gguf package's tensor-name map once per module of the network: 40 s of
     the conversion on a 2-core CPU. Within this block each file is parsed once and each
     name map built once (both are read-only to their callers), which gives the same
-    weights and tokenizer in about 15 s. The gguf package's two names are restored after."""
+    weights and tokenizer in about 15 s. The gguf package's two names are restored after.
+    The patch is process-wide: prepare_offline runs under specviz.models' load lock (or in
+    the single-threaded set-up step), so no other GGUF file is read meanwhile."""
     import gguf
 
     reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
