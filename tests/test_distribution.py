@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 import torch
@@ -239,15 +240,21 @@ def pair_for(case: Case):
     return bag_pair(vocab=VOCAB, target_seed=3, draft_seed=4, eos=case.eos)
 
 
+def prepared(name: str, rule: str, verification: str) -> tuple[Case, Any, dict, Settings]:
+    """A case, its pair, its exact distribution, and its settings under the rule (or exact
+    match)."""
+    case = CASES[name]
+    pair = pair_for(case)
+    exact = exact_distribution(pair, case.prompt, case.settings)
+    return case, pair, exact, case.settings.with_(rule=rule, verification=verification)
+
+
 def run_case(
     name: str, rule: str, n: int, verification: str = "rejection"
 ) -> tuple[dict[Outcome, float], Counter, Tally]:
     """The case's exact distribution, and n samples under the rule (or exact match) with
     what they exercised."""
-    case = CASES[name]
-    pair = pair_for(case)
-    exact = exact_distribution(pair, case.prompt, case.settings)
-    settings = case.settings.with_(rule=rule, verification=verification)
+    case, pair, exact, settings = prepared(name, rule, verification)
     counts, tally = sample(pair, case, settings, n)
     return exact, counts, tally
 
@@ -267,10 +274,7 @@ def wrong_rule_views(
     """Samples under a wrong rule (or a broken exact match), looked at after each of LOOKS
     samples: the look that first showed p < WRONG_P in some view (or the last look), and
     its views. The samples of a look are the first ones of the next, seed for seed."""
-    case = CASES[name]
-    pair = pair_for(case)
-    exact = exact_distribution(pair, case.prompt, case.settings)
-    settings = case.settings.with_(rule=rule, verification=verification)
+    case, pair, exact, settings = prepared(name, rule, verification)
     counts: Counter = Counter()
     done = 0
     for n in LOOKS:
