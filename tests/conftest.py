@@ -5,11 +5,15 @@ app served on it for the whole session and one chromium per module."""
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 
 import pytest
 import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# The thread count the set-up script ran at: its record of the offline draft's choice is
+# keyed by it (see offline_pair).
+SET_UP_THREADS = torch.get_num_threads()
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # Under pytest-xdist (scripts/test.sh runs two workers on a 2-core CPU) each worker and
     # the processes it starts compute on one thread: two workers' thread teams would
@@ -22,11 +26,38 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 def offline_pair():
     """Loaded on the model thread, as the app loads it: torch's CPU kernels keep a team of
     worker threads per calling thread, and a second team competes with the app's for the
-    cores (tests that drive the engine directly still make one on their own thread)."""
+    cores (tests that drive the engine directly still make one on their own thread).
+
+    It loads at the set-up's thread count, so that the draft the set-up chose is read from
+    its record; at one thread each worker would find no record and measure the variants
+    again (about 25 s on each)."""
     from specviz.models import load_pair
     from specviz.modelthread import MODEL_THREAD
 
-    return MODEL_THREAD.call(lambda: load_pair("default", dtype="float32", device="cpu"))
+    def load():
+        with set_up_threads():
+            return load_pair("default", dtype="float32", device="cpu")
+
+    return MODEL_THREAD.call(load)
+
+
+@contextmanager
+def set_up_threads():
+    """The calling thread computes at the set-up's thread count meanwhile."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(SET_UP_THREADS)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def set_up_env() -> dict[str, str]:
+    """The environment for a child process that loads the offline pair: the set-up's thread
+    count (the worker's one-thread setting dropped), offline."""
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    env["HF_HUB_OFFLINE"] = "1"
+    return env
 
 
 @pytest.fixture(scope="session")

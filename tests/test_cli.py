@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
 from specviz.cli.main import main
+from tests.conftest import set_up_env
 
 REQUIRED = {"method", "text", "token_ids", "settings", "rounds", "stats"}
 ROUND_KEYS = {"index", "drafted", "added", "draft_ms", "verify_ms"}
@@ -149,7 +149,7 @@ def test_generate_with_exact_match_verification(capsys, monkeypatch):
 
 
 def test_the_module_runs_offline_without_a_traceback():
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env = set_up_env()
     cmd = [
         sys.executable,
         "-m",

@@ -15,6 +15,7 @@ import yaml
 from specviz import ui
 from specviz.config import Deployment, Limits
 from specviz.models import PAIRS
+from tests.conftest import set_up_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -57,7 +58,7 @@ def test_setup_script_is_idempotent_and_succeeds() -> None:
     def setup() -> tuple[subprocess.CompletedProcess, float]:
         t0 = time.perf_counter()
         cmd = ["bash", "scripts/setup.sh", "--dev"]
-        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=set_up_env())
         assert done.returncode == 0, done.stderr[-2000:]
         return done, time.perf_counter() - t0
 

@@ -15,6 +15,7 @@ import torch
 from specviz import models, offline, ui
 from specviz.config import Deployment, Limits
 from specviz.engine import generate
+from tests.conftest import set_up_threads
 from tests.tiny import tiny_pair
 
 LIMITS = Limits()
@@ -152,7 +153,8 @@ def test_a_corrupt_weights_cache_is_rebuilt(tmp_path, monkeypatch, fresh_model_c
     d = copy_offline_cache(tmp_path, monkeypatch)
     good = digest(d / "model.safetensors")
     corrupt(d / "model.safetensors")
-    pair = models.load_pair("default", dtype="float32", device="cpu")
+    with set_up_threads():  # the draft choice is read from the set-up's record
+        pair = models.load_pair("default", dtype="float32", device="cpu")
     assert pair.target.source == "converted from GGUF"
     assert digest(d / "model.safetensors") == good and offline._cache_is_complete(d)
     trace = generate(pair, "Hi", form(max_new_tokens=4).settings(LIMITS).with_(greedy=True))
