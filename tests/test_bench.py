@@ -96,21 +96,42 @@ def test_constant_gamma_reaches_transformers(result):
             assert r["tokens_per_forward"] <= g + 1
 
 
+CONSTANT_2 = {
+    "num_assistant_tokens": 2,
+    "num_assistant_tokens_schedule": "constant",
+    "assistant_confidence_threshold": 0.0,
+}
+
+
 def test_schedule_is_read_from_the_draft_config_not_from_generate_kwargs():
     """With a draft identical to the target every draft is accepted, so tokens per forward
     show how many were drafted: gamma + 1 with the config set, far more with the default
     of 20 even when num_assistant_tokens is passed to generate()."""
     same = tiny_pair(vocab=16, target_seed=0, draft_seed=0)
     ids = [1, 2, 3]
-    constant = {
-        "num_assistant_tokens": 2,
-        "num_assistant_tokens_schedule": "constant",
-        "assistant_confidence_threshold": 0.0,
-    }
+    constant = CONSTANT_2
     configured = bench.hf_run(same, "greedy", assistant=constant)(ids, "", 0, 12)
     assert configured.target_calls == 4  # 3 tokens per forward: 2 drafts + 1
     ignored = bench.hf_run(same, "greedy", assistant={}, num_assistant_tokens=2)(ids, "", 0, 12)
     assert ignored.target_calls < configured.target_calls
+
+
+def test_the_assistant_sees_every_prompt_token(pair):
+    """An EOS inside the prompt (a chat template's end of turn) stays in the draft's
+    context: transformers infers an attention mask from the pad id when none reaches the
+    assistant, and with the EOS as pad it would mask those tokens out."""
+    eos = min(pair.eos_ids)
+    ids = [1, eos, 2, eos, 4]
+    masks: list = []
+    hook = pair.draft.model.register_forward_pre_hook(
+        lambda _m, _a, kw: masks.append(kw.get("attention_mask")), with_kwargs=True
+    )
+    try:
+        bench.hf_run(pair, "greedy", assistant=CONSTANT_2)(ids, "", 0, 8)
+    finally:
+        hook.remove()
+    assert masks, "the draft never ran"
+    assert all(m is None or bool((m == 1).all()) for m in masks), masks
 
 
 def test_assistant_config_is_restored(pair):

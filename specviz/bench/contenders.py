@@ -231,7 +231,13 @@ def assistant_config(model: torch.nn.Module, **values: Any) -> Iterator[None]:
 
 
 def hf_kwargs(mode: str, tokens: int, pad_id: int) -> dict[str, Any]:
-    """generate() arguments matching mode_settings: same warp, EOS ignored, fixed length."""
+    """generate() arguments matching mode_settings: same warp, EOS ignored, fixed length.
+
+    pad_id must be no token of the vocabulary. transformers (5.23) drops an all-ones
+    attention mask, and its assistant's generate() then infers one from the pad id,
+    masking every earlier token equal to it: with the EOS as pad, a chat prompt's
+    end-of-turn tokens would vanish from the draft's context, and the draft would not
+    compute what specviz's does."""
     kw: dict[str, Any] = {
         "max_new_tokens": tokens,
         "min_new_tokens": 0,
@@ -250,7 +256,7 @@ def hf_run(
 ) -> Callable[..., Sample]:
     """A transformers contender; assistant (if given) are draft generation-config fields."""
     target = pair.target.model
-    pad = min(pair.eos_ids) if pair.eos_ids else 0
+    pad = target.config.vocab_size  # no token: nothing is padded, or masked (hf_kwargs)
 
     @torch.inference_mode()
     def run(ids: list[int], prompt: str, seed: int, tokens: int) -> Sample:
