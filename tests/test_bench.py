@@ -152,7 +152,7 @@ def test_every_ratio_is_present(result, opts):
         } <= items
     assert {
         "transformers_ar_over_specviz_ar",
-        "transformers_assisted_default_over_specviz_best_spec",
+        "transformers_assisted_default_over_specviz_best_schedule",
         "transformers_prompt_lookup_over_specviz_ngram",
         "full_trace_overhead_vs_minimal",
         "full_trace_cost_over_run",
@@ -308,3 +308,30 @@ def test_the_trace_cost_is_the_time_outside_the_model_calls():
         (0.02 / 1.03 + 0.01 / 1.03) / 2  # the median of two pairs; rep 2 has no twin
     )
     assert paired_trace_cost(rows[:1], "full", "minimal") is None
+
+
+def test_the_confident_contender_mirrors_transformers_default_schedule():
+    """specviz's "confident" contender drafts as transformers' default assistant schedule
+    does (the defaults as this transformers sets them), and the default-schedule row sets
+    transformers against whichever specviz schedule was quicker."""
+    from transformers import GenerationConfig
+
+    from specviz.bench import contenders, ratios
+
+    defaults = GenerationConfig()._get_default_generation_params()
+    assert defaults["num_assistant_tokens"] == contenders.HF_DEFAULT_TOKENS
+    assert defaults["num_assistant_tokens_schedule"] == "constant"
+    assert defaults["assistant_confidence_threshold"] == contenders.HF_DEFAULT_CONFIDENCE
+    confident = contenders.contender_name("specviz", "confident", contenders.HF_DEFAULT_TOKENS)
+    assert ratios._best_schedule({confident: 40.0}, 50.0, 8, 44.0) == (20, 44.0 / 40.0)
+    assert ratios._best_schedule({confident: 60.0}, 50.0, 8, 44.0) == (8, 44.0 / 50.0)
+    assert ratios._best_schedule({}, 50.0, 8, 44.0) == (8, 44.0 / 50.0)
+
+
+def test_the_confident_contender_runs_with_its_stop(result, opts, pair):
+    from specviz.bench import contenders
+
+    name = contenders.contender_name("specviz", "confident", 20)
+    assert name in {c.name for c in bench.all_contenders(pair, "greedy", opts)}
+    rows = [r for r in result.rows if r["contender"] == name]
+    assert rows and all(r["new_tokens"] == TOKENS for r in rows)

@@ -33,6 +33,12 @@ from specviz.trace import Trace
 
 ADAPTIVE_START = 4
 NGRAM_SIZE = 3  # specviz's ngram_size and transformers' max_matching_ngram_size
+# transformers' default assistant schedule (the GenerationConfig defaults of 5.23): up to
+# 20 drafts a round, the round ending after a draft whose probability under the draft is
+# below 0.4. specviz's "confident" contender drafts the same way (gamma 20,
+# --draft-confidence 0.4). With scikit-learn installed, transformers tunes that bar from
+# its past rounds instead, and the two no longer mirror each other.
+HF_DEFAULT_TOKENS, HF_DEFAULT_CONFIDENCE = 20, 0.4
 
 NAMES = {  # (side, kind): name, with the contender's gamma for {g}
     ("specviz", "ar"): "specviz AR",
@@ -42,6 +48,7 @@ NAMES = {  # (side, kind): name, with the contender's gamma for {g}
     ("specviz", "minimal"): "specviz spec g={g} minimal trace",
     ("specviz", "adaptive"): "specviz adaptive from g={g}",
     ("specviz", "ngram"): "specviz ngram g={g}",
+    ("specviz", "confident"): "specviz confident g={g}",
     ("transformers", "default"): "transformers assisted default",
     ("transformers", "lookup"): "transformers prompt lookup g={g}",
 }
@@ -118,11 +125,13 @@ def _constant_gamma(
 
 
 def _specviz_variants(sv: ModelPair, mode: str, g_ref: int) -> list[Contender]:
-    """Adaptive gamma and the n-gram drafter."""
-    a = ADAPTIVE_START
+    """Adaptive gamma, the n-gram drafter, and transformers' default schedule drafted by
+    specviz (HF_DEFAULT_TOKENS, HF_DEFAULT_CONFIDENCE)."""
+    a, g = ADAPTIVE_START, HF_DEFAULT_TOKENS
     return [
         _specviz(sv, mode, "adaptive", a, gamma=a, adaptive_gamma=True),
         _specviz(sv, mode, "ngram", g_ref, drafter="ngram", gamma=g_ref, ngram_size=NGRAM_SIZE),
+        _specviz(sv, mode, "confident", g, gamma=g, draft_confidence=HF_DEFAULT_CONFIDENCE),
     ]
 
 

@@ -53,7 +53,9 @@ ROWS = {  # in the table's order
         "b", "(b) transformers assisted / specviz spec, constant gamma", ">= 1.0"
     ),
     DEFAULT_SCHEDULE_PARITY: RatioRow(
-        "b-dynamic", "(b) transformers assisted, default schedule / best specviz gamma", ">= 1.0"
+        "b-dynamic",
+        "(b) transformers assisted, default schedule / best specviz schedule",
+        ">= 1.0",
     ),
     LOOKUP_PARITY: RatioRow("b-ngram", "(b) transformers prompt lookup / specviz n-gram drafter"),
     SPEEDUP: RatioRow("c", "(c) speedup: specviz AR / specviz spec"),
