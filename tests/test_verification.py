@@ -516,3 +516,62 @@ def test_the_app_compares_every_verification_and_stops_between_steps():
     assert MODEL_THREAD.idle()
     with pytest.raises(ValueError, match="samples must be in 200..800"):
         next(verifications_tab.compare_updates(ctx, f, 900, True))
+
+
+def sparse_rows(seed: int, k: int, vocab: int = 60) -> tuple[torch.Tensor, torch.Tensor]:
+    """p [k+1, V] and q [k, V] as a warp leaves them: each row on a few tokens of its own
+    (top-p or top-k cut the rest), one-hot rows and rows that share no token among them."""
+    g = torch.Generator().manual_seed(seed)
+
+    def row(width: int) -> torch.Tensor:
+        r = torch.zeros(vocab)
+        ids = torch.randperm(vocab, generator=g)[:width]
+        r[ids] = torch.rand(width, generator=g) + 0.05
+        return r / r.sum()
+
+    widths = [1, 2, 3, 7, 12, vocab]
+    pick = torch.randint(len(widths), (2 * k + 1,), generator=g).tolist()
+    p = torch.stack([row(widths[i]) for i in pick[: k + 1]])
+    q = torch.stack([row(widths[i]) for i in pick[k + 1 :]])
+    return p, q
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"rule": "resample-from-p"},
+        {"verification": "exact-match"},
+        {"verification": "typical"},
+        {"verification": "top-k-match", "match_top_k": 5},
+        {"verification": "top-k-match", "match_top_k": 40},
+    ],
+)
+def test_a_rounds_record_of_out_equals_the_whole_vocabulary_computation(seed, changes):
+    """round_decisions works out out on the tokens p or q gives mass; TV(out, p), the
+    kept mass and out in the top lists equal the same rule over the whole vocabulary."""
+    from specviz.record import round_decisions
+    from specviz.sampling import Verdict
+
+    k = 4
+    p, q = sparse_rows(seed, k)
+    drafts = [
+        int(torch.multinomial(q[i], 1, generator=torch.Generator().manual_seed(i)))
+        for i in range(k)
+    ]
+    s = Settings(temperature=1.0, top_p=1.0, top_n=6, **changes)
+    rule = rule_for(s)
+    for n in range(k + 1):
+        ids = torch.tensor(drafts)
+        p_x, q_x = p[torch.arange(k), ids], q[torch.arange(k), ids]
+        verdict = Verdict(n, p_x, q_x, p_x / q_x, p[n], n < k)
+        drafted, _ = round_decisions(s, str, drafts, p, q, verdict, torch.zeros(k), 1)
+        m = min(n + 1, k)
+        dense = rule.out(p[:m], q[:m])
+        for i, d in enumerate(drafted[:m]):
+            assert d.out_tv == pytest.approx(float(rule.out_tv(p[i], q[i])), abs=1e-12)
+            assert d.kept_mass == pytest.approx(float(rule.kept_mass(p[i], q[i])), abs=1e-12)
+            for entry in d.top:
+                assert entry["out"] == pytest.approx(float(dense[i, entry["id"]]), abs=1e-12)
+        assert all(d.out_tv is None and all("out" not in e for e in d.top) for d in drafted[m:])
