@@ -150,11 +150,9 @@ def tops_of(
 
 
 def _at_tokens(values: torch.Tensor, cols: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """values [m, S] over the token ids cols [S] (ascending), read at ids [m, n]: 0 where
-    an id is not among cols."""
+    """values [m, S] over the token ids cols [S] (ascending, never empty: a q row has
+    mass), read at ids [m, n]: 0 where an id is not among cols."""
     ids = ids.to(cols.device)
-    if cols.numel() == 0:
-        return torch.zeros(ids.shape, dtype=values.dtype, device=values.device)
     at = torch.searchsorted(cols, ids).clamp(max=cols.numel() - 1)
     hit = cols[at] == ids
     return torch.where(hit, values.gather(1, at), torch.zeros((), dtype=values.dtype))

@@ -109,8 +109,7 @@ def test_schedule_is_read_from_the_draft_config_not_from_generate_kwargs():
     of 20 even when num_assistant_tokens is passed to generate()."""
     same = tiny_pair(vocab=16, target_seed=0, draft_seed=0)
     ids = [1, 2, 3]
-    constant = CONSTANT_2
-    configured = bench.hf_run(same, "greedy", assistant=constant)(ids, "", 0, 12)
+    configured = bench.hf_run(same, "greedy", assistant=CONSTANT_2)(ids, "", 0, 12)
     assert configured.target_calls == 4  # 3 tokens per forward: 2 drafts + 1
     ignored = bench.hf_run(same, "greedy", assistant={}, num_assistant_tokens=2)(ids, "", 0, 12)
     assert ignored.target_calls < configured.target_calls
