@@ -59,16 +59,35 @@ class Timer:
 
     def medians(self, widths: Iterable[int], reps: int, warmup: int = 2) -> dict[int, float]:
         """Median ms per width; repetitions interleave the widths so drift hits all alike."""
-        ws = sorted(set(widths))
-        for w in ws:
-            for _ in range(warmup):
-                self.once(w)
-        times: dict[int, list[float]] = {w: [] for w in ws}
-        for rep in range(reps):
-            for w in ws if rep % 2 == 0 else ws[::-1]:
-                times[w].append(self.once(w))
-        self.lm.rollback(self.context)
-        return {w: statistics.median(t) for w, t in times.items()}
+        return interleaved_medians({"": (self, widths)}, reps, warmup)[""]
+
+
+def interleaved_medians(
+    plan: dict[str, tuple[Timer, Iterable[int]]], reps: int, warmup: int = 2
+) -> dict[str, dict[int, float]]:
+    """Median ms of each timer's calls at each of its widths, all timed together.
+
+    Each repetition makes every (timer, width) call once, in an order rotated as the
+    repetitions go on and reversed in every other one, so that a spell of other work on the
+    machine falls on every model alike: timed one model after another, the model measured
+    during the spell would take all of it, and a ratio of two models' steps with it.
+    """
+    calls = [(name, w) for name, (_, ws) in plan.items() for w in sorted(set(ws))]
+    for _ in range(warmup):
+        for name, w in calls:
+            plan[name][0].once(w)
+    times: dict[tuple[str, int], list[float]] = {call: [] for call in calls}
+    for rep in range(reps):
+        k = rep * len(calls) // reps
+        order = calls[k:] + calls[:k]
+        for name, w in order[::-1] if rep % 2 else order:
+            times[name, w].append(plan[name][0].once(w))
+    out: dict[str, dict[int, float]] = {name: {} for name in plan}
+    for (name, w), t in times.items():
+        out[name][w] = statistics.median(t)
+    for timer, _ in plan.values():
+        timer.lm.rollback(timer.context)
+    return out
 
 
 @dataclass(frozen=True)
@@ -339,8 +358,8 @@ def measure_costs(
     target = Timer(base.open_lm(pair.target, tuple(widths)), context)
     draft = Timer(base.open_lm(pair.draft, (1, 2)), context)
     say("timing the target's calls and the draft's step")
-    t_ms = target.medians(widths, reps)
-    d_ms = draft.medians([1, 2], reps)
+    timed = interleaved_medians({"target": (target, widths), "draft": (draft, [1, 2])}, reps)
+    t_ms, d_ms = timed["target"], timed["draft"]
     target.lm.close()
     draft.lm.close()
     step = t_ms[1]

@@ -10,9 +10,12 @@ plain bf16 and fp16 copies. For each, after a warm-up, the median one-token step
 two-token call (a round after a full accept opens with one) on TIMING_CONTEXT cached
 positions, and alpha (mean sum_x min(p(x), q(x)) over a fixed text, both distributions
 warped as the default settings warp them); beside them the target's one-token step and its
-verify call at each width 2..9. The choice is the candidate whose refined prediction (specviz.costs,
-specviz.metrics.refined_speedup, without the engine's overhead, which all candidates share)
-is largest at the gamma an untouched run uses: not the fastest step.
+verify call at each width 2..9. All these calls are timed together, repetition by
+repetition, so that other work on the machine while the choice is measured slows every
+model alike rather than the one being timed. The choice is the candidate whose refined
+prediction (specviz.costs, specviz.metrics.refined_speedup, without the engine's overhead,
+which all candidates share) is largest at the gamma an untouched run uses: not the fastest
+step.
 
 The record is kept in the specviz cache, keyed by CPU model and flags, thread count, torch
 version and device: a record from another machine is never used, a stale or corrupt one is
@@ -300,7 +303,7 @@ def measure(
     """Measure the variants against the target on this machine; returns the choice and the
     built networks (the caller keeps the chosen one)."""
     from specviz.config import Settings
-    from specviz.costs import Timer
+    from specviz.costs import Timer, interleaved_medians
     from specviz.lm import CachedLM
     from specviz.pair import token_width
     from specviz.sampling import warp
@@ -312,37 +315,45 @@ def measure(
     context = (ids * (TIMING_CONTEXT // max(1, len(ids)) + 1))[:TIMING_CONTEXT]
     w = Settings().target_warp()
     widths = list(range(1, max(GAMMAS) + 2))
-    timer = Timer(CachedLM(base, vocab, device), context)
     with torch.inference_mode():
         p = warp(_logits(base, ids, device, vocab), w)  # [n, V]
-    t_ms = timer.medians(widths, reps, warmup=1)
     # A first look on a short context, where a slow variant's prefill costs little.
     short = ids[:8]
     t_short = Timer(CachedLM(base, vocab, device), short).medians([1], 3, 1)[1]
-    v = {wd: t_ms[wd] / t_ms[1] for wd in widths}
     built: dict[str, torch.nn.Module] = {}
-    cands = []
+    alphas: dict[str, float | None] = {}
+    first: dict[str, dict[int, float]] = {}
     for name in variants:
         m = built[name] = build(base, name).to(device)
-        lm = CachedLM(m, token_width(m), device)
         # A draft step as slow as a target step cannot win at any alpha: E <= gamma + 1 <=
-        # gamma * c + v. Such a variant is timed on the short context only, and its alpha
-        # is only measured when it is forced.
-        first = Timer(lm, short).medians([1, 2], 3, 1)
-        slow = first[1] >= t_short
-        steps = first if slow and not forced else Timer(lm, context).medians([1, 2], reps, 1)
-        step = steps[1]
-        alpha = None
-        if forced or not slow:
+        # gamma * c + v. Such a variant keeps its short-context timing, and its alpha is
+        # only measured when it is forced.
+        first[name] = Timer(CachedLM(m, token_width(m), device), short).medians([1, 2], 3, 1)
+        alphas[name] = None
+        if forced or first[name][1] < t_short:
             with torch.inference_mode():
                 q = warp(_logits(m, ids, device, vocab), w)
-            alpha = float(torch.minimum(p, q).sum(-1).mean())
+            alphas[name] = float(torch.minimum(p, q).sum(-1).mean())
         else:
             del built[name]
-        cands.append(candidate(name, step, steps[2], alpha, t_ms[1], v))
+    # The target's calls and every remaining variant's steps, timed together on the full
+    # context (specviz.costs.interleaved_medians): c is a ratio of two of these, so work
+    # that shares the cores for a while must not fall on one model only.
+    plan = {"target": (Timer(CachedLM(base, vocab, device), context), widths)}
+    for name, m in built.items():
+        plan[name] = (Timer(CachedLM(m, token_width(m), device), context), [1, 2])
+    timed = interleaved_medians(plan, reps, warmup=1)
+    t_ms = timed.pop("target")
+    v = {wd: t_ms[wd] / t_ms[1] for wd in widths}
+    cands = []
+    for name in variants:
+        steps = timed.get(name)
+        if steps is None:  # slow: its short-context steps, scaled as the target's scale
+            steps = {n: ms * t_ms[1] / t_short for n, ms in first[name].items()}
+        cands.append(candidate(name, steps[1], steps[2], alphas[name], t_ms[1], v))
         say(
-            f"offline draft {name}: step {step:.1f} ms, c {cands[-1].c:.2f}, "
-            f"alpha {metrics.alpha_text(alpha)}"
+            f"offline draft {name}: step {steps[1]:.1f} ms, c {cands[-1].c:.2f}, "
+            f"alpha {metrics.alpha_text(alphas[name])}"
         )
     best = choose(cands)
     choice = DraftChoice(

@@ -133,6 +133,41 @@ def test_costs_json_schema(one_thread):
     assert 0.0 <= d["alpha"] <= 1.0
 
 
+class BusyLM:
+    """A model call of a fixed cost that a spell of other work on the machine, calls
+    spell[0] to spell[1] of all the models' calls, makes three times dearer."""
+
+    def __init__(self, ms: float, calls: list[int], spell: tuple[int, int]) -> None:
+        self.ms, self.calls, self.spell, self.busy_s = ms, calls, spell, 0.0
+
+    def logits(self, seq, keep=1):
+        n = self.calls[0] = self.calls[0] + 1
+        self.busy_s += self.ms * (3 if self.spell[0] <= n < self.spell[1] else 1) / 1e3
+
+    def rollback(self, seq):
+        pass
+
+
+def test_a_spell_of_other_work_falls_on_every_model_timed_together():
+    reps = 9
+
+    def timers(spell):
+        calls = [0]
+        return [costs.Timer(BusyLM(ms, calls, spell), [1, 2, 3]) for ms in (10.0, 4.0)]
+
+    # calls 1 and 2 are the prefills; timed one model after the other, calls 3 to 12 are the
+    # first model's warm-up and repetitions, 13 to 22 the second's. A spell of 7 calls in the
+    # second's falls on most of its repetitions, and it looks dearer than the first.
+    spell = (14, 21)
+    target, draft = timers(spell)
+    apart = target.medians([1], reps, warmup=1)[1], draft.medians([1], reps, warmup=1)[1]
+    assert apart[1] / apart[0] == pytest.approx(1.2)  # 12 ms against 10: c of 1.2
+    target, draft = timers(spell)
+    timed = costs.interleaved_medians({"t": (target, [1]), "d": (draft, [1])}, reps, warmup=1)
+    assert timed["t"][1] == pytest.approx(10.0)
+    assert timed["d"][1] == pytest.approx(4.0)  # c of 0.4, as without the spell
+
+
 def test_costs_refuses_a_pair_without_a_draft():
     import dataclasses
 
@@ -237,6 +272,27 @@ def test_the_choice_is_measured_once_then_read_from_the_cache(cache, base, monke
     # remeasure forces a new measurement
     draft_choice.offline_draft(base, TinyTok(), cpu, remeasure=True)
     assert len(calls) == 2
+
+
+def test_the_target_and_the_variants_are_timed_together(base, monkeypatch, one_thread):
+    plans: list[dict[str, list[int]]] = []
+    real = costs.interleaved_medians
+
+    def spy(plan, reps, warmup=2):
+        plans.append({name: sorted(ws) for name, (_, ws) in plan.items()})
+        return real(plan, reps, warmup)
+
+    monkeypatch.setattr(costs, "interleaved_medians", spy)
+    # forced: no variant is left out as slower than the target (a tiny network's copies
+    # are no cheaper than itself)
+    variants = ("w8-bf16", "bf16")
+    cpu = torch.device("cpu")
+    choice, built = draft_choice.measure(base, TinyTok(), cpu, variants, forced=True, reps=3)
+    assert set(built) == set(variants)
+    together = [p for p in plans if "target" in p]
+    assert together == [{"target": list(range(1, 10)), "w8-bf16": [1, 2], "bf16": [1, 2]}]
+    for c in choice.candidates:
+        assert c.c == pytest.approx(c.step_ms / choice.target_step_ms)
 
 
 def test_another_machines_record_is_ignored(cache, base, monkeypatch, one_thread):
