@@ -317,22 +317,23 @@ def measure(
     widths = list(range(1, max(GAMMAS) + 2))
     with torch.inference_mode():
         p = warp(_logits(base, ids, device, vocab), w)  # [n, V]
-    # A first look on a short context, where a slow variant's prefill costs little.
+    # A first look on a short context, where a slow variant's prefill costs little, every
+    # model timed together too. A draft step as slow as a target step cannot win at any
+    # alpha (E <= gamma + 1 <= gamma * c + v): such a variant keeps its short-context
+    # timing, and its alpha is only measured when it is forced.
     short = ids[:8]
-    t_short = Timer(CachedLM(base, vocab, device), short).medians([1], 3, 1)[1]
-    built: dict[str, torch.nn.Module] = {}
-    alphas: dict[str, float | None] = {}
-    first: dict[str, dict[int, float]] = {}
+    built = {name: build(base, name).to(device) for name in variants}
+    looks = {"target": (Timer(CachedLM(base, vocab, device), short), [1])}
+    for name, m in built.items():
+        looks[name] = (Timer(CachedLM(m, token_width(m), device), short), [1, 2])
+    first = interleaved_medians(looks, 3, warmup=1)
+    t_short = first.pop("target")[1]
+    del looks
+    alphas: dict[str, float | None] = dict.fromkeys(variants)
     for name in variants:
-        m = built[name] = build(base, name).to(device)
-        # A draft step as slow as a target step cannot win at any alpha: E <= gamma + 1 <=
-        # gamma * c + v. Such a variant keeps its short-context timing, and its alpha is
-        # only measured when it is forced.
-        first[name] = Timer(CachedLM(m, token_width(m), device), short).medians([1, 2], 3, 1)
-        alphas[name] = None
         if forced or first[name][1] < t_short:
             with torch.inference_mode():
-                q = warp(_logits(m, ids, device, vocab), w)
+                q = warp(_logits(built[name], ids, device, vocab), w)
             alphas[name] = float(torch.minimum(p, q).sum(-1).mean())
         else:
             del built[name]
