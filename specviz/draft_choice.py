@@ -317,26 +317,29 @@ def measure(
     widths = list(range(1, max(GAMMAS) + 2))
     with torch.inference_mode():
         p = warp(_logits(base, ids, device, vocab), w)  # [n, V]
-    # A first look on a short context, where a slow variant's prefill costs little, every
-    # model timed together too. A draft step as slow as a target step cannot win at any
-    # alpha (E <= gamma + 1 <= gamma * c + v): such a variant keeps its short-context
-    # timing, and its alpha is only measured when it is forced.
-    short = ids[:8]
-    built = {name: build(base, name).to(device) for name in variants}
-    looks = {"target": (Timer(CachedLM(base, vocab, device), short), [1])}
-    for name, m in built.items():
-        looks[name] = (Timer(CachedLM(m, token_width(m), device), short), [1, 2])
-    first = interleaved_medians(looks, 3, warmup=1)
-    t_short = first.pop("target")[1]
-    del looks
+    # A first look on a short context, where a slow variant's prefill costs little: each
+    # variant timed together with the target, and kept in steps of the target's (so one
+    # copy is built at a time). A draft step as slow as a target step cannot win at any
+    # alpha (E <= gamma + 1 <= gamma * c + v): such a variant keeps its first look, and its
+    # alpha is only measured when it is forced.
+    short = Timer(CachedLM(base, vocab, device), ids[:8])
+    built: dict[str, torch.nn.Module] = {}
     alphas: dict[str, float | None] = dict.fromkeys(variants)
+    first: dict[str, dict[int, float]] = {}
     for name in variants:
-        if forced or first[name][1] < t_short:
+        m = build(base, name).to(device)
+        look = {
+            "target": (short, [1]),
+            name: (Timer(CachedLM(m, token_width(m), device), ids[:8]), [1, 2]),
+        }
+        t = interleaved_medians(look, 3, warmup=1)
+        first[name] = {n: ms / t["target"][1] for n, ms in t[name].items()}
+        if forced or first[name][1] < 1.0:
+            built[name] = m
             with torch.inference_mode():
-                q = warp(_logits(built[name], ids, device, vocab), w)
+                q = warp(_logits(m, ids, device, vocab), w)
             alphas[name] = float(torch.minimum(p, q).sum(-1).mean())
-        else:
-            del built[name]
+        del m, look  # a slow copy goes before the next one is built
     # The target's calls and every remaining variant's steps, timed together on the full
     # context (specviz.costs.interleaved_medians): c is a ratio of two of these, so work
     # that shares the cores for a while must not fall on one model only.
@@ -349,8 +352,8 @@ def measure(
     cands = []
     for name in variants:
         steps = timed.get(name)
-        if steps is None:  # slow: its short-context steps, scaled as the target's scale
-            steps = {n: ms * t_ms[1] / t_short for n, ms in first[name].items()}
+        if steps is None:  # slow: its first look, in steps of the target's
+            steps = {n: r * t_ms[1] for n, r in first[name].items()}
         cands.append(candidate(name, steps[1], steps[2], alphas[name], t_ms[1], v))
         say(
             f"offline draft {name}: step {steps[1]:.1f} ms, c {cands[-1].c:.2f}, "
