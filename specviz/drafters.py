@@ -91,11 +91,16 @@ class ModelDrafter:
 
 
 class NgramDrafter:
-    """Prompt lookup: copy what followed the latest earlier match of the last n tokens.
+    """Prompt lookup: copy what most often followed the last n tokens earlier in the text.
 
-    Tries n = ngram_size down to 1 and copies up to gamma tokens. q is one-hot on each copied
-    token, so the rule accepts it with probability p(x) and a rejection resamples from p
-    with x removed. No match proposes nothing; the round is then a plain target step.
+    Finds every earlier occurrence of the last n tokens, for n = ngram_size down to 1 (the
+    longest n that occurs), and drafts up to gamma tokens one at a time: each is the token
+    that most of the occurrences still in agreement with the draft so far were followed by,
+    a tie going to the earliest occurrence. With one occurrence, or when they all agree,
+    that is what followed the earliest one, as in transformers' prompt lookup. q is one-hot
+    on each drafted token, so the rule accepts it with probability p(x) and a rejection
+    resamples from p with x removed. No occurrence proposes nothing; the round is then a
+    plain target step.
     """
 
     name = "ngram"
@@ -106,14 +111,32 @@ class NgramDrafter:
     def lookup(self, seq: list[int], gamma: int) -> list[int]:
         for n in range(min(self.ngram_size, len(seq) - 1), 0, -1):
             tail = seq[-n:]
-            for start in range(len(seq) - n - 1, -1, -1):  # latest match first
-                if seq[start : start + n] == tail:
-                    found = seq[start + n : start + n + gamma]
-                    for i, x in enumerate(found):
-                        if x in self.eos_ids:
-                            return found[: i + 1]
-                    return found
+            # what followed each earlier occurrence, earliest first (the tail itself excluded)
+            follow = [
+                seq[s + n : s + n + gamma] for s in range(len(seq) - n) if seq[s : s + n] == tail
+            ]
+            if follow:
+                return self._plurality(follow, gamma)
         return []
+
+    def _plurality(self, follow: list[list[int]], gamma: int) -> list[int]:
+        """Token by token, what most continuations that agree with the draft so far hold
+        next (dicts keep insertion order, so max() breaks a tie by the earliest); stops after
+        an EOS token."""
+        out: list[int] = []
+        while len(out) < gamma:
+            follow = [f for f in follow if len(f) > len(out)]
+            if not follow:
+                break
+            votes: dict[int, int] = {}
+            for f in follow:
+                votes[f[len(out)]] = votes.get(f[len(out)], 0) + 1
+            x = max(votes, key=votes.__getitem__)
+            out.append(x)
+            if x in self.eos_ids:
+                break
+            follow = [f for f in follow if f[len(out) - 1] == x]
+        return out
 
     def propose(self, seq: list[int], gamma: int, gen: torch.Generator) -> Draft:
         ids = self.lookup(seq, gamma)

@@ -378,3 +378,22 @@ def test_ngram_drafter_copies_from_the_prompt():
     assert d.lookup([1, 2, 3], 4) == []
     draft = d.propose([5, 6, 7, 5, 6], 3, torch.Generator())
     assert draft.ids == [7, 5, 6] and draft.q.sum(-1).tolist() == [1.0, 1.0, 1.0]
+
+
+def test_ngram_drafter_drafts_what_most_occurrences_were_followed_by():
+    from specviz.drafters import NgramDrafter
+
+    d = NgramDrafter(vocab_size=10, ngram_size=1, eos_ids=frozenset({9}))
+    # 1 was followed by 2 once and by 3 twice; of those two, both went on with 1, then one
+    # with 3 and one with nothing more
+    assert d.lookup([1, 2, 1, 3, 1, 3, 1], 3) == [3, 1, 3]
+    # a tie goes to the earliest occurrence, as transformers' prompt lookup copies
+    assert d.lookup([1, 2, 1, 3, 1], 3) == [2, 1, 3]
+    # the vote is redone at each position among the continuations that still agree: after
+    # 4, 6 outvotes 5 (two to one), though 5 follows in three continuations of five
+    assert d.lookup([1, 4, 5, 1, 4, 6, 1, 4, 6, 1, 7, 5, 1, 8, 5, 1], 2) == [4, 6]
+    # and stops after an EOS token
+    assert d.lookup([1, 9, 1, 9, 1, 2, 1], 3) == [9]
+    # the longest n that occurs decides which occurrences vote
+    d3 = NgramDrafter(vocab_size=10, ngram_size=2, eos_ids=frozenset())
+    assert d3.lookup([2, 1, 5, 3, 1, 6, 3, 1, 6, 2, 1], 1) == [5]
