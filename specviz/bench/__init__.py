@@ -9,6 +9,7 @@ One module per concern; each imports only the ones above it:
 - prompts: the fixed prompt set;
 - options: what a run measures (modes, gammas, tokens, repetitions);
 - contenders: the ways of generating on both sides, and how they are kept fair;
+- lookup: the target calls of the two n-gram lookup rules, replayed from a greedy run;
 - ratios: the ratios of one (prompt, mode), pooled over prompts;
 - running: warm-up, interleaved repetitions, memory, load times, the machine;
 - report: Markdown tables, Plotly figures, the files written by --out.
