@@ -175,8 +175,43 @@ def test_tokens_per_round_ratio_on_synthetic_rows():
     assert bench.tokens_per_round_ratio([row], 2) == pytest.approx(1.0)
 
 
+def test_the_report_compares_the_target_calls_of_each_pair_greedy():
+    from specviz.bench.report import calls_line
+
+    def row(side, kind, gamma, prompt, calls, mode="greedy"):
+        return {
+            "mode": mode,
+            "side": side,
+            "type": kind,
+            "gamma": gamma,
+            "prompt": prompt,
+            "target_forwards": calls,
+        }
+
+    rows = [
+        row("specviz", "spec", 4, "a", 8),
+        row("specviz", "spec", 4, "a", 8),
+        row("transformers", "assisted", 4, "a", 8),
+        row("transformers", "assisted", 4, "a", 9),
+        row("specviz", "spec", 4, "b", 7),
+        row("transformers", "assisted", 4, "b", 6),
+        row("specviz", "spec", 8, "a", 5),  # no transformers contender at gamma 8
+        row("specviz", "confident", 20, "a", 3),
+        row("transformers", "default", None, "a", 4),
+        row("specviz", "ngram", 4, "b", 13),
+        row("transformers", "lookup", 4, "b", 15),
+        row("specviz", "spec", 4, "a", 99, mode="sample"),  # sampled runs are left out
+    ]
+    assert calls_line(rows) == (
+        "greedy target calls, specviz/transformers per prompt (a, b): gamma 4: 8/8.5, 7/6; "
+        "default schedule, specviz confident g=20: 3/4; n-gram g=4: 13/15"
+    )
+    assert calls_line(rows[7:8]) == "greedy target calls: no pair of contenders to compare"
+
+
 def test_report_table_and_files(result, tmp_path):
     text = bench.format_report(result)
+    assert "greedy target calls, specviz/transformers per prompt" in text
     for item, label in bench.ITEM_LABELS.items():
         assert (label in text) == (item not in bench.COMPILED_ITEMS)
     paths = bench.write_outputs(result, tmp_path)

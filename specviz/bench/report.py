@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,7 @@ def format_report(result: BenchResult) -> str:
             head,
             format_table(result),
             _agreement_line(result),
+            calls_line(result.rows),
             format_contenders(result),
             format_loads(result),
         ]
@@ -216,6 +218,52 @@ def _agreement_line(result: BenchResult) -> str:
     if not differ:
         return f"greedy outputs: all {len(greedy)} runs identical to the autoregressive output"
     return "greedy outputs differ from the autoregressive output for: " + ", ".join(differ)
+
+
+# The (b) ratios' pairs of contenders, by their types: specviz's, transformers', and a label
+# ("{g}" is the gamma of specviz's contender, which transformers' shares where it has one).
+CALL_PAIRS = (
+    ("spec", "assisted", "gamma {g}"),
+    ("confident", "default", "default schedule, specviz confident g={g}"),
+    ("ngram", "lookup", "n-gram g={g}"),
+)
+
+
+def calls_line(rows: list[dict[str, Any]]) -> str:
+    """Greedy: each (b) pair's target calls per prompt, specviz / transformers (medians over
+    the repetitions). Where they are equal, the ratio compares two engines doing the same
+    work, and can differ from 1 only by what lies outside the model calls, and by noise."""
+    greedy = [r for r in rows if r["mode"] == "greedy"]
+    prompts = list(dict.fromkeys(r["prompt"] for r in greedy))
+    calls: dict[tuple[str, str, Any, str], list[int]] = {}
+    for r in greedy:
+        calls.setdefault((r["side"], r["type"], r["gamma"], r["prompt"]), []).append(
+            r["target_forwards"]
+        )
+    parts = []
+    for ours, theirs, label in CALL_PAIRS:
+        gammas = sorted({k[2] for k in calls if k[:2] == ("specviz", ours)})
+        for g in gammas:
+            their_g = None if theirs == "default" else g
+            cells = []
+            for prompt in prompts:
+                a = calls.get(("specviz", ours, g, prompt))
+                b = calls.get(("transformers", theirs, their_g, prompt))
+                if a and b:
+                    cells.append(f"{_calls(a)}/{_calls(b)}")
+            if cells:
+                parts.append(f"{label.format(g=_calls([g]))}: {', '.join(cells)}")
+    if not parts:
+        return "greedy target calls: no pair of contenders to compare"
+    return (
+        f"greedy target calls, specviz/transformers per prompt ({', '.join(prompts)}): "
+        + "; ".join(parts)
+    )
+
+
+def _calls(values: list[Any]) -> str:
+    m = statistics.median(values)
+    return str(int(m)) if float(m).is_integer() else f"{m:.1f}"
 
 
 # --- figures -------------------------------------------------------------------------------
