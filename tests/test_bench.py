@@ -204,7 +204,7 @@ def test_the_report_compares_the_target_calls_of_each_pair_greedy():
     ]
     assert calls_line(rows) == (
         "greedy target calls, specviz/transformers per prompt (a, b): gamma 4: 8/8.5, 7/6; "
-        "default schedule, specviz confident g=20: 3/4; n-gram g=4: 13/15"
+        "default schedule, specviz confident g=20: 3/4, n/a; n-gram g=4: n/a, 13/15"
     )
     assert calls_line(rows[7:8]) == "greedy target calls: no pair of contenders to compare"
 

@@ -245,13 +245,15 @@ def calls_line(rows: list[dict[str, Any]]) -> str:
         gammas = sorted({k[2] for k in calls if k[:2] == ("specviz", ours)})
         for g in gammas:
             their_g = None if theirs == "default" else g
-            cells = []
-            for prompt in prompts:
-                a = calls.get(("specviz", ours, g, prompt))
-                b = calls.get(("transformers", theirs, their_g, prompt))
-                if a and b:
-                    cells.append(f"{_calls(a)}/{_calls(b)}")
-            if cells:
+            pairs = [
+                (
+                    calls.get(("specviz", ours, g, p)),
+                    calls.get(("transformers", theirs, their_g, p)),
+                )
+                for p in prompts
+            ]
+            cells = [f"{_calls(a)}/{_calls(b)}" if a and b else "n/a" for a, b in pairs]
+            if any(a and b for a, b in pairs):
                 parts.append(f"{label.format(g=_calls([g]))}: {', '.join(cells)}")
     if not parts:
         return "greedy target calls: no pair of contenders to compare"
