@@ -109,11 +109,17 @@ class NgramDrafter:
         self.vocab_size, self.ngram_size, self.eos_ids = vocab_size, ngram_size, eos_ids
 
     def lookup(self, seq: list[int], gamma: int) -> list[int]:
+        if len(seq) < 2:
+            return []
+        # Every occurrence of the last n tokens ends with the last token: one scan for that
+        # token's earlier positions serves every n, and the longer tails are checked there.
+        ends = [e for e, x in enumerate(seq[:-1]) if x == seq[-1]]  # earliest first
         for n in range(min(self.ngram_size, len(seq) - 1), 0, -1):
             tail = seq[-n:]
-            # what followed each earlier occurrence, earliest first (the tail itself excluded)
             follow = [
-                seq[s + n : s + n + gamma] for s in range(len(seq) - n) if seq[s : s + n] == tail
+                seq[e + 1 : e + 1 + gamma]
+                for e in ends
+                if e >= n - 1 and seq[e - n + 1 : e + 1] == tail
             ]
             if follow:
                 return self._plurality(follow, gamma)
