@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from specviz.bench.contenders import specviz_run
+from specviz.bench.contenders import NGRAM_SIZE, specviz_run
 from specviz.bench.lookup import replay_calls, specviz_lookup, transformers_lookup
 from specviz.bench.prompts import prompt_set
 from specviz.cli.args import csv_list
@@ -26,7 +26,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", default="32,128")
     ap.add_argument("--gammas", default="1,2,3,4,6,8,16")
-    ap.add_argument("--ngram", type=int, default=3)
+    ap.add_argument("--ngram", type=int, default=NGRAM_SIZE)
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     tokens, gammas = csv_list(args.tokens, int), csv_list(args.gammas, int)

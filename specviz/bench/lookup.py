@@ -17,6 +17,7 @@ from collections.abc import Callable
 import torch
 
 from specviz.drafters import NgramDrafter
+from specviz.lm import common_prefix
 
 # (text so far, at most k tokens) -> the drafted tokens
 Lookup = Callable[[list[int], int], list[int]]
@@ -30,10 +31,7 @@ def replay_calls(prompt: list[int], out: list[int], lookup: Lookup, gamma: int) 
     while made < len(out):
         k_max = min(gamma, len(out) - made - 1)
         drafts = lookup(prompt + out[:made], k_max)[:k_max] if k_max > 0 else []
-        kept = 0
-        while kept < len(drafts) and drafts[kept] == out[made + kept]:
-            kept += 1
-        made += kept + 1
+        made += common_prefix(drafts, out[made:]) + 1
         calls += 1
     return calls
 
