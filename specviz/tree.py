@@ -89,15 +89,6 @@ class TreeDraft:
         return out[::-1]
 
 
-def tree_nodes_at(shape: tuple[int, ...], depth: int) -> int:
-    """Nodes of the shape's tree cut to `depth` levels."""
-    total, width = 0, 1
-    for b in shape[:depth]:
-        width *= b
-        total += width
-    return total
-
-
 def _children_of(
     q: torch.Tensor, logits: torch.Tensor, b: int, w: Warp, gen: torch.Generator
 ) -> list[int]:

@@ -154,22 +154,6 @@ def test_a_tiny_other_bin_keeps_its_exact_mass(pair):
     assert views[0].exact[-1] == pytest.approx(e, rel=1e-6)  # first token: complete anyway
 
 
-def test_rule_first_token_exact_is_p_and_wrong_rules_are_not():
-    g = torch.Generator().manual_seed(0)
-    p = torch.softmax(torch.randn(8, generator=g) * 2, -1)
-    q = torch.softmax(torch.randn(8, generator=g) * 2, -1)
-    assert torch.allclose(distribution_check.rule_first_token(p, q, "rejection"), p, atol=1e-6)
-    for rule in ("resample-from-p", "accept-without-draw"):
-        d = distribution_check.rule_first_token(p, q, rule)
-        assert d.sum() == pytest.approx(1.0, abs=1e-6)
-        assert 0.5 * (d - p).abs().sum() > 0.05
-    with pytest.raises(ValueError):
-        distribution_check.rule_first_token(p, q, "nope")
-    assert torch.allclose(
-        distribution_check.rule_first_token(p, q, "rejection", "exact-match"), p, atol=1e-6
-    )
-
-
 def test_continuations_enumerate_the_whole_tree(pair):
     probs = distribution_check.TargetProbs(pair, [1, 2], Settings().target_warp())
     every, none = distribution_check.continuations(probs, 2, frozenset(), min_prob=0.0)

@@ -75,7 +75,7 @@ from specviz.config import (
 from specviz.engine import Run
 from specviz.lm import CachedLM, ModelCache
 from specviz.pair import LoadedModel, ModelPair
-from specviz.sampling import residual, warp
+from specviz.sampling import warp
 from specviz.trace import Trace
 from specviz.tree import root_children, sibling_first_token
 from specviz.verification import normalised, rule_for, total_variation
@@ -86,31 +86,6 @@ MAX_LENGTH = 3
 SIGNIFICANCE = 0.01
 
 Outcome = tuple[int, ...]
-
-
-def rule_first_token(
-    p: torch.Tensor, q: torch.Tensor, rule: str, verification: str = "rejection"
-) -> torch.Tensor:
-    """The distribution of a round's first token when one token x ~ q is drafted: [V].
-
-    "rejection" gives p itself (the theorem); the two wrong rules give something else:
-    "resample-from-p" gives min(p, q) + (1 - alpha) p, "accept-without-draw" gives
-    q 1[p >= q] + (mass of q where p < q) * norm(max(0, p - q)). Exact match gives p too:
-    t comes out as the accepted draft with probability q(t) p(t), and as the target's
-    sample after a mismatch with probability sum_{x != t} q(x) p(t) = (1 - q(t)) p(t).
-    """
-    if verification == "exact-match":
-        return q * p + (1.0 - q) * p
-    if rule == "rejection":
-        accepted = torch.minimum(p, q)
-        return accepted + (1.0 - accepted.sum()) * residual(p, q)
-    if rule == "resample-from-p":
-        accepted = torch.minimum(p, q)
-        return accepted + (1.0 - accepted.sum()) * p
-    if rule == "accept-without-draw":
-        keep = p >= q
-        return q * keep + (q * ~keep).sum() * residual(p, q)
-    raise ValueError(f"rule must be one of {', '.join(RULES)}; got {rule!r}")
 
 
 # --- exact target probabilities ----------------------------------------------------------

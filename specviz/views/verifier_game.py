@@ -31,7 +31,6 @@ from specviz.trace import Drafted, Round, Trace, round_number
 from specviz.views.markup import esc, num, visible_text
 
 CLOSE = 0.1  # a said keep probability scores when |said - a(x)| <= CLOSE
-PHASES = ("guess", "drawn", "verdict", "done")
 CONTEXT_TOKENS = 12  # output tokens shown before the round's drafts
 KEYS = {"kept": "K", "rejected": "R", "next": "N"}  # the keyboard (specviz.ui.verifier_tab)
 _EPS = 1e-9  # float slack in "within CLOSE"
