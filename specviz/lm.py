@@ -18,7 +18,7 @@ holds branches in between, and only those two methods may touch it then.
 from __future__ import annotations
 
 import time
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from transformers import DynamicCache
@@ -191,17 +191,40 @@ def attention_mask_4d(model: torch.nn.Module, visible: torch.Tensor) -> torch.Te
     raise ValueError(f"trees need sdpa or eager attention; this model uses {impl}")
 
 
+def cache_layers(model: torch.nn.Module) -> list[tuple[str, dict[str, Any]]] | None:
+    """(layer type, its kwargs) of every layer of the StaticCache that transformers would
+    build for this model, as StaticCache itself reads the config: the decoder's text config
+    (nested in a multimodal config such as Gemma3Config or Llama4Config), its
+    ``layer_types``, or each layer's ``sliding_window`` / ``attention_chunk_size``. None for
+    a model without a transformers config."""
+    from transformers.cache_utils import get_layer_types_and_kwargs
+
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(config, "get_text_config"):
+        return None
+    types, kwargs = get_layer_types_and_kwargs(config.get_text_config(decoder=True))
+    return list(zip(types, kwargs, strict=True))
+
+
 def tree_refusal(model: torch.nn.Module) -> str | None:
     """Why a tree cannot run on this model (None: it can): a custom 4D mask replaces the
-    sliding-window masks, so models with sliding or mixed attention layers are refused."""
+    sliding-window and chunked masks, so a model with any layer that is not plain full
+    attention (read as :func:`cache_layers` reads them) is refused."""
+    name = type(model).__name__
     config = getattr(model, "config", None)
     if config is None:
-        return f"{type(model).__name__} takes no attention mask"
-    kinds = set(getattr(config, "layer_types", None) or ["full_attention"])
-    window = getattr(config, "sliding_window", None)
-    sliding = window is not None and getattr(config, "use_sliding_window", True)
-    if sliding or kinds != {"full_attention"}:
-        return f"{type(model).__name__} has sliding-window or mixed attention layers"
+        return f"{name} takes no attention mask"
+    layers = cache_layers(model)
+    if layers is not None:
+        other = sorted({kind for kind, _ in layers} - {"full_attention"})
+    else:  # not a transformers config: its top-level fields only
+        kinds = set(getattr(config, "layer_types", None) or ["full_attention"])
+        window = getattr(config, "sliding_window", None)
+        if window is not None and getattr(config, "use_sliding_window", True):
+            kinds.add("sliding_attention")
+        other = sorted(kinds - {"full_attention"})
+    if other:
+        return f"{name} has sliding-window or mixed attention layers ({', '.join(other)})"
     impl = getattr(config, "_attn_implementation", None) or "eager"
     if impl not in ("sdpa", "eager"):
         return f"trees need sdpa or eager attention; this model uses {impl}"

@@ -16,11 +16,10 @@ covers Gemma 2 and 3, Mistral's ``sliding_window`` and Qwen2's ``use_sliding_win
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from specviz.config import COMPILE_BACKENDS, on_zero_gpu
+from specviz.lm import cache_layers
 
 BACKENDS = COMPILE_BACKENDS
 MIN_CACHE_LEN = 256
@@ -37,19 +36,6 @@ def auto_backend(device: torch.device) -> str | None:
 class SlidingWindowRefused(ValueError):
     """The model has sliding-window attention layers: the compiled path's rollback cannot be
     exact for it, and the run takes the eager path instead (one line on stderr says so)."""
-
-
-def cache_layers(model: torch.nn.Module) -> list[tuple[str, dict[str, Any]]] | None:
-    """(layer type, its kwargs) of every layer of the StaticCache that transformers would
-    build for this model, as StaticCache itself reads the config; None for a model without
-    a transformers config."""
-    from transformers.cache_utils import get_layer_types_and_kwargs
-
-    config = getattr(model, "config", None)
-    if config is None or not hasattr(config, "get_text_config"):
-        return None
-    types, kwargs = get_layer_types_and_kwargs(config.get_text_config(decoder=True))
-    return list(zip(types, kwargs, strict=True))
 
 
 def sliding_window(model: torch.nn.Module) -> int | None:
