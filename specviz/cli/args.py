@@ -8,6 +8,7 @@ declared there with the CLI among its front ends is a flag here, under its name 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import Any
 
@@ -31,14 +32,20 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+# A range a setting's help already states ("in (0, 1)", "in [0, 1]", "1..32", ">= 0"): the
+# flag's help does not append the range again.
+_STATED_RANGE = re.compile(r"\bin [(\[][^()\[\]]*[)\]]|\d\.\.\d|[<>]=? ?\d")
+
+
 def add_sampling_args(p: argparse.ArgumentParser, cls: type[Settings] = Settings) -> None:
     """One flag per setting the CLI offers (config.schema): its type, default, choices and
-    help, the valid range appended."""
+    help, the valid range appended where the help does not state one, and for a list an
+    example where the help gives none."""
     limits = Limits()
     for s in offered("cli", cls):
         help_text = s.meta.help or s.meta.label
         bounds = s.range_text(limits)
-        if bounds:
+        if bounds and not _STATED_RANGE.search(help_text):
             entries = "entries " if s.kind is tuple else ""
             interval = bounds[0] in "(["
             help_text += f", {entries}in {bounds}" if interval else f" ({entries}{bounds})"
@@ -47,7 +54,8 @@ def add_sampling_args(p: argparse.ArgumentParser, cls: type[Settings] = Settings
             p.add_argument(s.flag, dest=s.name, action=action, default=s.default, help=help_text)
         elif s.kind is tuple:
             default = None if s.default is None else s.text(s.default)
-            p.add_argument(s.flag, dest=s.name, default=default, help=f"{help_text}, e.g. 2,2,1")
+            example = "" if "e.g." in help_text else ", e.g. 2,2,1"
+            p.add_argument(s.flag, dest=s.name, default=default, help=help_text + example)
         elif s.meta.choices:
             p.add_argument(
                 s.flag, dest=s.name, default=s.default, choices=s.meta.choices, help=help_text
