@@ -29,27 +29,21 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from specviz.verify.registry import (
+    RULES,
+    TREE_ONLY_RULES,
+    TREE_VERIFICATIONS,
+    VERIFICATIONS,
+    entry,
+)
+from specviz.verify.registry import label as verification_name_label
+
 METHODS = ("spec", "ar")
 DRAFTERS = ("model", "ngram")
-# "rejection" is the rule of both papers. The others are deliberately wrong, kept so that the
-# distribution check (tests, CLI, app) can show that it catches a broken algorithm.
-RULES = ("rejection", "resample-from-p", "accept-without-draw", "same-target-for-siblings")
-# "same-target-for-siblings" tries every sibling of a tree against the original p (a wrong
-# multi-draft rule); on a chain it equals "rejection", so it needs a tree.
-TREE_ONLY_RULES = ("same-target-for-siblings",)
-# The verifications a tree supports: the lossless ones (each node's siblings are trials).
-TREE_VERIFICATIONS = ("rejection", "exact-match")
+# The verifications and the rejection rule's variants come from specviz.verify.registry,
+# which says of each whether it is lossless and which round shapes it takes.
 # A tree's node budget: each round's draft and verify calls are this wide at most.
 MAX_TREE_NODES = 64
-# How a round verifies its drafts; both are lossless. "rejection" is the papers' rule (accept
-# x_i iff u_i < p(x_i)/q(x_i), resample from norm(max(0, p - q)) at the first rejection);
-# "exact-match" samples the target's own y_i ~ p_i and accepts x_i iff y_i == x_i, keeping
-# y_i at the first mismatch. `rule` names a variant of the rejection rule only: a wrong rule
-# combined with any other verification is refused. "typical" (Medusa's typical acceptance)
-# and "top-k-match" are lossy: they keep more drafts, and the text is no longer distributed
-# as the target's (specviz.verification). Never the default.
-LOSSY_VERIFICATIONS = ("typical", "top-k-match")
-VERIFICATIONS = ("rejection", "exact-match", *LOSSY_VERIFICATIONS)
 TRACE_LEVELS = ("full", "minimal")
 # torch.compile backends of the compiled path (specviz.compiled), and what --compile takes:
 # a backend, "off" (the eager path) or "auto" (compiled on CUDA, eager elsewhere).
@@ -162,9 +156,10 @@ def verification_of(settings: Mapping[str, Any]) -> str:
     return str(settings.get("verification", "rejection"))
 
 
-def verification_label(name: str) -> str:
-    """A verification's name as every view prints it: a lossy one says so."""
-    return f"{name} (lossy)" if name in LOSSY_VERIFICATIONS else name
+def verification_label(name: str, rule: str = "rejection") -> str:
+    """A verification's name as every view prints it: a lossy one says so, and so does a
+    deliberately wrong rule."""
+    return verification_name_label(name, rule)
 
 
 def is_greedy(settings: Mapping[str, Any]) -> bool:
@@ -592,11 +587,7 @@ class Settings:
             checked = s.check(value, self.limits)
             if checked is not value:
                 object.__setattr__(self, s.name, checked)
-        if self.verification != "rejection" and self.rule != "rejection":
-            raise ValueError(
-                f"rule {self.rule!r} is a broken rejection rule: it cannot be combined "
-                f"with {self.verification} verification"
-            )
+        entry(self.verification, self.rule)  # refuses a wrong rule beside another verification
         _above_greedy("temperature", self.temperature)
         _above_greedy("draft_temperature", self.draft_temperature)
         self._check_tree()
@@ -626,6 +617,8 @@ class Settings:
                 f"{self.verification} verification is not supported on a tree "
                 f"(only {', '.join(TREE_VERIFICATIONS)})"
             )
+        if not entry(self.verification, self.rule).tree:
+            raise ValueError(f"rule {self.rule!r} is not defined on a tree")
 
     @property
     def drafts_tree(self) -> bool:

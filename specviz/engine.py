@@ -19,37 +19,30 @@ then cropped to the accepted prefix. With ``verification="exact-match"`` the rou
 samples the target's own y_i ~ p_i at all k + 1 positions from the run's generator, accepts
 x_i while y_i == x_i, and adds y at the first mismatch (or y_{k+1} as the bonus). The lossy
 verifications ("typical", "top-k-match") keep x_i while a test on p passes and add the
-target's own sample from p at the first miss (specviz.verification). The round's decisions
+target's own sample from p at the first miss (specviz.verify). The round's decisions
 are recorded by specviz.record.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 from specviz import metrics
 from specviz.compiled import StaticLM, compiler_for
-from specviz.config import LOSSY_VERIFICATIONS, Settings, verification_label
+from specviz.config import Settings
 from specviz.drafters import Draft, Drafter, ModelDrafter, NgramDrafter
 from specviz.lm import CachedLM, ModelCache
 from specviz.pair import LoadedModel, ModelPair
 from specviz.record import round_decisions
-from specviz.sampling import (
-    draw,
-    next_token,
-    top2_gap,
-    verify,
-    verify_exact_match,
-    verify_kept,
-    warp,
-)
-from specviz.trace import Round, Trace
-from specviz.tree_run import check_tree_request, tree_rounds
+from specviz.sampling import next_token, top2_gap, warp
+from specviz.trace import SCHEMA, Round, Trace
+from specviz.tree_run import TreeRounds, check_tree_request
 from specviz.updates import Update, clock
-from specviz.verification import rule_for
+from specviz.verify import verification_for
+from specviz.verify.base import Verification
 
 
 def prompt_ids_for(
@@ -98,9 +91,7 @@ class Run:
             prompt_ids=list(self.prompt_ids),
             settings=settings.to_dict(),
             models=models,
-            verification=verification_label(settings.verification)
-            if settings.method == "spec"
-            else "",
+            verification=verification_for(settings).label if settings.method == "spec" else "",
         )
         self._started = False
         # The request's own model state, exposed for inspection (tests, benchmarks).
@@ -111,8 +102,6 @@ class Run:
         if self._started:
             raise RuntimeError("a Run can be iterated once")
         self._started = True
-        if self.settings.method == "spec" and self.settings.drafts_tree:
-            return tree_rounds(self)  # specviz.tree_run
         return self._spec() if self.settings.method == "spec" else self._ar()
 
     # --- shared pieces ---------------------------------------------------------------
@@ -220,74 +209,112 @@ class Run:
     @torch.inference_mode()
     def _spec(self) -> Iterator[Update]:
         s, eos, dev = self.settings, self.pair.eos_ids, self.device
-        pw = s.target_warp()
         target = self.target_lm = self._target_lm()
         drafter = self.drafter = self._drafter()
+        verification = verification_for(s)
+        strategy: RoundStrategy
+        if s.drafts_tree:
+            self.trace.schema = SCHEMA  # a trace with tree rounds
+            assert isinstance(drafter, ModelDrafter)
+            strategy = TreeRounds(s, self.pair, target, drafter.lm, verification)
+        else:
+            strategy = ChainRounds(s, self.pair, target, drafter, verification)
+        greedy = s.target_warp().greedy
         gen = self._generator()
-        rule = rule_for(s)
         seq = list(self.prompt_ids)
         out = self.trace.token_ids
-        gamma = s.gamma
         # No separate prefill: the first round's draft and verify calls read the prompt.
         t0 = clock(dev)
         reason = "stopped"
         try:
             while len(out) < s.max_new_tokens:
-                # Never draft past the budget: a round emits at most k + 1 tokens.
-                k_max = min(gamma, s.max_new_tokens - len(out) - 1)
-                ta = clock(dev)
-                draft = drafter.propose(seq, k_max, gen) if k_max > 0 else self._no_draft()
-                tb = clock(dev)
-                k = len(draft.ids)
-                # Both are over the tokenizer's V ids: padded columns are cut (specviz.lm)
-                # and a pair whose model is narrower than V cannot be built (ModelPair).
-                logits = target.logits(seq + draft.ids, keep=k + 1)  # [k+1, V]
-                p = warp(logits, pw)  # [k+1, V]
-                q = draft.q.to(dev)  # [k, V]
-                drafts = torch.tensor(draft.ids, dtype=torch.long, device=dev)  # [k]
-                u = None
-                if s.verification == "exact-match":  # the target's own y_i ~ p_i, all k + 1
-                    verdict = verify_exact_match(p, q, drafts, draw(p, gen, pw.greedy))
-                elif s.verification in LOSSY_VERIFICATIONS:  # a test on p, then p's sample
-                    keep = rule.keep_prob(p[:k], q)[torch.arange(k, device=dev), drafts] > 0
-                    verdict = verify_kept(p, q, drafts, keep)
-                else:
-                    if not pw.greedy and k:
-                        u = torch.rand(k, generator=gen, device=dev)
-                    verdict = verify(p, q, drafts, u, s.rule)
-                accepted = draft.ids[: verdict.n_accepted]
-                ends_on_eos = bool(accepted) and accepted[-1] in eos
-                added = None if ends_on_eos else verdict.added_token(gen, pw.greedy)
-                new = accepted + ([] if added is None else [added])
-                seq.extend(new)
-                target.rollback(seq)
-                drafter.rollback(seq)
-                tc = clock(dev)
-                drafted, added_record = round_decisions(
-                    s, self.pair.token_text, draft.ids, p, q, verdict, u, added
-                )
-                rnd = Round(
-                    index=len(self.trace.rounds),
-                    start=len(out),
-                    gamma=gamma,
-                    drafted=drafted,
-                    added=added_record,
-                    draft_ms=(tb - ta) * 1e3,
-                    verify_ms=(tc - tb) * 1e3,
-                    t_s=clock(dev) - t0,
-                    stop=draft.stop if k_max == gamma or draft.stop != "gamma" else "budget",
-                )
-                self._emit(new, rnd.t_s, rnd, self._gaps(logits, len(new), pw.greedy))
+                # a round emits at most its drafts + 1 tokens: never draft past the budget
+                new, rnd, rows = strategy.round(seq, s.max_new_tokens - len(out) - 1, gen)
+                rnd.index, rnd.start = len(self.trace.rounds), len(out)
+                rnd.t_s = clock(dev) - t0
+                self._emit(new, rnd.t_s, rnd, self._gaps(rows, len(new), greedy))
                 yield Update(rnd, new, len(out), rnd.t_s)
-                if added is None or added in eos:
+                if rnd.added is None or new[-1] in eos:
                     reason = "eos"
                     break
-                if s.adaptive_gamma:
-                    gamma = next_gamma(gamma, k, verdict.n_accepted, s.limits.max_gamma)
             else:
                 reason = "max_new_tokens"
         finally:
             self._finish(reason, t0)
+
+
+class RoundStrategy(Protocol):
+    """How a round drafts and verifies: a chain (ChainRounds) or a tree
+    (specviz.tree_run.TreeRounds). The loop (Run._spec) owns the budget, the clock, the
+    trace and the stop."""
+
+    def round(
+        self, seq: list[int], room: int, gen: torch.Generator
+    ) -> tuple[list[int], Round, torch.Tensor]:
+        """Draft at most `room` tokens after seq, verify them with one target call, extend
+        seq by the new tokens; return them, the round's record (the loop sets its index,
+        start and t_s) and the target's logit rows that scored them [len(new), V]."""
+        ...
+
+
+class ChainRounds:
+    """The round strategy of a chain of drafts (Leviathan et al. 2022, Algorithm 1; Chen et
+    al. 2023, Algorithm 2), with adaptive gamma where the settings ask for it."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        pair: ModelPair,
+        target: ModelCache,
+        drafter: Drafter,
+        verification: Verification,
+    ) -> None:
+        self.s, self.pair, self.target, self.drafter = settings, pair, target, drafter
+        self.verification = verification
+        self.gamma = settings.gamma
+
+    def round(
+        self, seq: list[int], room: int, gen: torch.Generator
+    ) -> tuple[list[int], Round, torch.Tensor]:
+        s, dev, eos = self.s, self.pair.device, self.pair.eos_ids
+        pw, gamma = s.target_warp(), self.gamma
+        k_max = min(gamma, room)
+        ta = clock(dev)
+        draft = self.drafter.propose(seq, k_max, gen) if k_max > 0 else self._no_draft()
+        tb = clock(dev)
+        k = len(draft.ids)
+        # Both are over the tokenizer's V ids: padded columns are cut (specviz.lm) and a
+        # pair whose model is narrower than V cannot be built (ModelPair).
+        logits = self.target.logits(seq + draft.ids, keep=k + 1)  # [k+1, V]
+        p = warp(logits, pw)  # [k+1, V]
+        q = draft.q.to(dev)  # [k, V]
+        drafts = torch.tensor(draft.ids, dtype=torch.long, device=dev)  # [k]
+        verdict, u = self.verification.decide_chain(p, q, drafts, gen, pw.greedy)
+        accepted = draft.ids[: verdict.n_accepted]
+        ends_on_eos = bool(accepted) and accepted[-1] in eos
+        added = None if ends_on_eos else verdict.added_token(gen, pw.greedy)
+        new = accepted + ([] if added is None else [added])
+        seq.extend(new)
+        self.target.rollback(seq)
+        self.drafter.rollback(seq)
+        tc = clock(dev)
+        drafted, added_record = round_decisions(
+            s, self.pair.token_text, draft.ids, p, q, verdict, u, added, self.verification
+        )
+        rnd = Round(
+            index=0,
+            start=0,
+            gamma=gamma,
+            drafted=drafted,
+            added=added_record,
+            draft_ms=(tb - ta) * 1e3,
+            verify_ms=(tc - tb) * 1e3,
+            t_s=0.0,
+            stop=draft.stop if k_max == gamma or draft.stop != "gamma" else "budget",
+        )
+        if s.adaptive_gamma:
+            self.gamma = next_gamma(gamma, k, verdict.n_accepted, s.limits.max_gamma)
+        return new, rnd, logits[: len(new)]
 
     def _no_draft(self) -> Draft:
         """The round after the budget is spent drafts nothing: a plain target step."""

@@ -10,7 +10,7 @@ Definitions (printed next to the numbers wherever they are shown):
 - kept mass = mean over verified positions of sum_x q(x) a(x), a the verification's own keep
   probability: its expected acceptance (alpha for the rejection rule, sum p q for exact match).
 - out TV = TV(out, p) at a verified position, out the verification's exact output
-  distribution there (specviz.verification): 0 up to float error for the lossless
+  distribution there (specviz.verify): 0 up to float error for the lossless
   verifications, the distortion a lossy one adds. Mean and max over verified positions.
 - mean accepted per round, with or without the added (resampled or bonus) token.
 - tokens per target call = new tokens / target forwards while decoding.

@@ -13,7 +13,7 @@ import torch
 from specviz.config import Settings
 from specviz.sampling import Verdict, match_prob, overlap
 from specviz.trace import Added, Drafted
-from specviz.verification import normalised, rule_for, total_variation
+from specviz.verify.base import Verification, normalised, total_variation
 
 
 def round_decisions(
@@ -25,6 +25,11 @@ def round_decisions(
     verdict: Verdict,
     u: torch.Tensor | None,  # [k] the rejection rule's uniforms; None when none were drawn
     added: int | None,
+    verification: Verification,
+    # a tree's path view: per position, p'(x) where siblings were tried before it (else
+    # None), and the children of the node it was tried at (the out formula's b)
+    p_primes: list[float | None] | None = None,
+    fan: list[int] | None = None,
 ) -> tuple[list[Drafted], Added | None]:
     """The round's decisions: a Drafted per drafted token, and the token the target added
     (None when the round ended on an accepted EOS). The engine builds the Round around them
@@ -32,7 +37,8 @@ def round_decisions(
 
     A "full" trace also records, per drafted position, the overlap sum_x min(p, q), exact
     match's sum_x p q and the top tokens, and per verified position the verification's exact
-    output distribution out (specviz.verification) as TV(out, p), the mass it keeps of q,
+    output distribution out (the verification's out, or out_siblings at a tree's node of b
+    children) as TV(out, p), the mass it keeps of q,
     and out beside p and q in the top tokens (computed in float64 from the rows at hand:
     O(V) per position, no model call); a "minimal" one only the decisions."""
     k, n, full = len(draft_ids), verdict.n_accepted, settings.trace_level == "full"
@@ -46,7 +52,7 @@ def round_decisions(
     tops: list[list[dict[str, Any]]] = [[] for _ in range(k)]
     if full and k:
         overlaps, matches = torch.stack([overlap(p[:k], q), match_prob(p[:k], q)]).tolist()
-        m, rule = min(n + 1, k), rule_for(settings)  # the verified positions
+        m, rule = min(n + 1, k), verification  # the verified positions
         # out, computed on the tokens that p or q gives mass in some verified row: every
         # rule's out is q a + c f with f p or the residual, so it has no mass elsewhere, and
         # the rows' sums and every rule's test (typical's entropy, top-k-match's k-th
@@ -54,6 +60,9 @@ def round_decisions(
         cols = ((p[:m] > 0) | (q[:m] > 0)).any(0).nonzero().squeeze(1)  # [S] ascending
         pc, qc = p[:m, cols], q[:m, cols]
         out = rule.out(pc, qc)  # [m, S] float64
+        for i, b in enumerate((fan or [])[:m]):
+            if b > 1:  # a node of b children: the siblings' formula
+                out[i] = rule.out_siblings(pc[i], qc[i], b)
         out_tvs[:m] = total_variation(out, normalised(pc)).tolist()
         kept[:m] = rule.kept_mass(pc, qc).tolist()
         score = torch.maximum(p[:k], q)
@@ -81,13 +90,24 @@ def round_decisions(
                 target_text=None if sample is None else text(sample),
                 out_tv=out_tvs[i],
                 kept_mass=kept[i],
+                p_prime=None if p_primes is None or i > n else p_primes[i],
             )
         )
-    return drafted, None if added is None else _added(settings, text, p[n], verdict, added)
+    if added is None:
+        return drafted, None
+    source = verdict.source or (verification.fallback_source if verdict.resampled else "bonus")
+    if not verdict.resampled:
+        source = "bonus"
+    return drafted, _added(settings, text, p[n], verdict, added, source)
 
 
 def _added(
-    settings: Settings, text: Callable[[int], str], p_row: torch.Tensor, verdict: Verdict, x: int
+    settings: Settings,
+    text: Callable[[int], str],
+    p_row: torch.Tensor,
+    verdict: Verdict,
+    x: int,
+    source: str,
 ) -> Added:
     dist = verdict.dist
     top = []
@@ -108,6 +128,7 @@ def _added(
         p=float(p_row[x]),
         prob=float(dist[x]),
         top=top,
+        source=source,
     )
 
 

@@ -1,6 +1,6 @@
 """Pure torch: logits to distributions, draws with an explicit generator, and the
 verifications' decisions: the rejection rule, exact match, and the rules that keep a draft
-by a test on p alone (the lossy rules of specviz.verification, through :func:`verify_kept`).
+by a test on p alone (the lossy rules of specviz.verify, through :func:`verify_kept`).
 
 Notation as in both papers: p is the target's distribution, q the draft's. Every function
 here is stateless; randomness only ever comes from the ``torch.Generator`` passed in, so
@@ -128,8 +128,11 @@ class Verdict:
     # Exact match only: [k+1] the target's own samples y_i ~ p_i, drawn before the decision
     # (y_n is the added token). None under the rejection rule.
     samples: torch.Tensor | None = None
-    # [k] a(x_i) of a rule that keeps by a test on p (verify_kept); None for the others
+    # [k] a(x_i) as the verification computed it; None: the rule's own (see accept_prob)
     keep_prob: torch.Tensor | None = None
+    # where the added token comes from (a key of specviz.verify.words.SOURCES); None: the
+    # verification's chain fallback after a rejection, "bonus" after a full accept
+    source: str | None = None
 
     @property
     def accept_prob(self) -> torch.Tensor:

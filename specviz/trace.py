@@ -27,6 +27,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from specviz.verify.words import SOURCES
+
 SCHEMA_CHAIN = "specviz-trace/1"
 SCHEMA = "specviz-trace/2"  # adds tree rounds: Round.tree and Round.nodes
 SCHEMAS = (SCHEMA_CHAIN, SCHEMA)
@@ -66,11 +68,14 @@ class Drafted:
     target_sample: int | None = None
     target_text: str | None = None
     # TV(out, p): how far the verification's exact output distribution at this position
-    # (specviz.verification) lies from p; float error for a lossless verification. None:
+    # (specviz.verify) lies from p; float error for a lossless verification. None:
     # not measured (a "minimal" trace, a discarded draft, an older trace)
     out_tv: float | None = None
     # sum_x q(x) a(x): the probability that this verification keeps a draw from q here
     kept_mass: float | None = None
+    # a tree's later sibling: the updated target p'(x) it was tried against, left by the
+    # siblings rejected before it (accept_prob is computed from it); None where p' = p
+    p_prime: float | None = None
 
 
 @dataclass
@@ -107,6 +112,9 @@ class Added:
     # from: norm(max(0, p - q)) for a token resampled by the rejection rule, p itself for a
     # bonus token and for exact match's sample at a mismatch.
     top: list[dict[str, Any]]
+    # where it was drawn from, a key of specviz.verify.words.SOURCES ("residual", "siblings",
+    # "p", "sample", "bonus"); None in traces written before it was recorded
+    source: str | None = None
 
 
 @dataclass
@@ -456,6 +464,7 @@ def _round(r: Any, i: int) -> Round:
                 target_text=_optional(x, "target_text", str, w),
                 out_tv=_opt_num(x, "out_tv", w, optional=True),
                 kept_mass=_opt_num(x, "kept_mass", w, optional=True),
+                p_prime=_opt_num(x, "p_prime", w, optional=True),
             )
         )
     added = r.get("added")
@@ -472,6 +481,7 @@ def _round(r: Any, i: int) -> Round:
             p=_num(added, "p", w),
             prob=_num(added, "prob", w),
             top=_top(added.get("top", []), "residual", f"{w}.top"),
+            source=_source(added, w),
         )
     tree, nodes = r.get("tree"), r.get("nodes")
     if tree is not None:
@@ -492,6 +502,16 @@ def _round(r: Any, i: int) -> Round:
         nodes=nodes,
         stop=_stop(r, where),
     )
+
+
+ADDED_SOURCES = tuple(SOURCES)  # where an added token can come from
+
+
+def _source(a: dict[str, Any], where: str) -> str | None:
+    source = _optional(a, "source", str, where)
+    if source is not None and source not in ADDED_SOURCES:
+        raise ValueError(f"{where}.source must be one of {', '.join(ADDED_SOURCES)}")
+    return source
 
 
 def _stop(r: dict[str, Any], where: str) -> str | None:

@@ -32,12 +32,16 @@ chain's model calls (no mask is needed), so it gives the chain's trace.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from specviz.config import Warp
-from specviz.lm import CachedLM
-from specviz.sampling import draw, residual, warp
+from specviz.lm import CachedLM, common_prefix
+from specviz.sampling import draw, warp
+
+if TYPE_CHECKING:
+    from specviz.verify.base import Verification
 
 ROOT = -1
 
@@ -225,6 +229,7 @@ def draft_budget_tree(
 
 def _feed(lm: CachedLM, seq: list[int], tree: TreeDraft, nodes: list[int]) -> torch.Tensor:
     """One draft call over nodes (one depth), each seeing the prefix and its ancestors."""
+    _hold(lm, seq)
     start = lm.cached
     if len(nodes) == 1 and not lm.branched:
         j = nodes[0]
@@ -240,6 +245,16 @@ def _feed(lm: CachedLM, seq: list[int], tree: TreeDraft, nodes: list[int]) -> to
             visible[r, tree.slots[a]] = True
     positions = [len(seq) - 1 + tree.depths[j] for j in nodes]
     return lm.masked_logits([tree.ids[j] for j in nodes], positions, visible)
+
+
+def _hold(lm: CachedLM, seq: list[int]) -> None:
+    """Make the model's cache hold seq before a masked call places nodes after it. A cache
+    shared by many runs (specviz.analysis.prompt_cache.PromptCache) may have served seq's
+    last row from its store without feeding the model; its ``inner`` is the model's cache."""
+    inner = getattr(lm, "inner", lm)
+    if not inner.branched and common_prefix(inner.tokens, seq) < len(seq):
+        inner.rollback(seq)
+        inner.logits(seq)
 
 
 def target_rows(lm: CachedLM, seq: list[int], tree: TreeDraft) -> tuple[torch.Tensor, bool]:
@@ -277,9 +292,10 @@ class Trial:
 
     node: int
     trial: int  # its turn among its siblings, from 0
-    p_prime: float  # p'(x) at the trial (exact match: p(x))
-    accept_prob: float
+    p_prime: float  # p'(x) at the trial: p(x) at the first, after siblings the updated target
+    accept_prob: float  # a(x) at the trial, as the verification computed it from p'
     accepted: bool
+    updated: bool = False  # whether p' differed from the node's own p (a sibling came first)
 
 
 @dataclass
@@ -293,6 +309,8 @@ class TreeVerdict:
     stop: int  # the node (or ROOT) the walk stopped at: the added token's parent
     # exact match: [n + 1] the target's own samples (row 0 at the root, 1 + j at node j)
     samples: torch.Tensor | None = None
+    # where the added token comes from (a key of specviz.verify.words.SOURCES)
+    source: str = "bonus"
 
     def added_token(self, gen: torch.Generator, greedy: bool) -> int:
         if self.samples is not None:
@@ -303,13 +321,18 @@ class TreeVerdict:
 def verify_tree(
     p: torch.Tensor,
     tree: TreeDraft,
-    u: torch.Tensor | None,
+    draws: torch.Tensor | None,
     eos_ids: frozenset[int],
-    rule: str = "rejection",
+    verification: Verification,
 ) -> TreeVerdict:
-    """The multi-draft rule on a tree. p: [n + 1, V] warped target rows (row 1 + j after
-    node j); u: [n] one uniform per node (None in greedy mode: keep x iff p'(x) >= q(x))."""
-    same_target = rule == "same-target-for-siblings"
+    """The multi-draft walk on a tree. p: [n + 1, V] warped target rows (row 1 + j after
+    node j); draws: what verification.tree_draws drew (one uniform per node, the target's
+    samples per row, or None). At each node the children are tried in draw order, each by
+    verification.try_child against p' (the node's row at the first; after a rejection
+    verification.sibling_next); after all are rejected the token comes from
+    verification.sibling_final."""
+    samples = draws if verification.draws == "sample" else None
+    y = None if samples is None else samples.tolist()
     path: list[int] = []
     trials: list[Trial] = []
     node = ROOT
@@ -317,62 +340,24 @@ def verify_tree(
         kids = tree.children(node)
         row = p[node + 1]
         if not kids:
-            return TreeVerdict(path, trials, row, False, node)
+            return TreeVerdict(path, trials, row, False, node, samples)
         p_prime = row
         for t, j in enumerate(kids):
             x, q = tree.ids[j], tree.q(j)
-            ratio = float(p_prime[x] / q[x])
-            keep = ratio >= 1.0 if u is None else float(u[j]) < ratio
-            trials.append(Trial(j, t, float(p_prime[x]), min(1.0, ratio), keep))
+            if y is not None:
+                d: float | None = y[node + 1]
+            else:
+                d = None if draws is None else float(draws[j])
+            a, keep = verification.try_child(p_prime, q, x, d)
+            trials.append(Trial(j, t, float(p_prime[x]), a, keep, p_prime is not row))
             if keep:
                 break
-            p_prime = row if same_target else residual(p_prime, q)
+            p_prime = verification.sibling_next(row, p_prime, q, x)
         else:
-            dist = residual(row, tree.q(kids[-1])) if same_target else p_prime
-            return TreeVerdict(path, trials, dist, True, node)
-        path.append(j)
-        node = j
-        if x in eos_ids:
-            return TreeVerdict(path, trials, p[node + 1], False, node)
-
-
-def verify_tree_exact_match(
-    p: torch.Tensor, tree: TreeDraft, samples: torch.Tensor, eos_ids: frozenset[int]
-) -> TreeVerdict:
-    """Exact match on a tree: at each node the target's own y ~ p (samples [n + 1]) is kept
-    as the first child equal to it; where none is, y is the added token."""
-    path: list[int] = []
-    trials: list[Trial] = []
-    node = ROOT
-    y = samples.tolist()
-    while True:
-        kids = tree.children(node)
-        if not kids:
-            return TreeVerdict(path, trials, p[node + 1], False, node, samples)
-        for t, j in enumerate(kids):
-            x = tree.ids[j]
-            px = float(p[node + 1, x])
-            trials.append(Trial(j, t, px, px, x == y[node + 1]))
-            if x == y[node + 1]:
-                break
-        else:
-            return TreeVerdict(path, trials, p[node + 1], True, node, samples)
+            dist = verification.sibling_final(row, p_prime, tree.q(kids[-1]))
+            source = verification.sibling_source(len(kids))
+            return TreeVerdict(path, trials, dist, True, node, samples, source)
         path.append(j)
         node = j
         if x in eos_ids:
             return TreeVerdict(path, trials, p[node + 1], False, node, samples)
-
-
-def sibling_first_token(p: torch.Tensor, q: torch.Tensor, b: int, rule: str) -> torch.Tensor:
-    """The first token's distribution [V] when the root has b children i.i.d. from q: p under
-    the exact rule; under "same-target-for-siblings" each child is kept with probability
-    min(1, p/q) against the original p, so with m = min(p, q) and a = sum m the first token
-    is m (1 - (1 - a)^b) / a + (1 - a)^b norm(max(0, p - q))."""
-    if rule != "same-target-for-siblings":
-        return p
-    m = torch.minimum(p, q)
-    a = float(m.sum())
-    if a >= 1.0:  # p == q: the first child is always kept
-        return m
-    miss = (1.0 - a) ** b
-    return m * (1.0 - miss) / a + miss * residual(p, q)

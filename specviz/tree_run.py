@@ -1,28 +1,27 @@
 """Speculative rounds on a drafted tree, and their records.
 
-The engine (specviz.engine.Run) hands a run whose settings carry a tree (a fixed shape, or
-a dynamic tree's node budget) to :func:`tree_rounds`. Each round: draft the tree depth by
-depth (specviz.tree.draft_tree, or draft_budget_tree),
-score every node with one target call, walk the verdict down from the root, add the resampled
-or bonus token, then gather the accepted path in both caches. The round's record holds the
-path view in ``drafted`` (what every positional reader uses) and every node in ``nodes``.
+:class:`TreeRounds` is the round strategy the engine's loop (specviz.engine.Run) uses when a
+run's settings carry a tree (a fixed shape, or a dynamic tree's node budget). Each round:
+draft the tree depth by depth (specviz.tree.draft_tree, or draft_budget_tree), score every
+node with one target call, walk the verdict down from the root (specviz.tree.verify_tree,
+asking the run's verification), add the resampled or bonus token, then gather the accepted
+path in both caches. The round's record holds the path view in ``drafted`` (what every
+positional reader uses) and every node in ``nodes``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 import torch
 
 from specviz.compiled.policy import check_tree_path
 from specviz.config import Settings
-from specviz.drafters import ModelDrafter
-from specviz.lm import CachedLM, tree_refusal
+from specviz.lm import ModelCache, tree_refusal
 from specviz.pair import ModelPair
 from specviz.record import round_decisions
-from specviz.sampling import Verdict, draw, warp
-from specviz.trace import SCHEMA, Added, Drafted, Node, Round
+from specviz.sampling import Verdict, warp
+from specviz.trace import Added, Drafted, Node, Round
 from specviz.tree import (
     ROOT,
     TreeDraft,
@@ -32,12 +31,9 @@ from specviz.tree import (
     keep_path,
     target_rows,
     verify_tree,
-    verify_tree_exact_match,
 )
-from specviz.updates import Update, clock
-
-if TYPE_CHECKING:
-    from specviz.engine import Run
+from specviz.updates import clock
+from specviz.verify.base import Verification
 
 
 def check_tree_request(pair: ModelPair, settings: Settings) -> None:
@@ -52,82 +48,74 @@ def check_tree_request(pair: ModelPair, settings: Settings) -> None:
             raise ValueError(f"a tree cannot run on this {role}: {why}")
 
 
-@torch.inference_mode()
-def tree_rounds(run: Run) -> Iterator[Update]:
-    """The speculative rounds of a run whose settings carry a tree."""
+class TreeRounds:
+    """The round strategy of a tree: round(seq, room, gen) drafts, verifies and records
+    one tree round, extending seq by the tokens it emits."""
 
-    s, pair, dev = run.settings, run.pair, run.device
-    eos, pw, dw = pair.eos_ids, s.target_warp(), s.draft_warp()
-    assert s.drafts_tree and pair.draft is not None
-    max_depth = len(s.tree) if s.tree is not None else s.gamma
-    target = run.target_lm = CachedLM(pair.target.model, pair.vocab_size, dev)
-    lm = CachedLM(pair.draft.model, pair.vocab_size, dev)
-    run.drafter = ModelDrafter(lm, dw, eos)
-    gen = run._generator()
-    run.trace.schema = SCHEMA  # a trace with tree rounds
-    seq = list(run.prompt_ids)
-    out = run.trace.token_ids
-    t0 = clock(dev)
-    reason = "stopped"
-    try:
-        while len(out) < s.max_new_tokens:
-            # Never draft past the budget: a round emits at most depth + 1 tokens.
-            depth = min(max_depth, s.max_new_tokens - len(out) - 1)
-            ta = clock(dev)
-            tree, stop = TreeDraft(greedy=dw.greedy), "budget"
-            if depth > 0 and s.tree_budget is not None:
-                tree, stop = draft_budget_tree(lm, seq, s.tree_budget, depth, dw, eos, gen)
-            elif depth > 0 and s.tree is not None:
-                tree = draft_tree(lm, seq, s.tree, depth, dw, eos, gen)
-                stop = "eos" if max(tree.depths) < depth else "gamma"
-            if stop == "gamma" and depth < max_depth:
-                stop = "budget"
-            tb = clock(dev)
-            logits, _ = target_rows(target, seq, tree)
-            p = warp(logits, pw)  # [n + 1, V]
-            n = len(tree)
-            u = None
-            if s.verification == "exact-match":
-                verdict = verify_tree_exact_match(p, tree, draw(p, gen, pw.greedy), eos)
-            else:
-                if not pw.greedy and n:
-                    u = torch.rand(n, generator=gen, device=dev)
-                verdict = verify_tree(p, tree, u, eos, s.rule)
-            accepted = [tree.ids[j] for j in verdict.path]
-            ends_on_eos = bool(accepted) and accepted[-1] in eos
-            added = None if ends_on_eos else verdict.added_token(gen, pw.greedy)
-            new = accepted + ([] if added is None else [added])
-            keep_path(target, len(seq), [len(seq) + j for j in verdict.path])
-            keep_path(lm, len(seq), [tree.slots[j] for j in verdict.path if j in tree.slots])
-            seq.extend(new)
-            target.rollback(seq)
-            lm.rollback(seq)
-            tc = clock(dev)
-            drafted, added_record, nodes = tree_decisions(
-                s, pair.token_text, tree, p, verdict, u, added
-            )
-            rnd = Round(
-                index=len(run.trace.rounds),
-                start=len(out),
-                gamma=s.gamma,
-                drafted=drafted,
-                added=added_record,
-                draft_ms=(tb - ta) * 1e3,
-                verify_ms=(tc - tb) * 1e3,
-                t_s=clock(dev) - t0,
-                tree=None if s.tree is None else list(s.tree),
-                nodes=nodes,
-                stop=stop,
-            )
-            run._emit(new, rnd.t_s, rnd)
-            yield Update(rnd, new, len(out), rnd.t_s)
-            if added is None or added in eos:
-                reason = "eos"
-                break
-        else:
-            reason = "max_new_tokens"
-    finally:
-        run._finish(reason, t0)
+    def __init__(
+        self,
+        settings: Settings,
+        pair: ModelPair,
+        target: ModelCache,
+        draft: ModelCache,
+        verification: Verification,
+    ) -> None:
+        self.s, self.pair, self.target, self.lm = settings, pair, target, draft
+        self.verification = verification
+        self.max_depth = len(settings.tree) if settings.tree is not None else settings.gamma
+
+    @torch.inference_mode()
+    def round(
+        self, seq: list[int], room: int, gen: torch.Generator
+    ) -> tuple[list[int], Round, torch.Tensor]:
+        """One round: its new tokens, its record (index, start and t_s for the loop to set),
+        and the target's logit rows [len(new), V] that scored the new tokens."""
+        s, pair, lm, target = self.s, self.pair, self.lm, self.target
+        dev, eos, pw, dw = pair.device, pair.eos_ids, s.target_warp(), s.draft_warp()
+        depth = min(self.max_depth, room)  # never draft past the budget
+        ta = clock(dev)
+        tree, stop = TreeDraft(greedy=dw.greedy), "budget"
+        if depth > 0 and s.tree_budget is not None:
+            tree, stop = draft_budget_tree(lm, seq, s.tree_budget, depth, dw, eos, gen)
+        elif depth > 0 and s.tree is not None:
+            tree = draft_tree(lm, seq, s.tree, depth, dw, eos, gen)
+            stop = "eos" if max(tree.depths) < depth else "gamma"
+        if stop == "gamma" and depth < self.max_depth:
+            stop = "budget"
+        tb = clock(dev)
+        logits, _ = target_rows(target, seq, tree)
+        p = warp(logits, pw)  # [n + 1, V]
+        draws = self.verification.tree_draws(p, len(tree), gen, pw.greedy)
+        verdict = verify_tree(p, tree, draws, eos, self.verification)
+        accepted = [tree.ids[j] for j in verdict.path]
+        ends_on_eos = bool(accepted) and accepted[-1] in eos
+        added = None if ends_on_eos else verdict.added_token(gen, pw.greedy)
+        new = accepted + ([] if added is None else [added])
+        keep_path(target, len(seq), [len(seq) + j for j in verdict.path])
+        keep_path(lm, len(seq), [tree.slots[j] for j in verdict.path if j in tree.slots])
+        seq.extend(new)
+        target.rollback(seq)
+        lm.rollback(seq)
+        tc = clock(dev)
+        u = draws if self.verification.draws == "u" else None
+        drafted, added_record, nodes = tree_decisions(
+            s, pair.token_text, tree, p, verdict, u, added, self.verification
+        )
+        rnd = Round(
+            index=0,
+            start=0,
+            gamma=s.gamma,
+            drafted=drafted,
+            added=added_record,
+            draft_ms=(tb - ta) * 1e3,
+            verify_ms=(tc - tb) * 1e3,
+            t_s=0.0,
+            tree=None if s.tree is None else list(s.tree),
+            nodes=nodes,
+            stop=stop,
+        )
+        rows = [ROOT + 1] + [j + 1 for j in verdict.path]  # the rows that scored new
+        return new, rnd, logits[rows[: len(new)]]
 
 
 def path_view(tree: TreeDraft, verdict: TreeVerdict) -> list[int]:
@@ -152,9 +140,11 @@ def tree_decisions(
     verdict: TreeVerdict,
     u: torch.Tensor | None,  # [n]
     added: int | None,
+    verification: Verification,
 ) -> tuple[list[Drafted], Added | None, list[Node]]:
     """The round's records: the path view's decisions (built as a chain's, by
-    specviz.record), the added token, and every node with its trial."""
+    specviz.record, with each tried node's p' and turn), the added token, and every node
+    with its trial."""
     view = path_view(tree, verdict)
     rows = [tree.parents[v] + 1 for v in view] + [(view[-1] if view else ROOT) + 1]
     p_view = p[rows]  # [k + 1, V]
@@ -164,9 +154,11 @@ def tree_decisions(
     drafts = torch.tensor(ids, dtype=torch.long)
     p_x, q_x = p_view[idx, drafts], q_view[idx, drafts]
     tried = {t.node: t for t in verdict.trials}
-    p_prime = torch.tensor(
-        [tried[v].p_prime if v in tried else float(p_x[i]) for i, v in enumerate(view)]
-    )
+    # a(x) as the trial computed it from p'; an untried (discarded) node's from its own p
+    accept = verification.keep_prob(p_view[: len(view)], q_view)[idx, drafts].to(p.dtype)
+    for i, v in enumerate(view):
+        if v in tried:
+            accept[i] = tried[v].accept_prob
     samples = None
     if verdict.samples is not None:
         samples = verdict.samples[rows]
@@ -174,14 +166,28 @@ def tree_decisions(
         len(verdict.path),
         p_x,
         q_x,
-        p_prime.to(q_x.dtype) / q_x,
+        p_x / q_x,
         verdict.dist,
         verdict.resampled,
         samples,
+        accept,
+        source=verdict.source,
     )
     u_view = None if u is None else u[torch.tensor(view, dtype=torch.long)]
+    # where each tried node's siblings came first: the updated target it was tried against
+    trial_of = [tried.get(v) for v in view]
     drafted, added_record = round_decisions(
-        settings, text, ids, p_view, q_view, chain, u_view, added
+        settings,
+        text,
+        ids,
+        p_view,
+        q_view,
+        chain,
+        u_view,
+        added,
+        verification,
+        p_primes=[(t.p_prime if t is not None and t.updated else None) for t in trial_of],
+        fan=[len(tree.children(tree.parents[v])) for v in view],
     )
     return drafted, added_record, tree_nodes(text, tree, p, verdict, u)
 
@@ -218,7 +224,7 @@ def tree_nodes(
                 trial=None if t is None else t.trial,
                 p_prime=None if t is None else t.p_prime,
                 accept_prob=None if t is None else t.accept_prob,
-                u=u_l[j] if t is not None and verdict.samples is None else None,
+                u=u_l[j] if t is not None else None,
             )
         )
     return nodes

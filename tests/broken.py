@@ -12,8 +12,8 @@ import dataclasses
 import pytest
 import torch
 
-from specviz import engine
 from specviz.sampling import Verdict, residual, verify_exact_match
+from specviz.verify import exact_match
 
 
 def match_then_residual(
@@ -28,4 +28,4 @@ def match_then_residual(
 
 def break_exact_match(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make the engine's exact match add a residual draw at a mismatch (for one test)."""
-    monkeypatch.setattr(engine, "verify_exact_match", match_then_residual)
+    monkeypatch.setattr(exact_match, "verify_exact_match", match_then_residual)

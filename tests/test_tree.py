@@ -23,7 +23,8 @@ from specviz.engine import Run, generate
 from specviz.lm import CachedLM
 from specviz.pair import LoadedModel
 from specviz.trace import SCHEMA, SCHEMA_CHAIN, Trace
-from specviz.tree import ROOT, TreeDraft, sibling_first_token, verify_tree
+from specviz.tree import ROOT, TreeDraft, verify_tree
+from specviz.verify import entry, verification_of_entry
 from tests.tiny import close_pair, tiny_model, tiny_pair
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -288,10 +289,17 @@ def test_the_wrong_sibling_rule_fails_the_check(pair_for_check):
 
 def test_the_wrong_sibling_rule_formula_and_the_exact_rule():
     """Enumerated over every pair of children and every verdict: the exact multi-draft rule
-    gives p; the wrong rule gives sibling_first_token's formula."""
+    gives p; the wrong rule gives its out_siblings (the same recursion, written once)."""
     p = torch.tensor([0.5, 0.3, 0.2])
     q = torch.tensor([0.2, 0.2, 0.6])
-    for rule, want in (("rejection", p), (WRONG_RULE, sibling_first_token(p, q, 2, WRONG_RULE))):
+    wrong = verification_of_entry(entry("rejection", WRONG_RULE), {}).out_siblings(p, q, 2)
+    # the closed form, independently: every sibling kept with probability min(1, p/q)
+    m = torch.minimum(p, q)
+    a = float(m.sum())
+    res = (p - q).clamp_min(0) / (p - q).clamp_min(0).sum()
+    closed = m * (1 - (1 - a) ** 2) / a + (1 - a) ** 2 * res
+    assert torch.allclose(wrong.float(), closed, atol=1e-6)
+    for rule, want in (("rejection", p), (WRONG_RULE, wrong.float())):
         out = torch.zeros(3)
         for a in range(3):
             for b in range(3):
@@ -315,7 +323,8 @@ def _first_token_law(p, q, kids, rule) -> torch.Tensor:
     tree = TreeDraft(ids=list(kids), parents=[ROOT] * len(kids), depths=[1] * len(kids))
     tree.q_rows, tree.q_row_of = [q], {ROOT: 0}
     rows = torch.stack([p] * (len(kids) + 1))
-    v = verify_tree(rows, tree, torch.ones(len(kids)), frozenset(), rule)
+    rule_object = verification_of_entry(entry("rejection", rule), {})
+    v = verify_tree(rows, tree, torch.ones(len(kids)), frozenset(), rule_object)
     out, rest = torch.zeros(len(p)), 1.0
     for t in v.trials:
         out[kids[t.node]] += rest * t.accept_prob

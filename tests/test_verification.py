@@ -1,4 +1,4 @@
-"""The verification rules as objects (specviz.verification): each one's exact output
+"""The verification rules as objects (specviz.verify): each one's exact output
 distribution against a brute-force enumeration of its sampling process, TV(out, p) at
 float error for the lossless rules on the real pair, the lossy rules failing the
 distribution check where its power is computed to be high, and the "lossy" label in the
@@ -20,7 +20,11 @@ from specviz.config import Settings, verification_label
 from specviz.engine import generate, prompt_ids_for
 from specviz.sampling import verify, verify_exact_match, verify_kept
 from specviz.trace import Trace, decision_at
-from specviz.verification import ExactMatch, Rejection, TopKMatch, Typical, rule_for
+from specviz.verify import verification_for as rule_for
+from specviz.verify.exact_match import ExactMatch
+from specviz.verify.rejection import AcceptWithoutDraw, Rejection, ResampleFromP
+from specviz.verify.top_k_match import TopKMatch
+from specviz.verify.typical import Typical
 from specviz.views import figures, markup
 from tests.tiny import close_pair, tiny_pair
 
@@ -119,11 +123,11 @@ def top_k_keeps(k: int):
 def test_out_matches_the_enumerated_process_for_every_rule(seed):
     p, q = rows(seed)
     cases = [
-        (Rejection("rejection"), enumerate_rejection(p, q, "rejection")),
-        (Rejection("resample-from-p"), enumerate_rejection(p, q, "resample-from-p")),
-        (Rejection("accept-without-draw"), enumerate_rejection(p, q, "accept-without-draw")),
+        (Rejection(), enumerate_rejection(p, q, "rejection")),
+        (ResampleFromP(), enumerate_rejection(p, q, "resample-from-p")),
+        (AcceptWithoutDraw(), enumerate_rejection(p, q, "accept-without-draw")),
         (ExactMatch(), enumerate_exact_match(p, q)),
-        (Typical(), enumerate_kept(p, q, typical_keeps(0.09, 0.3))),
+        (Typical(0.09, 0.3), enumerate_kept(p, q, typical_keeps(0.09, 0.3))),
         (Typical(0.3, 0.9), enumerate_kept(p, q, typical_keeps(0.3, 0.9))),
         (TopKMatch(2), enumerate_kept(p, q, top_k_keeps(2))),
         (TopKMatch(4), enumerate_kept(p, q, top_k_keeps(4))),
@@ -141,7 +145,7 @@ def test_out_matches_the_enumerated_process_for_every_rule(seed):
 def test_the_wrong_and_lossy_rules_move_the_distribution_on_these_rows():
     """The enumeration above is not vacuous: on some of its rows each of these rules emits
     something other than p."""
-    for rule in (Rejection("resample-from-p"), Typical(0.3, 0.9), TopKMatch(2)):
+    for rule in (ResampleFromP(), Typical(0.3, 0.9), TopKMatch(2)):
         tvs = [0.5 * float((rule.out(p, q) - p).abs().sum()) for p, q in map(rows, range(6))]
         assert max(tvs) > 0.01, rule
 
@@ -159,7 +163,7 @@ def test_top_k_match_never_keeps_a_token_p_never_emits():
 def test_greedy_rows_make_every_rule_lossless():
     p = torch.tensor([0.0, 1.0, 0.0, 0.0])
     for q in (torch.tensor([0.0, 1.0, 0.0, 0.0]), torch.tensor([0.0, 0.0, 1.0, 0.0])):
-        for rule in (Rejection(), ExactMatch(), Typical(), TopKMatch(3)):
+        for rule in (Rejection(), ExactMatch(), Typical(0.09, 0.3), TopKMatch(3)):
             assert torch.equal(rule.out(p, q), p.double()), rule
 
 
@@ -176,13 +180,13 @@ def test_typical_bar_is_vllms():
 
 
 def test_rule_for_reads_the_settings():
-    assert rule_for(Settings()) == Rejection("rejection")
-    assert rule_for(Settings(rule="resample-from-p")) == Rejection("resample-from-p")
+    assert rule_for(Settings()) == Rejection()
+    assert rule_for(Settings(rule="resample-from-p")) == ResampleFromP()
     assert rule_for(Settings(verification="exact-match")) == ExactMatch()
     typical = Settings(verification="typical", typical_threshold=0.2, typical_alpha=0.5)
     assert rule_for(typical) == Typical(0.2, 0.5)
     assert rule_for(Settings(verification="top-k-match", match_top_k=3)) == TopKMatch(3)
-    assert [r.label for r in (Rejection(), ExactMatch(), Typical(), TopKMatch())] == [
+    assert [r.label for r in (Rejection(), ExactMatch(), Typical(0.09, 0.3), TopKMatch(10))] == [
         "rejection",
         "exact-match",
         "typical (lossy)",
@@ -566,7 +570,7 @@ def test_a_rounds_record_of_out_equals_the_whole_vocabulary_computation(seed, ch
         ids = torch.tensor(drafts)
         p_x, q_x = p[torch.arange(k), ids], q[torch.arange(k), ids]
         verdict = Verdict(n, p_x, q_x, p_x / q_x, p[n], n < k)
-        drafted, _ = round_decisions(s, str, drafts, p, q, verdict, torch.zeros(k), 1)
+        drafted, _ = round_decisions(s, str, drafts, p, q, verdict, torch.zeros(k), 1, rule)
         m = min(n + 1, k)
         dense = rule.out(p[:m], q[:m])
         for i, d in enumerate(drafted[:m]):

@@ -1,7 +1,7 @@
 """The distribution check's power against a known wrong distribution, computed.
 
 When a verification's exact first-token distribution ``out`` is known
-(specviz.verification), the chance that the check's first-token view rejects "the samples
+(specviz.verify), the chance that the check's first-token view rejects "the samples
 follow p" at N samples follows from simulation alone: bin p as the check bins it
 (specviz.analysis.binning), draw N-sample counts from out over the same bins many times,
 and count how often Pearson's statistic passes the view's critical value. No model call.
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import torch
 
-from specviz import verification
 from specviz.analysis.binning import MIN_EXPECTED
 from specviz.analysis.chisquare import chi2_sf
+from specviz.verify import base as verify_base
 
 DRAWS = 5000
 
@@ -68,4 +68,4 @@ def first_token_power(
 
 def total_variation(p: torch.Tensor, out: torch.Tensor) -> float:
     """TV(out, p) over the whole vocabulary, p normalised as every draw from it is."""
-    return float(verification.total_variation(out, verification.normalised(p)))
+    return float(verify_base.total_variation(out, verify_base.normalised(p)))

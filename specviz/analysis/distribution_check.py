@@ -77,8 +77,9 @@ from specviz.lm import CachedLM, ModelCache
 from specviz.pair import LoadedModel, ModelPair
 from specviz.sampling import warp
 from specviz.trace import Trace
-from specviz.tree import root_children, sibling_first_token
-from specviz.verification import normalised, rule_for, total_variation
+from specviz.tree import root_children
+from specviz.verify import verification_for
+from specviz.verify.base import normalised, total_variation
 
 MIN_N = 200
 MAX_N = 100_000
@@ -453,8 +454,8 @@ def _predicted_tv(
     if s.drafts_tree:  # b children at the root, tried one after another
         p, q = first_token_rows(pair, prompt_ids, s, probs, q_logits)
         b = s.tree[0] if s.tree is not None else root_children(s.tree_budget, first_depth(s))
-        first = sibling_first_token(p, q, b, rule if s.verification == "rejection" else "")
-        return float(0.5 * (first - p).abs().sum())
+        first = verification_for(s.with_(rule=rule)).out_siblings(p, q, b)
+        return float(total_variation(first, normalised(p)))
     p, out = first_token_out(pair, prompt_ids, s.with_(rule=rule), probs, q_logits)
     return float(total_variation(out, normalised(p)))
 
@@ -469,9 +470,9 @@ def first_token_out(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """p and the exact distribution [V] (float64) of a round's first token when one draft
     x ~ q is drafted, under the verification (and rule) of s (model drafter): the rule
-    object's out(p, q) (specviz.verification)."""
+    object's out(p, q) (specviz.verify)."""
     p, q = first_token_rows(pair, prompt_ids, s, probs, q_logits)
-    return p, rule_for(s).out(p, q)
+    return p, verification_for(s).out(p, q)
 
 
 @torch.inference_mode()

@@ -1,0 +1,245 @@
+"""What every verification is: a class that decides, computes its exact output
+distribution and says in words what it did.
+
+A verification sees the target's row p and the draft's row q at one position, and the
+drafted x ~ q. It keeps x with probability a(x); otherwise it emits a draw from a fallback
+r_x. The emitted token is z with probability
+
+    out(z) = q(z) a(z) + sum_x q(x) (1 - a(x)) r_x(z),
+
+and when r_x = r does not depend on x this is q(z) a(z) + (1 - sum_x q(x) a(x)) r(z): O(V).
+
+On a tree a node's b children are drawn i.i.d. from q and tried one after another against
+an updated target p' (p' = p at the first; after a rejection ``sibling_next``); after every
+child is rejected the token comes from ``sibling_final``. ``out_siblings`` is that
+procedure's exact output distribution, built by the same recursion; with b = 1 it is the
+chain's ``out``.
+
+The engine (specviz.engine), the tree walk (specviz.tree), the trace's per-decision records
+(specviz.record), the views and the distribution check all ask these objects; none of them
+asks a verification's name.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+import torch
+
+from specviz.sampling import Verdict
+from specviz.trace import Added, Drafted
+from specviz.verify.registry import Entry, label
+from specviz.verify.words import num, pair_fmt, source_text
+
+
+def normalised(rows: torch.Tensor) -> torch.Tensor:
+    """Rows [..., V] in float64, each divided by its sum."""
+    r = rows.double()
+    return r / r.sum(-1, keepdim=True)
+
+
+def total_variation(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """0.5 sum_x |a(x) - b(x)| per row, in float64."""
+    return 0.5 * (a.double() - b.double()).abs().sum(-1)
+
+
+def residual_rows(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """norm(max(0, p - q)) per row [..., V], in p's dtype; p itself where that sums to zero
+    (p == q)."""
+    r = (p - q).clamp_min(0.0)
+    total = r.sum(-1, keepdim=True)
+    return torch.where(total > 0, r / total.clamp_min(1e-300), p)
+
+
+class Verification(ABC):
+    """One verification. Rows are [..., V]; every tensor method is pure."""
+
+    entry: ClassVar[Entry]
+    # what the decision draws from the run's generator: "u" (one uniform per tried draft),
+    # "sample" (the target's own y ~ p at every row) or None (nothing)
+    draws: ClassVar[str | None] = "u"
+    # where a chain's replacement comes from after a rejection (a key of words.SOURCES)
+    fallback_source: ClassVar[str] = "residual"
+    # the name of its acceptance measure, and the trace.Stats field that holds it
+    measure: ClassVar[tuple[str, str]] = ("alpha = sum_x min(p, q)", "alpha")
+
+    # --- what it is ----------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self.entry.verification
+
+    @property
+    def rule(self) -> str:
+        return self.entry.rule
+
+    @property
+    def lossless(self) -> bool:
+        return self.entry.lossless
+
+    @property
+    def label(self) -> str:
+        """The name as every view prints it: lossy and deliberately wrong rules say so."""
+        return label(self.entry.verification, self.entry.rule)
+
+    # --- the decision on a chain ---------------------------------------------------------
+
+    @abstractmethod
+    def keep_prob(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        """a(x) for every token x of each row [..., V]: the probability that a drafted x is
+        kept."""
+
+    def fallback(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        """r [..., V], for the verifications whose fallback does not depend on x."""
+        raise NotImplementedError(f"{self.label} has no single fallback")
+
+    @abstractmethod
+    def decide_chain(
+        self,
+        p: torch.Tensor,
+        q: torch.Tensor,
+        drafts: torch.Tensor,
+        gen: torch.Generator,
+        greedy: bool,
+    ) -> tuple[Verdict, torch.Tensor | None]:
+        """Decide k drafts: p [k+1, V], q [k, V], drafts [k]. Draws what it needs from gen
+        (nothing in greedy mode); returns the verdict and the uniforms it drew (or None)."""
+
+    # --- the decision on a node's siblings (trees) ---------------------------------------
+
+    def tree_draws(
+        self, p: torch.Tensor, n: int, gen: torch.Generator, greedy: bool
+    ) -> torch.Tensor | None:
+        """What a tree round draws before its walk: one uniform per node ([n]; None when
+        greedy or the verification draws none)."""
+        if self.draws != "u" or greedy or not n:
+            return None
+        return torch.rand(n, generator=gen, device=p.device)
+
+    def sibling_keep(self, p_prime: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        """a(x) [..., V] of a child tried against the updated target p'."""
+        return self.keep_prob(p_prime, q)
+
+    def sibling_next(
+        self, p: torch.Tensor, p_prime: torch.Tensor, q: torch.Tensor, x: int | None = None
+    ) -> torch.Tensor:
+        """The updated target after the child x (drawn from q) was rejected against p'."""
+        return residual_rows(p_prime, q)
+
+    def sibling_final(
+        self, p: torch.Tensor, p_prime: torch.Tensor, q: torch.Tensor
+    ) -> torch.Tensor:
+        """What the added token is drawn from once every child was rejected: p is the node's
+        own row, p' the updated target after the last rejection, q the row the children
+        were drawn from."""
+        return p_prime
+
+    def sibling_source(self, tried: int) -> str:
+        """Where the added token came from after `tried` children were all rejected."""
+        return "siblings" if tried > 1 else self.fallback_source
+
+    def try_child(
+        self, p_prime: torch.Tensor, q: torch.Tensor, x: int, draw: float | None
+    ) -> tuple[float, bool]:
+        """One child x tried against p' [V]: (a(x), whether it is kept), given its uniform
+        (None when greedy: keep x iff a(x) = 1)."""
+        a = float(self.sibling_keep(p_prime[None].double(), q[None].double())[0, x])
+        return a, (a >= 1.0 if draw is None else draw < a)
+
+    # --- the exact output distribution ---------------------------------------------------
+
+    def out(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        """The exact distribution [..., V] (float64) of the token emitted at one verified
+        position of a chain: q(z) a(z) + (1 - sum_x q(x) a(x)) r(z).
+
+        Built from the rows normalised in float64: a vocabulary-wide float32 row's sum is
+        off by up to about 1e-5, more than the float error out should show."""
+        p_hat, q_hat = normalised(p), normalised(q)
+        kept = q_hat * self.keep_prob(p_hat, q_hat)
+        return kept + (1.0 - kept.sum(-1, keepdim=True)) * self.fallback(p_hat, q_hat)
+
+    def out_siblings(self, p: torch.Tensor, q: torch.Tensor, b: int) -> torch.Tensor:
+        """The exact distribution [..., V] (float64) of the token emitted at a node whose b
+        children are drawn i.i.d. from q and tried in draw order against p'."""
+        p_hat, q_hat = normalised(p), normalised(q)
+        p_prime, out = p_hat, torch.zeros_like(p_hat)
+        reach = torch.ones(p_hat.shape[:-1] + (1,), dtype=p_hat.dtype)  # P(all earlier rejected)
+        for _ in range(b):
+            kept = q_hat * self.sibling_keep(p_prime, q_hat)
+            out = out + reach * kept
+            reach = reach * (1.0 - kept.sum(-1, keepdim=True))
+            p_prime = self.sibling_next(p_hat, p_prime, q_hat)
+        return out + reach * self.sibling_final(p_hat, p_prime, q_hat)
+
+    def kept_mass(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        """sum_x q(x) a(x) per row: the probability that a draw from q is kept."""
+        return (normalised(q) * self.keep_prob(normalised(p), normalised(q))).sum(-1)
+
+    def out_tv(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        """TV(out, p) per row: the probability this decision moves away from the target's."""
+        return total_variation(self.out(p, q), normalised(p))
+
+    # --- words (plain text; views escape it) ---------------------------------------------
+
+    @abstractmethod
+    def rule_text(self) -> str:
+        """How it decides, in one sentence with its parameters."""
+
+    def promise_text(self) -> str:
+        """What its output is distributed as, in one sentence."""
+        if self.lossless:
+            return (
+                "lossless: whatever q is, every emitted token is distributed as the target's "
+                "own sampling would give it"
+            )
+        if self.entry.wrong:
+            return (
+                "a deliberately wrong rule: its output is not distributed as the target's p "
+                "(the distribution check exists to catch it)"
+            )
+        return "lossy: it keeps drafts the target would not emit as often, so out differs from p"
+
+    def keep_label(self, d: Drafted) -> str:
+        """The name of a(x) as the inspector's bars label it."""
+        return "min(1, p′/q)" if d.p_prime is not None else "min(1, p/q)"
+
+    def keep_text(self, d: Drafted) -> str:
+        """Why draft d was kept or not, with its numbers (d has been tried)."""
+        p, pname = (d.p_prime, "p′") if d.p_prime is not None else (d.p, "p")
+        ratio = p / d.q if d.q > 0 else float("inf")
+        if d.u is None:
+            if d.p_prime is None:
+                same = "equals" if d.status == "accepted" else "differs from"
+                return f"{d.status} (greedy): the draft's argmax {same} the target's argmax"
+            return (
+                f"{d.status} (greedy): {pname}(x) = {num(p)} "
+                f"{'≥' if d.status == 'accepted' else '<'} q(x) = {num(d.q)}"
+            )
+        a = d.accept_prob
+        if d.status == "accepted" and ratio >= 1:
+            return (
+                f"accepted: {pname}/q = {num(p)}/{num(d.q)} ≥ 1, so min(1, {pname}/q) = 1 "
+                f"and any u = {d.u:.2f} passes"
+            )
+        su, sa = pair_fmt(d.u, a)
+        if d.status == "accepted":
+            return f"accepted: u = {su} < min(1, {pname}/q) = {sa}"
+        return f"rejected: u = {su} ≥ min(1, {pname}/q) = {sa} ({pname} = {num(p)}, q = {num(d.q)})"
+
+    def replace_text(self, a: Added) -> str:
+        """Where the added token came from, with its numbers."""
+        src = a.source or ("bonus" if a.status == "bonus" else self.fallback_source)
+        if a.status == "bonus":
+            return (
+                f"bonus: every draft was accepted, so the same target call drew {a.text!r} "
+                f"from p (p = {num(a.p)}) at no extra cost"
+            )
+        return (
+            f"resampled: after the rejection the target drew {a.text!r} from "
+            f"{source_text(src)}, where it had probability {num(a.prob)} (p = {num(a.p)})"
+        )
+
+    def describe(self) -> dict[str, Any]:
+        """The plain facts views print beside a run."""
+        return {"label": self.label, "lossless": self.lossless, "rule": self.rule_text()}

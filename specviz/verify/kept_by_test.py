@@ -1,0 +1,62 @@
+"""The verifications that keep a draft by a deterministic test on p alone (typical
+acceptance, top-k match) and emit the target's own sample from p where the test fails.
+Lossy: q is not consulted, so out = q a + (1 - sum q a) p differs from p.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+
+from specviz.sampling import verify_kept
+from specviz.trace import Added, Drafted
+from specviz.verify.base import Verification
+from specviz.verify.words import num
+
+
+class KeptByTest(Verification):
+    """A verification that keeps a draft by a deterministic test on p and emits the
+    target's own sample from p where it does not."""
+
+    draws: ClassVar[str | None] = None
+    fallback_source: ClassVar[str] = "p"
+    measure: ClassVar[tuple[str, str]] = ("kept mass = sum_x q(x) a(x)", "kept_mass")
+
+    def fallback(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        return p.double()
+
+    def decide_chain(self, p, q, drafts, gen, greedy):
+        k = drafts.shape[0]
+        keep = self.keep_prob(p[:k], q)[torch.arange(k, device=p.device), drafts] > 0
+        return verify_kept(p, q, drafts, keep), None
+
+    def keep_label(self, d: Drafted) -> str:
+        return "a(x)"
+
+    @property
+    def test_text(self) -> str:
+        raise NotImplementedError
+
+    def keep_text(self, d: Drafted) -> str:
+        if d.status == "accepted":
+            return (
+                f"kept by {self.label}: p = {num(d.p)} passes {self.test_text}; q is not consulted"
+            )
+        return (
+            f"not kept by {self.label}: p = {num(d.p)} fails {self.test_text}; the round emits "
+            "the target's own sample from p instead"
+        )
+
+    def replace_text(self, a: Added) -> str:
+        if a.status == "bonus":
+            return super().replace_text(a)
+        return (
+            f"resampled: {self.label} did not keep the draft, so the round emits the target's "
+            f"own sample {a.text!r}, drawn from p (p = {num(a.p)})"
+        )
+
+    def rule_text(self) -> str:
+        return (
+            f"keep the draft x when {self.test_text}; at a miss emit the target's own sample from p"
+        )

@@ -1,0 +1,38 @@
+"""Plain-text pieces every verification's sentences share (no torch): how numbers are
+written, and the names of the distributions an added token can come from.
+
+An added token records its ``source`` (specviz.trace.Added): the key of the distribution
+the engine drew it from. Every sentence that says where a token came from reads it here,
+so no view can name another distribution than the one that was used.
+"""
+
+from __future__ import annotations
+
+# Where an added token was drawn from, as the engine records it (Added.source).
+SOURCES: dict[str, str] = {
+    "residual": "the residual norm(max(0, p − q))",
+    "siblings": "the updated target p′ left after every sibling was rejected "
+    "(p′ ← norm(max(0, p′ − q)) after each rejection)",
+    "p": "p, the target's own distribution at that position",
+    "sample": "the target's own sample y ~ p at that position",
+    "bonus": "p at the next position, after every draft was accepted",
+}
+
+
+def source_text(source: str) -> str:
+    """The distribution named by an Added.source key, as a noun phrase."""
+    return SOURCES[source]
+
+
+def num(x: float) -> str:
+    """A probability, readable whatever its size."""
+    return f"{x:.2f}" if x >= 0.01 or x == 0 else f"{x:.2g}"
+
+
+def pair_fmt(a: float, b: float) -> tuple[str, str]:
+    """Format two numbers with enough digits to tell them apart."""
+    for digits in (2, 3, 4, 6):
+        sa, sb = f"{a:.{digits}f}", f"{b:.{digits}f}"
+        if sa != sb or a == b:
+            return sa, sb
+    return f"{a:.3g}", f"{b:.3g}"
