@@ -29,13 +29,13 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from specviz.verify.registry import (
-    RULES,
-    TREE_ONLY_RULES,
-    TREE_VERIFICATIONS,
-    VERIFICATIONS,
-    entry,
-)
+# re-exported: the front ends read the choices from config with the other settings
+from specviz.verify.registry import LOSSY_VERIFICATIONS as LOSSY_VERIFICATIONS
+from specviz.verify.registry import RULES as RULES
+from specviz.verify.registry import TREE_ONLY_RULES as TREE_ONLY_RULES
+from specviz.verify.registry import TREE_VERIFICATIONS as TREE_VERIFICATIONS
+from specviz.verify.registry import VERIFICATIONS as VERIFICATIONS
+from specviz.verify.registry import entry
 from specviz.verify.registry import label as verification_name_label
 
 METHODS = ("spec", "ar")

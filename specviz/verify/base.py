@@ -63,6 +63,8 @@ class Verification(ABC):
     fallback_source: ClassVar[str] = "residual"
     # the name of its acceptance measure, and the trace.Stats field that holds it
     measure: ClassVar[tuple[str, str]] = ("alpha = sum_x min(p, q)", "alpha")
+    # what a rejected sibling does to the target the next one is tried against
+    sibling_step: ClassVar[str] = "p′ becomes norm(max(0, p′ − q))"
 
     # --- what it is ----------------------------------------------------------------------
 
@@ -224,8 +226,8 @@ class Verification(ABC):
             )
         su, sa = pair_fmt(d.u, a)
         if d.status == "accepted":
-            return f"accepted: u = {su} < min(1, {pname}/q) = {sa}"
-        return f"rejected: u = {su} ≥ min(1, {pname}/q) = {sa} ({pname} = {num(p)}, q = {num(d.q)})"
+            return f"accepted: u = {su} < {pname}/q = {sa}"
+        return f"rejected: u = {su} ≥ {pname}/q = {sa} ({pname} = {num(p)}, q = {num(d.q)})"
 
     def replace_text(self, a: Added) -> str:
         """Where the added token came from, with its numbers."""

@@ -27,6 +27,7 @@ class ExactMatch(Verification):
     draws: ClassVar[str | None] = "sample"
     fallback_source: ClassVar[str] = "sample"
     measure: ClassVar[tuple[str, str]] = ("sum_x p(x) q(x)", "match_alpha")
+    sibling_step: ClassVar[str] = "p′ drops it (the target's sample is not that token)"
 
     def keep_prob(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         return p.double()

@@ -131,6 +131,7 @@ class SameTargetForSiblings(Rejection):
     """Deliberately wrong on a tree: every sibling is tried against the original p."""
 
     entry: ClassVar[Entry] = BY_KEY[("rejection", "same-target-for-siblings")]
+    sibling_step: ClassVar[str] = "the next sibling is tried against the original p again"
 
     def sibling_next(self, p, p_prime, q, x=None):
         return p

@@ -19,7 +19,7 @@ import html
 from collections.abc import Callable
 from typing import Any
 
-from specviz.config import LOSSY_VERIFICATIONS, is_greedy, verification_label, verification_of
+from specviz.config import is_greedy
 from specviz.metrics import greedy_divergence
 from specviz.trace import (
     TOKEN_STATUSES,
@@ -31,13 +31,17 @@ from specviz.trace import (
     has_overlaps,
     round_number,
 )
+from specviz.verify import verification_for
+from specviz.verify.base import Verification
+from specviz.verify.words import num as num
+from specviz.verify.words import pair_fmt
 from specviz.views.palette import COLORS, show_whitespace
 
 LEGEND: dict[str, str] = {
     "accepted": "draft token accepted: u < min(1, p/q) (exact match: the target sampled it)",
     "rejected": "draft token rejected (kept visible, struck through)",
-    "resampled": "drawn from the residual norm(max(0, p - q)) after a rejection "
-    "(exact match: the target's own sample from p at the first mismatch)",
+    "resampled": "drawn by the target in place of the first draft not kept (the rejection "
+    "rule: from the residual norm(max(0, p - q)); the Decision tab names each token's source)",
     "bonus": "drawn from p after all drafts were accepted",
 }
 MARKERS = {"resampled": "↻", "bonus": "+"}
@@ -254,18 +258,15 @@ def rounds_html(rows: list[str]) -> str:
 # --- verdicts --------------------------------------------------------------------------
 
 
-def _pair_fmt(a: float, b: float) -> tuple[str, str]:
-    """Format two numbers with enough digits to tell them apart."""
-    for digits in (2, 3, 4, 6):
-        sa, sb = f"{a:.{digits}f}", f"{b:.{digits}f}"
-        if sa != sb or a == b:
-            return sa, sb
-    return f"{a:.3g}", f"{b:.3g}"
+_pair_fmt = pair_fmt  # the verifications' number formats (specviz.verify.words)
 
 
-def num(x: float) -> str:
-    """A probability, readable whatever its size."""
-    return f"{x:.2f}" if x >= 0.01 or x == 0 else f"{x:.2g}"
+def _of(d: Drafted, settings: dict[str, Any] | None) -> Verification:
+    """The verification that decided d: the trace's settings say; without them the record
+    tells the rejection rule and exact match apart."""
+    if settings is None:
+        settings = {"verification": "exact-match"} if d.target_sample is not None else {}
+    return verification_for(settings)
 
 
 def match_verdict(d: Drafted) -> str:
@@ -277,100 +278,57 @@ def match_verdict(d: Drafted) -> str:
     )
 
 
-def draft_verdict(d: Drafted) -> str:
-    """One plain sentence saying why the rule (or exact match) accepted or rejected a draft."""
-    if d.target_sample is not None:
-        return f"{match_verdict(d)} (the target samples this draft with probability p = {num(d.p)})"
-    ratio = d.p / d.q if d.q > 0 else float("inf")
-    if d.u is None:
-        same = "equals" if d.status == "accepted" else "differs from"
-        return f"{d.status} (greedy): the draft's argmax {same} the target's argmax"
-    a = d.accept_prob
-    if d.status == "accepted":
-        if ratio >= 1:
-            return (
-                f"accepted: p/q = {num(d.p)}/{num(d.q)} ≥ 1, so min(1, p/q) = 1 "
-                f"and any u = {d.u:.2f} passes"
-            )
-        su, sa = _pair_fmt(d.u, a)
-        return f"accepted: u = {su} < p/q = {sa}"
-    su, sa = _pair_fmt(d.u, a)
-    return (
-        f"rejected: u = {su} ≥ p/q = {sa} (p = {num(d.p)}, q = {num(d.q)}); "
-        "the target then drew from the residual norm(max(0, p − q))"
-    )
+def draft_verdict(d: Drafted, settings: dict[str, Any] | None = None) -> str:
+    """One plain sentence saying why the verification kept or did not keep a draft, from
+    the verification object's own words."""
+    return _of(d, settings).keep_text(d)
 
 
 def lossy_verdict(d: Drafted, settings: dict[str, Any]) -> str:
     """A lossy verification's decision in one sentence (plain text; callers escape it)."""
-    used = verification_of(settings)
-    label = verification_label(used)
-    if used == "typical":
-        test = (
-            f"p(x) > min(threshold {settings.get('typical_threshold', 0.09):g}, "
-            f"alpha {settings.get('typical_alpha', 0.3):g} · exp(−H(p)))"
-        )
-    else:
-        test = f"p(x) > 0 and x among the target's {settings.get('match_top_k', 10)} most likely"
-    if d.status == "accepted":
-        return f"kept by {label}: p = {num(d.p)} passes {test}; q is not consulted"
-    return (
-        f"not kept by {label}: p = {num(d.p)} fails {test}; the round emits the target's "
-        "own sample from p instead"
-    )
+    return verification_for(settings).keep_text(d)
 
 
 def out_tv_sentence(d: Drafted, settings: dict[str, Any]) -> str | None:
-    """What this decision does to the target's distribution, from TV(out, p); None when
-    the trace did not measure it."""
+    """What this decision does to the target's distribution, from TV(out, p) and whether
+    the verification is lossless; None when the trace did not measure it."""
     if d.out_tv is None:
         return None
-    if verification_of(settings) in LOSSY_VERIFICATIONS:
-        return f"this decision moves TV = {d.out_tv:.2f} of probability away from the target's"
+    v = verification_for(settings)
+    if not v.lossless:
+        why = "a deliberately wrong rule" if v.entry.wrong else "a lossy verification"
+        return (
+            f"this decision moves TV = {d.out_tv:.2f} of probability away from the target's "
+            f"({why})"
+        )
     return (
         f"this decision leaves the target's distribution unchanged (TV(out, p) = "
         f"{d.out_tv:.1g}, float error)"
     )
 
 
-def added_verdict(a: Added, exact_match: bool = False, lossy: str = "") -> str:
-    """One plain sentence saying where an added token came from (lossy: the label of the
-    lossy verification that decided)."""
-    if a.status == "resampled" and lossy:
-        return (
-            f"resampled: {lossy} did not keep the draft, so the round emits the target's own "
-            f"sample {a.text!r}, drawn from p (p = {num(a.p)})"
-        )
-    if a.status == "resampled" and exact_match:
-        return (
-            f"resampled: the draft did not match, so the round keeps the target's own sample "
-            f"{a.text!r}, drawn from p (p = {num(a.p)})"
-        )
-    if a.status == "resampled":
-        return (
-            f"resampled: after the rejection the target drew {a.text!r} from the residual "
-            f"norm(max(0, p − q)), where it had probability {num(a.prob)} (p = {num(a.p)})"
-        )
-    return (
-        f"bonus: every draft was accepted, so the same target call drew {a.text!r} "
-        f"from p (p = {num(a.p)}) at no extra cost"
-    )
+def added_verdict(
+    a: Added, exact_match: bool = False, lossy: str = "", settings: dict[str, Any] | None = None
+) -> str:
+    """One plain sentence saying where an added token came from: the source the engine
+    recorded, in the deciding verification's words."""
+    if settings is None:
+        settings = {"verification": "exact-match"} if exact_match else {}
+    return verification_for(settings).replace_text(a)
 
 
 def verdict_html(dec: Decision) -> str:
     """The inspector's sentences for one decision, escaped."""
     lines = []
     head = f"round {round_number(dec.round.index)}, position {dec.pos}"
-    used = verification_of(dec.settings)
-    lossy = verification_label(used) if used in LOSSY_VERIFICATIONS else ""
+    v = verification_for(dec.settings)
     if dec.drafted is not None:
-        why = lossy_verdict(dec.drafted, dec.settings) if lossy else draft_verdict(dec.drafted)
-        lines.append(f"draft {dec.drafted.text!r}: {why}")
+        lines.append(f"draft {dec.drafted.text!r}: {v.keep_text(dec.drafted)}")
         tv = out_tv_sentence(dec.drafted, dec.settings)
         if tv is not None:
             lines.append(tv)
     if dec.added is not None:
-        lines.append(added_verdict(dec.added, dec.round.exact_match, lossy))
+        lines.append(v.replace_text(dec.added))
     items = "".join(f"<li>{esc(x)}</li>" for x in lines)
     return f'<div class="sv-verdict"><b>{esc(head)}</b><ul>{items}</ul></div>'
 
@@ -389,12 +347,17 @@ def exact_note_html(settings: dict[str, Any], drafter: str = "the draft") -> str
     temperature is mentioned only when it differs from the target's (then q's warp differs
     from p's); it can raise or lower the acceptance, so no direction is claimed."""
     greedy = is_greedy(settings)
-    used = verification_of(settings)
-    if used in LOSSY_VERIFICATIONS and not greedy:
+    v = verification_for(settings)
+    if not v.lossless and not greedy:
+        how = (
+            "it is a deliberately wrong rule"
+            if v.entry.wrong
+            else "it keeps drafts by a test on p"
+        )
         note = (
-            f"{verification_label(used)} verification: it keeps drafts by a test on p, so this "
-            "text does not follow the target's own sampling; each decision's TV(out, p) says "
-            "how much probability it moved away from the target's (run summary, Decision tab)."
+            f"{v.label} verification: {how}, so this text does not follow the target's own "
+            "sampling; each decision's TV(out, p) says how much probability it moved away "
+            "from the target's (run summary, Decision tab)."
         )
         return f'<div class="sv-exact-note">{esc(note)}</div>'
     if greedy:

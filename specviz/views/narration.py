@@ -19,7 +19,9 @@ from typing import Any
 
 from specviz.config import LOSSY_VERIFICATIONS, verification_label, verification_of
 from specviz.trace import Drafted, Node, Round, round_number
-from specviz.views.markup import _pair_fmt, esc, lossy_verdict, match_verdict, num, stop_sentence
+from specviz.verify import verification_for
+from specviz.verify.words import source_text
+from specviz.views.markup import _pair_fmt, esc, match_verdict, num, stop_sentence
 from specviz.views.tree_view import ordinal, shape_text
 
 
@@ -53,8 +55,8 @@ def decision(i: int, d: Drafted, settings: dict[str, Any] | None = None) -> str:
     """The verification's decision on draft i (1-based), with its numbers; settings are the
     trace's (None: the rejection rule or exact match, told apart by the record)."""
     head = f"Draft {i} {d.text!r}: p = {num(d.p)}, q = {num(d.q)}"
-    if settings is not None and verification_of(settings) in LOSSY_VERIFICATIONS:
-        return f"{head}; {lossy_verdict(d, settings)}."
+    if settings is not None and not verification_for(settings).lossless:
+        return f"{head}; {verification_for(settings).keep_text(d)}."
     if d.target_sample is not None:
         return f"{head}; {match_verdict(d)}."
     if d.u is None:
@@ -98,7 +100,7 @@ def addition(rnd: Round, lossy: str = "") -> str:
     if a.status == "resampled":
         return (
             f"Draft {rnd.n_accepted + 1} was rejected, so the same target call drew {a.text!r} "
-            f"from the residual norm(max(0, p − q)) at that position, where it had "
+            f"from {source_text(a.source or 'residual')}, where it had "
             f"probability {num(a.prob)} (p = {num(a.p)})."
         )
     if k == 0:
@@ -110,7 +112,7 @@ def addition(rnd: Round, lossy: str = "") -> str:
     )
 
 
-def _tree_trial(n: Node, exact: bool) -> str:
+def _tree_trial(n: Node, exact: bool, step: str = "p′ becomes norm(max(0, p′ − q))") -> str:
     """One sibling's trial, with its numbers."""
     head = f"{ordinal(n.trial or 0)} {n.text!r}: q = {num(n.q)}"
     if exact:
@@ -121,7 +123,7 @@ def _tree_trial(n: Node, exact: bool) -> str:
         return f"{head}, p′ = {pp}; greedy, no u drawn, {n.status}"
     su, sa = _pair_fmt(n.u, n.accept_prob if n.accept_prob is not None else 0.0)
     sign = "<" if n.status == "accepted" else "≥"
-    step = "" if n.status == "accepted" else ", and p′ becomes norm(max(0, p′ − q))"
+    step = "" if n.status == "accepted" else f", and {step}"
     return f"{head}, p′ = {pp}; u = {su} {sign} min(1, p′/q) = {sa}, {n.status}{step}"
 
 
@@ -148,6 +150,7 @@ def narrate_tree(rnd: Round, settings: dict[str, Any] | None = None) -> list[str
         f"in {rnd.verify_ms:.1f} ms.",
     ]
     exact = rnd.exact_match
+    v = verification_for(settings or ({"verification": "exact-match"} if exact else {}))
     parent = -1
     for d in depths:
         group = [j for j, n in enumerate(nodes) if n.depth == d and n.parent == parent]
@@ -163,7 +166,7 @@ def narrate_tree(rnd: Round, settings: dict[str, Any] | None = None) -> list[str
         )
         lines.append(
             f"Depth {d}, under {under}, the siblings in draw order: "
-            + "; ".join(_tree_trial(nodes[j], exact) for j in tried)
+            + "; ".join(_tree_trial(nodes[j], exact, v.sibling_step) for j in tried)
             + rest
             + "."
         )
@@ -175,7 +178,7 @@ def narrate_tree(rnd: Round, settings: dict[str, Any] | None = None) -> list[str
     if a is None:
         lines.append("The accepted path ended with the end of the sequence: no token was added.")
     elif a.status == "resampled":
-        source = "the target's own sample from p" if exact else "the final p′"
+        source = source_text(a.source or ("sample" if exact else "siblings"))
         lines.append(
             f"Every child there was rejected, so the same target call added {a.text!r}, "
             f"drawn from {source} (probability {num(a.prob)}; p = {num(a.p)})."
