@@ -438,8 +438,8 @@ class Settings:
         elem_id="sv-temperature",
         help="the sampling temperature of p and q, 0 for greedy",
     )
-    # Temperature of the draft's q only (None: the target's). The output stays exact: the
-    # rule corrects any q, a mis-calibrated one just gets accepted less often.
+    # Temperature of the draft's q only (None: the target's). Under a lossless verification
+    # the output stays exact: the rule corrects any q; the acceptance changes, either way.
     draft_temperature: float | None = setting(
         None,
         "draft temperature",
@@ -448,8 +448,8 @@ class Settings:
         elem_id="sv-draft-temp",
         switch=Switch(
             "own_draft_temperature",
-            "draft uses its own temperature (changes q only: the output stays exact, "
-            "acceptance drops)",
+            "draft uses its own temperature (changes q only: exact under a lossless "
+            "verification; acceptance changes)",
             1.5,
             elem_id="sv-own-draft-temp",
         ),

@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from specviz import costs, metrics
-from specviz.config import LOSSY_VERIFICATIONS, is_greedy, verification_label, verification_of
+from specviz.config import is_greedy, verification_of
 from specviz.trace import Drafted, Round, Trace, round_number
+from specviz.verify import verification_for
+from specviz.verify.words import source_text
 from specviz.views.markup import esc, num
 
 STATUSES = ("accepted", "rejected", "resampled", "bonus")
@@ -176,18 +178,16 @@ def _distributed(settings: dict[str, Any]) -> str:
     """What the text is distributed as under these settings: the target's, unless a
     deliberately wrong rule or a lossy verification decided it; and whether q was warped
     apart from p."""
-    used = verification_of(settings)
-    if used in LOSSY_VERIFICATIONS:
+    v = verification_for(settings)
+    if v.entry.wrong:
         return (
-            f"This run used {verification_label(used)} verification, which keeps drafts by a "
-            "test on p and does not correct for q: its text does not follow the target's "
-            "sampling."
-        )
-    rule = settings.get("rule", "rejection")
-    if verification_of(settings) == "rejection" and rule != "rejection":
-        return (
-            f"The rule {esc(rule)} is deliberately wrong, so nothing promises that the text "
+            f"The rule {esc(v.rule)} is deliberately wrong, so nothing promises that the text "
             "is distributed as the target's."
+        )
+    if not v.lossless:
+        return (
+            f"This run used {esc(v.label)} verification, which keeps drafts by a test on p and "
+            "does not correct for q: its text does not follow the target's sampling."
         )
     dt, t = settings.get("draft_temperature"), settings.get("temperature")
     apart = dt is not None and not is_greedy(settings) and float(dt) != float(t)
@@ -227,27 +227,29 @@ def rejection_statement(trace: Trace | None) -> str:
     if found is None:
         raise ValueError("this run has no rejection to open: run step 2 first")
     r, pos, d = found
-    bar = min(1.0, d.p / d.q) if d.q > 0 else 1.0
     u = d.u if d.u is not None else float("nan")
+    if d.p_prime is not None:  # a later sibling: tried against the updated target p'
+        against = (
+            f"the siblings rejected before it left p′ = {num(d.p_prime)} of it. The draw "
+            f"u = {u:.3f} is not below min(1, p′/q) = {d.accept_prob:.3f}"
+        )
+    else:
+        against = f"the draw u = {u:.3f} is not below min(1, p/q) = {d.accept_prob:.3f}"
     said = (
         f"Round {round_number(r.index)}, position {pos}: the draft proposed {_q(d.text)} "
-        f"with q = {num(d.q)}; the target gives it p = {num(d.p)}. The draw "
-        f"u = {u:.3f} is not below min(1, p/q) = {bar:.3f}, so it was rejected"
+        f"with q = {num(d.q)}; the target gives it p = {num(d.p)}, and {against}, so it was "
+        "rejected"
     )
     a = r.added
-    from_p = trace is not None and trace.settings.get("rule") == "resample-from-p"
-    if a is not None and a.status == "resampled" and from_p:
+    if a is not None and a.status == "resampled":
+        source = a.source or "residual"
         said += (
-            f". Its replacement {_q(a.text)} was drawn from p itself, where it has probability "
-            f"{num(a.prob)}: the deliberately wrong rule resample-from-p skips the residual"
+            f". Its replacement {_q(a.text)} was drawn from {esc(source_text(source))}, where "
+            f"it has probability {num(a.prob)} (p = {num(a.p)} under the target)"
         )
-    elif a is not None and a.status == "resampled":
-        said += (
-            f". Its replacement {_q(a.text)} was drawn from the residual "
-            f"norm(max(0, p − q)), where it has probability {num(a.prob)} "
-            f"(p = {num(a.p)} under the target)"
-        )
-        if d.overlap is not None:
+        if trace is not None and verification_for(trace.settings).entry.wrong:
+            said += f": the deliberately wrong rule {esc(trace.settings.get('rule'))} decided it"
+        if source == "residual" and d.overlap is not None and d.p_prime is None:
             said += f"; the residual holds the 1 − sum min(p, q) = {1 - d.overlap:.3f} of p "
             said += "that the draft under-proposes, renormalised"
     return f"<p>{said}.</p>"

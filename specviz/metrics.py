@@ -27,8 +27,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from specviz.config import LOSSY_VERIFICATIONS, Limits, verification_label, verification_of
+from specviz.config import Limits
 from specviz.trace import Stats, Trace, round_number, verified
+from specviz.verify import verification_for
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -53,17 +54,6 @@ def acceptance_rate(trace: Trace) -> float:
     """Accepted drafts / verified drafts."""
     v = verified(trace)
     return sum(d.status == "accepted" for d in v) / len(v) if v else 0.0
-
-
-# How each verification decides, for summaries.
-VERIFICATION_TEXT = {
-    "rejection": "accept x iff u < p(x)/q(x); at a rejection, resample from norm(max(0, p - q))",
-    "exact-match": "accept x iff the target's own sample y ~ p equals x; at a mismatch, keep y",
-    "typical": "lossy: keep x iff p(x) > min(threshold, alpha exp(-H(p))); at a miss, a sample "
-    "from p",
-    "top-k-match": "lossy: keep x iff p(x) > 0 and x is among p's k most likely tokens; at a "
-    "miss, a sample from p",
-}
 
 
 def _mean(values: list[float | None]) -> float | None:
@@ -101,17 +91,18 @@ def kept_mass(trace: Trace) -> float | None:
     return _mean([d.kept_mass for d in verified(trace)])
 
 
+# The short name of each acceptance measure (a verification's ``measure`` key).
+MEASURE_NAMES = {"alpha": "alpha", "match_alpha": "sum p q", "kept_mass": "kept mass"}
+
+
 def expected_acceptance(trace: Trace) -> tuple[str, float | None]:
     """The expected acceptance of one draft under the trace's own verification, and its
-    name: ("alpha", alpha) for the rejection rule, ("sum p q", match_alpha) for exact
-    match, ("kept mass", ...) for a lossy one. Leviathan's formulas take it where they say
-    alpha."""
-    used = verification_of(trace.settings)
-    if used == "exact-match":
-        return "sum p q", trace.stats.match_alpha
-    if used in LOSSY_VERIFICATIONS:
-        return "kept mass", kept_mass(trace)
-    return "alpha", trace.stats.alpha
+    name: the verification object's measure ("alpha" for the rejection rule, "sum p q" for
+    exact match, "kept mass" where the keep test is not min(1, p/q)). Leviathan's formulas
+    take it where they say alpha."""
+    key = verification_for(trace.settings).measure[1]
+    value = kept_mass(trace) if key == "kept_mass" else getattr(trace.stats, key)
+    return MEASURE_NAMES[key], value
 
 
 def out_tv_row(trace: Trace) -> tuple[str, str]:
@@ -119,8 +110,14 @@ def out_tv_row(trace: Trace) -> tuple[str, str]:
     s = trace.stats
     if s.mean_out_tv is None or s.max_out_tv is None:
         return "TV(out, p)", "not measured"
-    lossy = verification_of(trace.settings) in LOSSY_VERIFICATIONS
-    what = "lossy: the distortion per decision" if lossy else "lossless: float error only"
+    v = verification_for(trace.settings)
+    what = (
+        "lossless: float error only"
+        if v.lossless
+        else "deliberately wrong: the distortion per decision"
+        if v.entry.wrong
+        else "lossy: the distortion per decision"
+    )
     return (
         "TV(out, p)",
         f"mean {s.mean_out_tv:.3g}, max {s.max_out_tv:.3g} per verified position  ({what}; "
@@ -138,7 +135,7 @@ def acceptance_rows(trace: Trace) -> list[tuple[str, str]]:
     expectation of the verification used, then the other one's (what it would have
     accepted of the same drafts)."""
     s, d = trace.stats, DEFINITIONS
-    used = verification_of(trace.settings)
+    v = verification_for(trace.settings)
     rule = (
         "alpha",
         f"{alpha_text(s.alpha)}  (expected acceptance under the rejection rule: {d['alpha']})",
@@ -148,16 +145,17 @@ def acceptance_rows(trace: Trace) -> list[tuple[str, str]]:
         f"{alpha_text(s.match_alpha)}  (expected acceptance under exact match: {d['sum p q']})",
     )
     rows = [
-        ("verification", f"{verification_label(used)}  ({VERIFICATION_TEXT.get(used, '')})"),
+        ("verification", f"{v.label}  ({v.rule_text()})"),
         ("acceptance rate", f"{s.acceptance_rate:.3f}  ({d['acceptance rate']})"),
     ]
-    if used in LOSSY_VERIFICATIONS:
+    if v.measure[1] == "kept_mass":
         kept = (
             "kept mass",
-            f"{alpha_text(kept_mass(trace))}  (expected acceptance under {used}: {d['kept mass']})",
+            f"{alpha_text(kept_mass(trace))}  (expected acceptance under {v.label}: "
+            f"{d['kept mass']})",
         )
         rows.append(kept)
-    rows += [match, rule] if used == "exact-match" else [rule, match]
+    rows += [match, rule] if v.measure[1] == "match_alpha" else [rule, match]
     return rows
 
 

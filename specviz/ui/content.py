@@ -102,9 +102,11 @@ all; draft *x* is accepted when a uniform draw *u* < min(1, p(x)/q(x)). At the f
 rejection the target draws from the residual norm(max(0, p − q)); after a full accept it
 draws a bonus token from p. Every round adds between 1 and gamma + 1 tokens.
 
-- **The output distribution is unchanged.** Whatever q is (try a draft temperature far
-  from the target's), the text is distributed exactly as sampling from p. A poor draft
-  only costs speed: it gets rejected more often.
+- **Under a lossless verification the output distribution is unchanged.** With the
+  rejection rule or exact match, whatever q is (try a draft temperature far from the
+  target's), the text is distributed exactly as sampling from p; a poor draft only costs
+  speed. Typical acceptance and top-k match are lossy and the deliberately wrong rules are
+  wrong: beside a run that used one, the page says so and gives each decision's TV(out, p).
 - **Bit-identical text is a narrower claim.** In greedy mode the two methods should agree
   token for token, and they do in fp32 here; in bf16 the different computation graphs give
   different numerics and a near-tie can flip, after which the texts differ (Chen et al.

@@ -202,6 +202,12 @@ class Verification(ABC):
             )
         return "lossy: it keeps drafts the target would not emit as often, so out differs from p"
 
+    def shown_keep(self, d: Drafted) -> float:
+        """a(x) for a reveal, from the record's numbers: min(1, p/q), or min(1, p'/q) where
+        siblings were tried first (the value the engine decided with)."""
+        p = d.p_prime if d.p_prime is not None else d.p
+        return min(1.0, p / d.q) if d.q > 0 else 0.0
+
     def keep_label(self, d: Drafted) -> str:
         """The name of a(x) as the inspector's bars label it."""
         return "min(1, p′/q)" if d.p_prime is not None else "min(1, p/q)"

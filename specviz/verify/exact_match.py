@@ -67,6 +67,9 @@ class ExactMatch(Verification):
         # draw is the node's y: the child is kept iff it is y
         return float(p_prime[x]), x == draw
 
+    def shown_keep(self, d: Drafted) -> float:
+        return d.p_prime if d.p_prime is not None else d.p
+
     def keep_label(self, d: Drafted) -> str:
         return "p′(x)" if d.p_prime is not None else "p(x)"
 

@@ -31,6 +31,9 @@ class KeptByTest(Verification):
         keep = self.keep_prob(p[:k], q)[torch.arange(k, device=p.device), drafts] > 0
         return verify_kept(p, q, drafts, keep), None
 
+    def shown_keep(self, d: Drafted) -> float:
+        return 1.0 if d.accept_prob >= 0.5 else 0.0  # the test's outcome, as recorded
+
     def keep_label(self, d: Drafted) -> str:
         return "a(x)"
 

@@ -108,6 +108,10 @@ class AcceptWithoutDraw(Rejection):
         kept = bool(p_prime[x] >= q[x])
         return float(kept), kept
 
+    def shown_keep(self, d) -> float:
+        p = d.p_prime if d.p_prime is not None else d.p
+        return 1.0 if p >= d.q else 0.0
+
     def keep_label(self, d) -> str:
         return "a(x) = [p′ ≥ q]" if d.p_prime is not None else "a(x) = [p ≥ q]"
 

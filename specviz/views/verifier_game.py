@@ -8,7 +8,7 @@ what replaced a rejected draft (the resampled token) or, after the last kept dra
 bonus. Drafts after a rejection are discarded untested and are not played.
 
 The keep probability is one function of the stored decision and the trace's settings,
-:func:`keep_probability`; each verification plugs its own into :data:`KEEP_RULES`.
+:func:`keep_probability`, which the trace's verification object gives (specviz.verify).
 
 The score over a round (:class:`Score`): one point per played draft whose prediction was
 right. A number is right when it lies within :data:`CLOSE` of the true a(x); a call is
@@ -26,8 +26,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from specviz.config import is_greedy, verification_of
+from specviz.config import is_greedy
 from specviz.trace import Drafted, Round, Trace, round_number
+from specviz.verify import verification_for
+from specviz.verify.words import source_text
 from specviz.views.markup import esc, num, visible_text
 
 CLOSE = 0.1  # a said keep probability scores when |said - a(x)| <= CLOSE
@@ -53,67 +55,21 @@ class KeepRule:
     defaults: Mapping[str, Any] | None = None  # settings the how text reads, where absent
 
     def sentence(self, settings: Mapping[str, Any]) -> str:
-        """The rule in one plain sentence, with the trace's values filled in."""
-        return self.how.format(**{**(self.defaults or {}), **settings})
+        """The rule in one plain sentence, with the trace's values in it."""
+        return self.how
 
 
-def rejection_keep(d: Drafted, settings: Mapping[str, Any]) -> float:
-    """The rejection rule keeps x when u < p(x)/q(x), u ~ U[0, 1): a(x) = min(1, p/q).
-    In greedy mode p and q are one-hot and this is 1 or 0."""
-    return min(1.0, d.p / d.q) if d.q > 0 else 0.0
-
-
-def exact_match_keep(d: Drafted, settings: Mapping[str, Any]) -> float:
-    """Exact match keeps x when the target's own sample y ~ p equals it: a(x) = p(x)."""
-    return d.p
-
-
-def threshold_keep(d: Drafted, settings: Mapping[str, Any]) -> float:
-    """A rule that decides by a threshold on p alone draws nothing: a(x) is 1 or 0, the
-    decision the engine recorded as accept_prob."""
-    return 1.0 if d.accept_prob >= 0.5 else 0.0
-
-
-KEEP_RULES: dict[str, KeepRule] = {
-    "rejection": KeepRule(
-        "the rejection rule",
-        "keep x when a uniform draw u from [0, 1) falls below p(x)/q(x)",
-        "u",
-        rejection_keep,
-    ),
-    "exact-match": KeepRule(
-        "exact match",
-        "the target draws its own sample y from p; keep x when y is x",
-        "sample",
-        exact_match_keep,
-    ),
-    # Lossy rules: a(x) by their threshold, the output no longer distributed as p's.
-    "typical": KeepRule(
-        "typical acceptance (lossy)",
-        "keep x when p(x) > min({typical_threshold:g}, {typical_alpha:g}·exp(−H(p))), "
-        "H the entropy of p; q plays no part",
-        None,
-        threshold_keep,
-        lossy=True,
-        defaults={"typical_threshold": 0.09, "typical_alpha": 0.3},
-    ),
-    "top-k-match": KeepRule(
-        "top-k match (lossy)",
-        "keep x when p(x) > 0 and x is among the target's {match_top_k} most likely tokens",
-        None,
-        threshold_keep,
-        lossy=True,
-        defaults={"match_top_k": 10},
-    ),
-}
+def shown_keep(d: Drafted, settings: Mapping[str, Any]) -> float:
+    """a(x) as the trace's verification object reads it from the record: min(1, p/q) under
+    the rejection rule (min(1, p'/q) for a tree's later sibling), p(x) under exact match, 1
+    or 0 under a test on p alone."""
+    return verification_for(settings).shown_keep(d)
 
 
 def keep_rule(settings: Mapping[str, Any]) -> KeepRule:
-    """The keep rule of a trace's verification (ValueError for one with no entry)."""
-    name = verification_of(settings)
-    if name not in KEEP_RULES:
-        raise ValueError(f"play the verifier has no keep probability for verification {name!r}")
-    return KEEP_RULES[name]
+    """The keep rule of a trace's verification, from its object."""
+    v = verification_for(settings)
+    return KeepRule(v.label, v.rule_text(), v.draws, shown_keep, lossy=not v.lossless)
 
 
 def keep_probability(d: Drafted, settings: Mapping[str, Any]) -> float:
@@ -428,8 +384,9 @@ def verdict_sentence(game: Game, i: int) -> str:
             line += f" The round keeps the target's own sample {added.text!r} in its place."
         elif game.rule.draw == "u":
             line += (
-                f" In its place the target drew {added.text!r} from the residual "
-                f"norm(max(0, p − q)) (probability {num(added.prob)} there)."
+                f" In its place the target drew {added.text!r} from "
+                f"{source_text(added.source or 'residual')} (probability {num(added.prob)} "
+                "there)."
             )
         else:
             line += f" In its place the round emits the target's sample {added.text!r}."
@@ -547,12 +504,22 @@ def _score_before(game: Game) -> Score:
     return replace(game, guesses=game.guesses[:shown]).score()
 
 
+def _drafted_count(rnd: Round) -> str:
+    """What the round drafted: a chain's drafts, or a tree's nodes and the path shown."""
+    if rnd.nodes:
+        return (
+            f"a tree of {len(rnd.nodes)} drafted node(s), played along its path of "
+            f"{len(rnd.drafted)}"
+        )
+    return f"{len(rnd.drafted)} proposed draft(s)"
+
+
 def lesson_line(game: Game) -> str:
     """What the lesson says once a round is dealt (HTML, token texts escaped)."""
     rnd = game.round
     return (
         f"<p>Round {round_number(rnd.index)} of your run is on the board in the Decision tab: "
-        f"{len(rnd.drafted)} proposed draft(s), judged under {esc(game.rule.label)}. For "
+        f"{_drafted_count(rnd)}, judged under {esc(game.rule.label)}. For "
         "each tested one, say "
         f"a(x) or press {KEYS['kept']} / {KEYS['rejected']}: the draw is revealed; "
         f"{KEYS['next']} shows the verdict, {KEYS['next']} again the next draft. A number "
