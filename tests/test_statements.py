@@ -348,9 +348,10 @@ def test_step_three_says_where_the_replacement_came_from(rule, one_thread) -> No
     if rule == "resample-from-p":
         # drawn from p: its probability under the distribution it came from is its p
         assert added.prob == pytest.approx(added.p)
-        assert "drawn from p itself" in said and "residual norm" not in said
+        assert "drawn from p, the target" in said
+        assert "residual norm" not in said and "deliberately wrong rule" in said
     else:
-        assert "drawn from the residual" in said and "from p itself" not in said
+        assert "drawn from the residual" in said and "from p," not in said
 
 
 # --- step 4: the dtype and the caveat ----------------------------------------------------

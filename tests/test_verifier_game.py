@@ -176,7 +176,7 @@ def test_dealing_refuses_what_cannot_be_played() -> None:
         vg.deal(trace_of([empty, *trace.rounds]), 1)
     with pytest.raises(ValueError, match="this run verified no draft"):
         vg.deal(trace_of([empty]))
-    with pytest.raises(ValueError, match="no keep probability for verification 'ouija'"):
+    with pytest.raises(ValueError, match="unknown verification 'ouija'"):
         vg.deal(trace_of(trace.rounds, {"verification": "ouija"}))
     game = vg.deal(trace)
     for bad, message in ((None, "type a keep probability"), (1.5, "from 0 to 1, got 1.5")):
@@ -244,11 +244,12 @@ def test_lossy_rules_keep_by_their_threshold(verification: str, field: str) -> N
         d = drafted("x", "accepted" if decided else "rejected", float(row[x]), 0.3, None)
         d.accept_prob = 1.0 if decided else 0.0  # what a threshold rule records
         assert vg.keep_probability(d, {"verification": verification}) == float(decided)
-    rule = vg.KEEP_RULES[verification]
+    rule = vg.keep_rule({"verification": verification})
     assert rule.lossy and rule.draw is None and "(lossy)" in rule.label
     assert field in rule.sentence({"verification": verification})
-    assert "3" in vg.KEEP_RULES["top-k-match"].sentence({"match_top_k": 3})
-    assert not any(vg.KEEP_RULES[name].lossy for name in ("rejection", "exact-match"))
+    top3 = {"verification": "top-k-match", "match_top_k": 3}
+    assert "3 most likely" in vg.keep_rule(top3).sentence(top3)
+    assert not any(vg.keep_rule({"verification": n}).lossy for n in ("rejection", "exact-match"))
 
 
 # --- the handlers, on the tiny pair --------------------------------------------------
