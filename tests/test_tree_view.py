@@ -147,7 +147,7 @@ def test_narration_tells_the_siblings_trials_in_order() -> None:
     assert depth2.index("1st 'a'") < depth2.index("2nd 'b'")
     assert "p′ = 0.25" in depth2 and "p′ becomes norm(max(0, p′ − q))" in depth2
     assert any("1 later sibling never tried" in line for line in lines)
-    assert any("from the final p′" in line for line in lines)
+    assert any("p′ left after every sibling was rejected" in line for line in lines)
     bonus = narration.narrate_round(bonus_round())
     assert any("1st 'p'" in line and "2nd 'q'" in line for line in bonus)
     assert any("bonus token" in line for line in bonus)

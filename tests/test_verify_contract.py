@@ -110,7 +110,7 @@ def test_every_decision_agrees_with_the_object_and_its_sentences(
                 kept = d.status == "accepted"
                 if d.target_sample is not None:
                     assert (d.target_sample == d.id) == kept
-                elif d.u is not None:
+                elif d.u is not None and v.draws == "u":
                     assert (d.u < a) == kept, (d, a)
                 else:
                     assert (a >= 1.0) == kept, (d, a)

@@ -135,8 +135,9 @@ class Calibration:
         if trace.method != "spec":
             return
         for d in verified(trace):
-            if d.u is not None:
-                self.drafts.add(d.accept_prob, d.status == "accepted")
+            if d.u is not None:  # the rejection rule's prediction, from the record
+                p = d.p_prime if d.p_prime is not None else d.p
+                self.drafts.add(min(1.0, p / d.q) if d.q > 0 else 0.0, d.status == "accepted")
         if is_greedy(trace.settings):
             return
         top_n = int(trace.settings.get("top_n", 10))

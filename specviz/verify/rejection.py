@@ -101,8 +101,13 @@ class AcceptWithoutDraw(Rejection):
         return (p.double() >= q.double()).double()
 
     def decide_chain(self, p, q, drafts, gen, greedy):
+        # the uniforms the rule it imitates would draw are drawn and recorded, unused: the
+        # run's random stream stays the rejection rule's, and the calibration view shows
+        # how the outcomes depart from min(1, p/q) for the same u
+        k = drafts.shape[0]
+        u = torch.rand(k, generator=gen, device=p.device) if not greedy and k else None
         v = verify(p, q, drafts, None, self.rule)
-        return self._with_keep(v, p, q, drafts), None
+        return self._with_keep(v, p, q, drafts), u
 
     def try_child(self, p_prime, q, x, draw):
         kept = bool(p_prime[x] >= q[x])
