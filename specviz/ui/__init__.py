@@ -26,7 +26,8 @@ Modules, each with one job (imports point down this list, never up):
     warm          a pair warmed once per process before its first measured run
     pairs         what may load, and whether this is a ZeroGPU Space
     errors        failures as one line (out of memory included), ValueError -> gr.Error
-    content       presets, help text, the token script
+    content       presets, help text
+    assets        the page's scripts, one file each under assets/
     state         Form, Session
 
 Handlers are plain functions over a per-session Session and a Form, taking an AppContext

@@ -1,4 +1,4 @@
-"""What the page says before anything runs: the presets, the help text and the token script.
+"""What the page says before anything runs: the presets and the help text.
 
 No handlers and no model code: plain values that the layout and the tabs display.
 """
@@ -124,20 +124,6 @@ draws a bonus token from p. Every round adds between 1 and gamma + 1 tokens.
     + "; ".join(f"*{k}* = {v}" for k, v in metrics.DEFINITIONS.items())
     + "."
 )
-
-
-# Clicking (or pressing Enter on) a token selects it: its round and position go to Python.
-TOKEN_JS = """
-const pick = (e) => {
-  const s = e.target.closest('[data-pos]');
-  if (!s || !element.contains(s)) return;
-  element.querySelectorAll('.sv-selected').forEach((x) => x.classList.remove('sv-selected'));
-  s.classList.add('sv-selected');
-  trigger('click', {round: Number(s.dataset.round), pos: Number(s.dataset.pos)});
-};
-element.addEventListener('click', pick);
-element.addEventListener('keydown', (e) => { if (e.key === 'Enter' || e.key === ' ') pick(e); });
-"""
 
 
 def apply_preset(name: str) -> list[Any]:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -48,6 +47,7 @@ from specviz.ui import (
     verifications_tab,
     verifier_tab,
 )
+from specviz.ui.assets import ASSETS
 from specviz.ui.blocks import Blocks
 from specviz.ui.context import AppContext, app_context
 from specviz.ui.page import Page
@@ -56,7 +56,6 @@ from specviz.ui.runners import Runner
 from specviz.ui.state import DEFAULTS, new_session
 from specviz.views import markup
 
-ASSETS = Path(__file__).resolve().parent.parent.parent / "assets"
 HEADER = (
     "<h1>specviz</h1><p>Speculative decoding, decision by decision: "
     "<b>p</b> is the target's distribution, <b>q</b> the draft's.</p>"
@@ -177,7 +176,7 @@ def launch_options() -> dict[str, Any]:
     """What app.py passes to launch(): gradio 6 takes css, theme and js there (the js: the
     presentation view's URL and keys)."""
     css = markup.css_variables() + "\n" + (ASSETS / "specviz.css").read_text(encoding="utf-8")
-    return {"css": css, "theme": gr.themes.Soft(), "js": present.PAGE_JS}
+    return {"css": css, "theme": gr.themes.Soft(), "js": present.page_js()}
 
 
 def serve(demo: gr.Blocks, deployment: Deployment | None = None, **launch: Any) -> None:

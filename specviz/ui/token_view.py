@@ -13,7 +13,7 @@ from typing import Any
 
 import gradio as gr
 
-from specviz.ui.content import TOKEN_JS
+from specviz.ui.assets import script
 from specviz.ui.errors import user_errors
 from specviz.ui.frames import narration_hint, set_shade
 from specviz.ui.page import Page
@@ -39,7 +39,7 @@ def layout(v: dict[str, Any]) -> None:
         for name, scale in (("tokens", 3), ("rounds", 2)):
             v[name] = gr.HTML(
                 markup.tokens_html([]) if name == "tokens" else markup.rounds_html([]),
-                js_on_load=TOKEN_JS,
+                js_on_load=script("pick"),  # a click sends its round and position
                 elem_id=f"sv-{name}",
                 max_height=420,
                 scale=scale,

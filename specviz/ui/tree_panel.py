@@ -12,32 +12,18 @@ from typing import Any
 import gradio as gr
 
 from specviz.ui import inspector_tab
+from specviz.ui.assets import script
 from specviz.ui.frames import tree_frame
 from specviz.ui.page import INTERNAL, Page
 from specviz.ui.state import Session, View
 from specviz.views import tree_view
 
-# A click (or Enter) on a node sends its round and node index; on the added token its round
-# and output position, as the token view's script does.
-TREE_JS = """
-const pick = (e) => {
-  const s = e.target.closest('[data-node], [data-pos]');
-  if (!s || !element.contains(s)) return;
-  element.querySelectorAll('.sv-selected').forEach((x) => x.classList.remove('sv-selected'));
-  s.classList.add('sv-selected');
-  const d = s.dataset;
-  trigger('click', d.node !== undefined
-    ? {round: Number(d.round), node: Number(d.node)}
-    : {round: Number(d.round), pos: Number(d.pos)});
-};
-element.addEventListener('click', pick);
-element.addEventListener('keydown', (e) => { if (e.key === 'Enter' || e.key === ' ') pick(e); });
-"""
-
 
 def layout(v: dict[str, Any]) -> None:
     """The tree drawing, into the page's components by name."""
-    v["tree"] = gr.HTML("", js_on_load=TREE_JS, elem_id="sv-tree-view", max_height=300)
+    # a click on a node sends its round and node index; on the added token, as in the token
+    # view, its round and position
+    v["tree"] = gr.HTML("", js_on_load=script("pick"), elem_id="sv-tree-view", max_height=300)
 
 
 def node_view(trace: Any, round_index: int, node: int) -> View:

@@ -19,6 +19,7 @@ from typing import Any
 import gradio as gr
 
 from specviz.trace import round_number
+from specviz.ui.assets import script
 from specviz.ui.page import INTERNAL, Page
 from specviz.ui.present import FIELDS
 from specviz.ui.state import Session, View
@@ -34,26 +35,12 @@ NEXT_LABELS = {
 }
 BUTTONS = {"kept": "sv-play-kept", "rejected": "sv-play-rejected", "next": "sv-play-next"}
 
-# The keys press the game's buttons while its board is on screen and no field has focus.
-_KEY_MAP = ", ".join(f"{KEYS[k].lower()!r}: {v!r}" for k, v in BUTTONS.items())
-KEYS_JS = f"""
-if (!window.svPlayKeys) {{
-  window.svPlayKeys = true;
-  document.addEventListener('keydown', (e) => {{
-    if (e.altKey || e.ctrlKey || e.metaKey || e.isComposing) return;
-    const id = {{{_KEY_MAP}}}[e.key.toLowerCase()];
-    if (!id) return;
-    const board = document.querySelector('#sv-play-board .sv-play[data-phase]');
-    if (!board || !board.checkVisibility()) return;
-    const t = e.target instanceof Element ? e.target : null;
-    if (t && t.closest('{FIELDS}')) return;
-    const button = document.getElementById(id);
-    if (!button || button.disabled) return;
-    e.preventDefault();
-    if (!e.repeat) button.click();
-  }});
-}}
-"""
+
+def keys_js() -> str:
+    """The board's js_on_load (assets/play-keys.js): the keys press the game's buttons while
+    its board is on screen and no field has focus."""
+    keys = {KEYS[k].lower(): button for k, button in BUTTONS.items()}
+    return script("play-keys", KEYS=keys, FIELDS=FIELDS)
 
 
 def layout(v: dict[str, Any], inspector: Callable[[dict[str, Any]], None]) -> None:
@@ -110,7 +97,7 @@ def layout(v: dict[str, Any], inspector: Callable[[dict[str, Any]], None]) -> No
                 min_width=170,
                 elem_id=BUTTONS["next"],
             )
-        v["play_board"] = gr.HTML(board_html(None), js_on_load=KEYS_JS, elem_id="sv-play-board")
+        v["play_board"] = gr.HTML(board_html(None), js_on_load=keys_js(), elem_id="sv-play-board")
     v["play_view"] = play_view
 
 
