@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 
 import pytest
@@ -61,6 +62,12 @@ def no_error_shown(page) -> None:
     assert page.dialogs == []
 
 
+# The short app's loader waits while LOADS is cleared, as a first load does (LOADING says
+# that one has begun): the events a press queues behind it wait in the model queue too.
+LOADS, LOADING = threading.Event(), threading.Event()
+LOADS.set()
+
+
 @pytest.fixture(scope="module")
 def short_url(offline_pair, app_url):
     """The app on the offline pair with runs capped at 24 tokens (the lesson's steps keep
@@ -68,8 +75,13 @@ def short_url(offline_pair, app_url):
     from specviz import ui
     from specviz.config import Limits
 
+    def load(pair: str, dtype: str):
+        LOADING.set()
+        assert LOADS.wait(120), "a held load was never let go"
+        return offline_pair
+
     demo = ui.build_app(
-        loader=lambda pair, dtype: offline_pair,
+        loader=load,
         pairs=["default"],
         limits=Limits(max_new_tokens=24),
     )
@@ -117,6 +129,49 @@ def test_clicking_ahead_keeps_each_statement_on_its_own_step(browser, short_url)
         said.filter(has_text=STEP_ONE).wait_for(timeout=30_000)
         assert "draft temperature 1.5" not in said.inner_text()
         no_error_shown(page)
+
+
+def test_a_press_queued_behind_the_load_runs_the_step_it_was_pressed_on(browser, short_url) -> None:
+    """On a page that is still loading its pair: step 1's button, Next 3 s later, step 2's
+    button 2 s after Next, all queued behind the load. The first press runs step 1 (the
+    step shown when it was pressed, not the one shown when its turn came), the second step
+    2, which compares itself with step 1's run; no error anywhere.
+
+    Set SPECVIZ_SCREENSHOT_DIR to also write lesson-click-ahead-queued.png there."""
+    context = browser.new_context(viewport={"width": 1280, "height": 720})
+    LOADING.clear()
+    LOADS.clear()
+    try:
+        page = context.new_page()
+        page.dialogs = []  # type: ignore[attr-defined]
+        page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
+        page.goto(short_url)
+        assert LOADING.wait(60), "the page's load event never asked for the pair"
+        page.click("#sv-lesson-go")
+        page.wait_for_timeout(3000)
+        page.click("#sv-lesson-next")
+        page.locator("#sv-lesson").filter(has_text="step 2 of 7").wait_for(timeout=30_000)
+        page.wait_for_timeout(2000)
+        page.click("#sv-lesson-go")
+        page.wait_for_timeout(500)
+        LOADS.set()  # the pair is ready: the load, then both presses, in turn
+        said = page.locator("#sv-lesson-said .sv-lesson-said")
+        said.filter(has_text="draft temperature 1.5").wait_for(timeout=900_000)
+        assert "Against step 1's run" in said.inner_text()  # step 1 ran first, as step 1
+        page.wait_for_function(
+            "() => !document.querySelector('#sv-status .sv-status-busy')", timeout=60_000
+        )
+        no_error_shown(page)
+        page.evaluate("window.scrollTo(0, 0)")
+        page.mouse.move(0, 0)
+        shot(page, "lesson-click-ahead-queued.png")
+        page.click("#sv-lesson-prev")
+        page.locator("#sv-lesson").filter(has_text="step 1 of 7").wait_for(timeout=30_000)
+        said.filter(has_text=STEP_ONE).wait_for(timeout=30_000)
+        no_error_shown(page)
+    finally:
+        LOADS.set()
+        context.close()
 
 
 def test_step_six_catches_the_wrong_rule_and_passes_exact_match(browser, short_url) -> None:

@@ -284,3 +284,40 @@ def test_clicking_ahead_keeps_each_statement_on_its_own_step(tiny) -> None:
         page.keyed(out)  # raises on a name the page does not have
     assert lesson_panel.move_update(state, -1)["lesson_said"] == lesson_panel.said_html(state)
     assert "target calls" in lesson_panel.said_html(state)
+
+
+def test_a_press_served_after_next_runs_the_step_it_was_pressed_on(tiny) -> None:
+    """Step 1's button pressed while the queue is busy (the page's load), Next before the
+    press is served: the press runs step 1, whose statement is kept for step 1 and not
+    shown on step 2; the page sends the index shown at the press, which Next keeps."""
+    from specviz.lesson import Lesson
+    from specviz.ui import lesson_panel
+
+    ctx = ui.AppContext(lambda pair, dtype: tiny, Limits(max_new_tokens=64))
+    page, session, state = built_page(ctx), ui.new_session(), Lesson()
+    pressed = 0  # the hidden index as the press sent it
+    moved = lesson_panel.move_update(state, 1)  # Next, before the press is served
+    assert moved["lesson_index"] == state.index == 1
+    updates = list(lesson_panel.lesson_updates(session, state, form(), ctx, pressed))
+    assert all("lesson_said" not in out for out in updates)  # step 2 is shown
+    assert updates[0]["own_draft_temperature"] is False  # step 1's controls, not step 2's
+    assert "target calls" in state.said[0] and 1 not in state.said and state.first is not None
+    for out in updates:
+        page.keyed(out)
+    for bad in (-1, len(lesson_panel.STEPS), 1.5, "1", True):
+        with pytest.raises(ValueError, match="no lesson step"):
+            lesson_panel.pressed_step(state, bad)
+    assert lesson_panel.pressed_step(state, 0.0) == 0
+    assert lesson_panel.pressed_step(state, None) == state.index  # no index: the step shown
+
+
+def test_the_step_button_sends_the_step_shown_at_the_press(tiny) -> None:
+    demo = ui.build_app(loader=lambda pair, dtype: tiny, pairs=["tiny"])
+    by_id = {fn.api_name: fn for fn in demo.fns.values()}
+    index = [b for b in demo.blocks.values() if b.elem_id == "sv-lesson-index"]
+    assert len(index) == 1 and not index[0].visible
+    assert by_id["lesson"].inputs[2] is index[0]
+    for elem_id in ("sv-lesson-prev", "sv-lesson-next"):
+        (button,) = [b for b in demo.blocks.values() if b.elem_id == elem_id]
+        (move,) = [fn for fn in demo.fns.values() if (button._id, "click") in fn.targets]
+        assert index[0] in move.outputs  # Previous and Next keep the index in step

@@ -12,7 +12,10 @@ Session.
 
 A step's statement is kept for that step. The visitor may move on while it runs, or press
 the next step's button (queued behind it): each statement lands on its own step, and the
-panel shows it only while that step is the one shown.
+panel shows it only while that step is the one shown. A press carries out the step shown
+when it was pressed, however long it waits in the queue: the page sends that step's index
+with the press (a hidden number that Previous and Next keep in step), as the Lesson's own
+index may have moved on by the time the press is served.
 """
 
 from __future__ import annotations
@@ -69,6 +72,8 @@ def layout() -> dict[str, Any]:
                 "Next →", size="sm", scale=0, min_width=110, elem_id="sv-lesson-next"
             )
         c["lesson_said"] = gr.HTML("", js_on_load=None, elem_id="sv-lesson-said")
+        # the step shown, as the page holds it: what a press of the step's button sends
+        c["lesson_index"] = gr.Number(0, precision=0, visible=False, elem_id="sv-lesson-index")
     return c
 
 
@@ -91,6 +96,7 @@ def move_update(state: Lesson, by: int) -> View:
     """Previous (-1) or Next (+1): the step shown, its button and what it said."""
     state.move(by)
     return {
+        "lesson_index": state.index,
         "lesson_box": gr.Accordion(label=box_label(state)),
         "lesson_card": card_html(state),
         "lesson_go": state.step.button,
@@ -107,9 +113,9 @@ def step_controls(step: Step, ctx: AppContext) -> dict[str, Any]:
 
 
 class StepRun:
-    """One press of a step's button: the lesson, the step's index (fixed at the press, as
-    the visitor may move on while it runs), the form with the step's controls set, and
-    the app context."""
+    """One press of a step's button: the lesson, the step's index (the step shown at the
+    press: the visitor may move on while it waits or runs), the form with the step's
+    controls set, and the app context."""
 
     def __init__(self, state: Lesson, index: int, form: Form, ctx: AppContext) -> None:
         self.state, self.index, self.ctx = state, index, ctx
@@ -144,15 +150,29 @@ class StepRun:
         return {"status": error, **({"lesson_said": error} if self.shown else {})}
 
 
-def lesson_updates(session: Session, state: Lesson, form: Form, ctx: AppContext) -> Iterator[View]:
-    """The current step: set its controls, carry out its action, and state what happened.
-    A ValueError (bad input, a failed load or run) ends as one line in the panel and in
-    the status line."""
-    run = StepRun(state, state.index, form, ctx)
+def lesson_updates(
+    session: Session, state: Lesson, form: Form, ctx: AppContext, index: Any = None
+) -> Iterator[View]:
+    """Step `index` (the one shown when its button was pressed; None: the one shown now):
+    set its controls, carry out its action, and state what happened. A ValueError (bad
+    input, a failed load or run) ends as one line in the panel and in the status line."""
+    run = StepRun(state, pressed_step(state, index), form, ctx)
     try:
         yield from act(run.step.action, session, run)
     except ValueError as exc:
         yield run.failed(str(exc).splitlines()[0] if str(exc) else "invalid input")
+
+
+def pressed_step(state: Lesson, index: Any) -> int:
+    """The step a press was for: the index the page sent with it (a step of the lesson), or
+    without one the step shown now."""
+    if index is None:
+        return state.index
+    if isinstance(index, float) and index.is_integer():
+        index = int(index)
+    if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(STEPS):
+        raise ValueError(f"no lesson step {index!r}: the lesson has steps 1 to {len(STEPS)}")
+    return index
 
 
 def act(action: Action, session: Session, run: StepRun) -> Iterator[View]:
@@ -243,12 +263,13 @@ def wire(page: Page, state: Any) -> None:
     go_outputs += [page.controls[k] for k in sorted(set_controls())]
     go_outputs = list({id(c): c for c in go_outputs}.values())
 
-    def go(sess: Session, st: Lesson, *values: Any) -> Iterator[View]:
-        return lesson_updates(sess, st, page.form(values), page.ctx)
+    def go(sess: Session, st: Lesson, index: Any, *values: Any) -> Iterator[View]:
+        return lesson_updates(sess, st, page.form(values), page.ctx, index)
 
     page.lesson["lesson_go"].click(
         page.stream(go),
-        [page.session, state, *page.inputs],
+        # the step shown is read as the button is pressed, not when the press is served
+        [page.session, state, page.lesson["lesson_index"], *page.inputs],
         go_outputs,
         api_name="lesson",
         show_progress="minimal",
@@ -257,7 +278,8 @@ def wire(page: Page, state: Any) -> None:
         **page.model_queue,
         **HIDDEN,
     )
-    shown = [page.lesson[k] for k in ("lesson_box", "lesson_card", "lesson_go", "lesson_said")]
+    names = ("lesson_index", "lesson_box", "lesson_card", "lesson_go", "lesson_said")
+    shown = [page.lesson[k] for k in names]
     for name, by in (("lesson_prev", -1), ("lesson_next", 1)):
         page.lesson[name].click(
             page.once(lambda st, by=by: move_update(st, by)),
