@@ -15,7 +15,11 @@ and predicts the speedup from them (specviz.metrics.refined_speedup):
 
     E(alpha, gamma) * (1 + o_ar) / (gamma * c + alpha^gamma (c2 - c) + v(gamma + 1) + o(gamma))
 
-in units of one target step. Where no gamma is predicted to beat plain decoding,
+in units of one target step. The roofline puts each measured call beside its floor: the
+bytes the call must read (the weights in the dtype they are stored in, and the KV cache),
+over the memory's bandwidth, measured once per process (:func:`bandwidth`). A decode step at
+batch 1 is memory-bound at best, so measured / floor says how far the call is from the
+machine's limit. Where no gamma is predicted to beat plain decoding,
 :func:`holdback` decides which term keeps the prediction below 1 (the one whose ideal
 value, c = 0, alpha = 1 or a verify call of one step, alone lifts it most) and
 :func:`guard_sentence` says so. Model calls are timed by the caches themselves (``busy_s`` of
@@ -26,6 +30,7 @@ cached context, the cache cropped back each time, so that only the call itself i
 from __future__ import annotations
 
 import statistics
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -114,6 +119,7 @@ class StepCosts:
     overhead_ms_by_gamma: dict[int, float] = field(default_factory=dict)
     ar_overhead_ms_per_token: float = 0.0
     alpha: float | None = None  # measured in the overhead runs (None: not measured)
+    roofline: Roofline | None = None  # each call against its memory-bound floor
 
     @property
     def c(self) -> float:
@@ -150,6 +156,7 @@ class StepCosts:
         d["c"] = self.c
         d["c2"] = self.c2
         d["overhead_ms_by_gamma"] = {str(g): ms for g, ms in self.overhead_ms_by_gamma.items()}
+        d["roofline"] = None if self.roofline is None else self.roofline.to_dict()
         return d
 
     @classmethod
@@ -160,6 +167,8 @@ class StepCosts:
         known["overhead_ms_by_gamma"] = {
             int(g): float(ms) for g, ms in d.get("overhead_ms_by_gamma", {}).items()
         }
+        roof = d.get("roofline")
+        known["roofline"] = None if roof is None else Roofline.from_dict(roof)
         return cls(**known)
 
 
@@ -331,8 +340,11 @@ def measure_costs(
     reps: int = 9,
     tokens: int | None = None,
     say: Callable[[str], None] | None = None,
+    roofline: bool = False,
 ) -> StepCosts:
-    """Measure every part of a round on this machine (see the module docstring).
+    """Measure every part of a round on this machine (see the module docstring), and with
+    roofline each call against its memory-bound floor (weights and cache read / the
+    bandwidth, measured once per process).
 
     tokens: the length of the runs that time the overhead (default: the settings'
     max_new_tokens). Steps and verify calls are timed on the prompt plus half that many
@@ -377,7 +389,7 @@ def measure_costs(
     ar = _run(free, prompt, s.with_(method="ar"))
     ar_over = (ar.trace.stats.wall_s - ar.target_lm.busy_s) * 1e3 / max(1, len(ar.trace.token_ids))
     ref = s.gamma if s.gamma in by_gamma else gs[len(gs) // 2]
-    return StepCosts(
+    sc = StepCosts(
         device=str(pair.device),
         threads=torch.get_num_threads(),
         draft_variant=getattr(pair.draft, "variant", None),
@@ -390,6 +402,19 @@ def measure_costs(
         ar_overhead_ms_per_token=max(0.0, ar_over),
         alpha=statistics.fmean(overlaps) if overlaps else None,
     )
+    if roofline:
+        say("measuring the memory bandwidth")
+        t, d = pair.target.model, pair.draft.model
+        sc.roofline = roofline_of(
+            sc,
+            bandwidth(pair.device.type),
+            weight_bytes(t),
+            weight_bytes(d),
+            kv_bytes_per_position(t),
+            kv_bytes_per_position(d),
+            len(context),
+        )
+    return sc
 
 
 def _run(pair: ModelPair, prompt: str, settings: Settings) -> Any:
@@ -399,3 +424,291 @@ def _run(pair: ModelPair, prompt: str, settings: Settings) -> Any:
     for _ in run:
         pass
     return run
+
+
+# --- the roofline: how close a call comes to the memory's limit ------------------------
+
+# The tensor the bandwidth is measured on: far larger than any CPU's last-level cache.
+BANDWIDTH_MIB = {"cpu": 256, "cuda": 1024}
+BANDWIDTH_REPS = 5
+BANDWIDTH_HOW = (
+    "median of {reps} sums (bytes read) and of {reps} copies (bytes read and written) of a "
+    "{mib} MiB float32 tensor; the larger of the two rates"
+)
+
+
+@dataclass(frozen=True)
+class Bandwidth:
+    """The memory's streaming rate on one device, measured once (see measure_bandwidth)."""
+
+    device: str
+    gb_s: float  # 1e9 bytes per second
+    sum_gb_s: float
+    copy_gb_s: float
+    how: str
+
+    def floor_ms(self, nbytes: int) -> float:
+        """The least time reading nbytes can take here: a memory-bound call's floor."""
+        return nbytes / (self.gb_s * 1e9) * 1e3
+
+
+def measure_bandwidth(
+    device: str = "cpu", mib: int | None = None, reps: int = BANDWIDTH_REPS
+) -> Bandwidth:
+    """The device memory's streaming rate: the median of `reps` sums of a `mib` MiB float32
+    tensor (each reads it once) and of `reps` copies into a second one (each reads it and
+    writes as much), after one of each to warm up. A sum's rate is bounded by the reads, a
+    copy's by reads and writes together; a decode step mostly reads, so the larger of the
+    two is the bandwidth a step can hope for. Medians, so that a spell of other work on a
+    shared machine moves the figure little."""
+    import time
+
+    import torch
+
+    dev = torch.device(device)
+    mib = mib or BANDWIDTH_MIB.get(dev.type, 256)
+    n = mib * 2**20 // 4
+    src = torch.ones(n, dtype=torch.float32, device=dev)
+    dst = torch.empty_like(src)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+
+    def timed(fn: Callable[[], Any]) -> float:
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        return time.perf_counter() - t0
+
+    with torch.inference_mode():
+        timed(src.sum)
+        timed(lambda: dst.copy_(src))
+        sums = [timed(src.sum) for _ in range(reps)]
+        copies = [timed(lambda: dst.copy_(src)) for _ in range(reps)]
+    nbytes = n * 4
+    sum_rate = nbytes / statistics.median(sums) / 1e9
+    copy_rate = 2 * nbytes / statistics.median(copies) / 1e9
+    how = BANDWIDTH_HOW.format(reps=reps, mib=mib)
+    return Bandwidth(str(dev), max(sum_rate, copy_rate), sum_rate, copy_rate, how)
+
+
+_bandwidths: dict[str, Bandwidth] = {}
+_bandwidth_lock = threading.Lock()
+
+
+def bandwidth(device: str = "cpu") -> Bandwidth:
+    """This process's measurement of the device's bandwidth: measured on the first call
+    (about a second), never at import, then kept."""
+    key = "cuda" if str(device).startswith("cuda") else str(device)
+    with _bandwidth_lock:
+        if key not in _bandwidths:
+            _bandwidths[key] = measure_bandwidth(key)
+        return _bandwidths[key]
+
+
+def known_bandwidth(device: str = "cpu") -> Bandwidth | None:
+    """The bandwidth if this process has measured it (or been told it), else None."""
+    key = "cuda" if str(device).startswith("cuda") else str(device)
+    return _bandwidths.get(key)
+
+
+def set_bandwidth(bw: Bandwidth) -> None:
+    """Keep a bandwidth measured elsewhere (a ZeroGPU call measures the GPU's)."""
+    key = "cuda" if bw.device.startswith("cuda") else bw.device
+    with _bandwidth_lock:
+        _bandwidths[key] = bw
+
+
+def weight_bytes(model: Any) -> int:
+    """The bytes of weights one decode step reads: every parameter and buffer once, in the
+    dtype it is stored in (int8 and int4 weights count as such, a packed dynamic-int8 layer
+    by its packed weight), except the input embedding table, of which a step reads one row
+    per token (unless the table is also the LM head's weight, which a step reads whole)."""
+    import torch
+
+    seen: set[int] = set()
+    total = 0
+
+    def count(t: Any) -> int:
+        if not isinstance(t, torch.Tensor) or t.numel() == 0:
+            return 0
+        if t.is_quantized:
+            key, size = id(t), t.numel() * t.element_size()
+        else:
+            key, size = t.untyped_storage().data_ptr(), t.numel() * t.element_size()
+        if key in seen:
+            return 0
+        seen.add(key)
+        return size
+
+    embed = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    skip: set[int] = set()
+    if embed is not None:
+        w = embed.weight
+        head_w = getattr(head, "weight", None)
+        tied = isinstance(head_w, torch.Tensor) and (
+            head_w.untyped_storage().data_ptr() == w.untyped_storage().data_ptr()
+        )
+        if not tied:
+            skip.add(w.untyped_storage().data_ptr())
+            total += w.shape[-1] * w.element_size()  # one row
+    seen |= skip
+    for module in model.modules():
+        for t in (*module.parameters(recurse=False), *module.buffers(recurse=False)):
+            total += count(t)
+        packed = getattr(module, "_packed_params", None)
+        if packed is not None and hasattr(module, "weight") and callable(module.weight):
+            total += count(module.weight())  # a dynamic int8 Linear's packed weight
+            bias = module.bias() if callable(getattr(module, "bias", None)) else None
+            total += count(bias)
+    return total
+
+
+def kv_bytes_per_position(model: Any) -> int:
+    """The bytes of keys and values one cached position holds (a step reads them all)."""
+    cfg = getattr(model, "config", None)
+    cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    try:
+        layers = int(cfg.num_hidden_layers)
+        heads = int(getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads)
+        dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
+    except (AttributeError, TypeError, ValueError):
+        return 0
+    p = next(iter(model.parameters()), None)
+    size = p.element_size() if p is not None and p.is_floating_point() else 4
+    return 2 * layers * heads * dim * size
+
+
+def step_bytes(model: Any, context: int = 0) -> int:
+    """The bytes one decode step reads: the weights and the KV cache at `context`."""
+    return weight_bytes(model) + kv_bytes_per_position(model) * context
+
+
+@dataclass(frozen=True)
+class RoofCall:
+    """One measured call against its memory-bound floor."""
+
+    call: str
+    ms: float
+    nbytes: int
+    floor_ms: float
+
+    @property
+    def ratio(self) -> float:
+        return self.ms / self.floor_ms if self.floor_ms > 0 else float("inf")
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """The bandwidth, each model's bytes per step and each call's distance from its floor."""
+
+    bandwidth: Bandwidth
+    target_bytes: int
+    draft_bytes: int | None
+    calls: list[RoofCall]
+
+    def floor_ms(self, nbytes: int) -> float:
+        return self.bandwidth.floor_ms(nbytes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "bandwidth_device": self.bandwidth.device,
+            "bandwidth_gb_s": self.bandwidth.gb_s,
+            "bandwidth_sum_gb_s": self.bandwidth.sum_gb_s,
+            "bandwidth_copy_gb_s": self.bandwidth.copy_gb_s,
+            "bandwidth_how": self.bandwidth.how,
+            "target_bytes": self.target_bytes,
+            "draft_bytes": self.draft_bytes,
+            "target_floor_ms": self.floor_ms(self.target_bytes),
+            "draft_floor_ms": None if self.draft_bytes is None else self.floor_ms(self.draft_bytes),
+            "calls": [
+                {
+                    "call": c.call,
+                    "ms": c.ms,
+                    "bytes": c.nbytes,
+                    "floor_ms": c.floor_ms,
+                    "ratio": c.ratio,
+                }
+                for c in self.calls
+            ],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Roofline:
+        bw = Bandwidth(
+            str(d.get("bandwidth_device", "")),
+            float(d["bandwidth_gb_s"]),
+            float(d.get("bandwidth_sum_gb_s", 0.0)),
+            float(d.get("bandwidth_copy_gb_s", 0.0)),
+            str(d.get("bandwidth_how", "")),
+        )
+        calls = [RoofCall(c["call"], c["ms"], int(c["bytes"]), c["floor_ms"]) for c in d["calls"]]
+        draft = d.get("draft_bytes")
+        return cls(bw, int(d["target_bytes"]), None if draft is None else int(draft), calls)
+
+
+def roofline_of(
+    sc: StepCosts,
+    bw: Bandwidth,
+    target_bytes: int,
+    draft_bytes: int | None,
+    kv_target: int = 0,
+    kv_draft: int = 0,
+    context: int = 0,
+) -> Roofline:
+    """The measured calls of sc against their floors: the target's step and each verify
+    call (the same weights, read once, and the cache), the draft's one- and two-token
+    calls."""
+    tb = target_bytes + kv_target * context
+    calls = [RoofCall("target step", sc.target_step_ms, tb, bw.floor_ms(tb))]
+    calls += [
+        RoofCall(f"verify, {v.width} positions", v.ms, tb, bw.floor_ms(tb)) for v in sc.verify
+    ]
+    if draft_bytes is not None:
+        db = draft_bytes + kv_draft * context
+        calls.append(RoofCall("draft step", sc.draft_step_ms, db, bw.floor_ms(db)))
+        if sc.draft_step2_ms is not None:
+            calls.append(RoofCall("draft, 2 tokens", sc.draft_step2_ms, db, bw.floor_ms(db)))
+    return Roofline(bw, target_bytes, draft_bytes, calls)
+
+
+def roofline_lines(roof: Roofline) -> list[str]:
+    """The roofline as `costs` prints it."""
+    bw = roof.bandwidth
+    out = [
+        f"memory bandwidth {bw.gb_s:.1f} GB/s (sum {bw.sum_gb_s:.1f}, copy {bw.copy_gb_s:.1f}; "
+        f"{bw.how})",
+        f"target reads {roof.target_bytes / 1e6:.1f} MB a step: floor "
+        f"{roof.floor_ms(roof.target_bytes):.2f} ms",
+    ]
+    if roof.draft_bytes is not None:
+        out.append(
+            f"draft reads  {roof.draft_bytes / 1e6:.1f} MB a step: floor "
+            f"{roof.floor_ms(roof.draft_bytes):.2f} ms"
+        )
+    out.append("call                    measured ms  floor ms  measured / floor")
+    out += [f"{c.call:22s}  {c.ms:11.2f}  {c.floor_ms:8.2f}  {c.ratio:8.2f}x" for c in roof.calls]
+    return out
+
+
+# The bytes a step reads, per model as a trace names it (ModelPair.describe()'s strings),
+# for the app's Speed tab, which has the trace only: (device type, weight bytes, KV bytes
+# per position). Filled when the app opens a pair (specviz.ui.pairs.open_pair).
+_step_bytes: dict[str, tuple[str, int, int]] = {}
+
+
+def remember_pair(pair: ModelPair) -> None:
+    """Note the bytes per step of a pair's models under the names its traces carry."""
+    names = pair.describe()
+    for role, m in (("target", pair.target), ("draft", pair.draft)):
+        if m is not None and role in names and names[role] not in _step_bytes:
+            _step_bytes[names[role]] = (
+                m.device.type,
+                weight_bytes(m.model),
+                kv_bytes_per_position(m.model),
+            )
+
+
+def remembered(name: str) -> tuple[str, int, int] | None:
+    """(device type, weight bytes, KV bytes per position) of a model as a trace names it."""
+    return _step_bytes.get(name)

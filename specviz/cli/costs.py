@@ -52,7 +52,14 @@ def cmd_costs(args: argparse.Namespace) -> int:
     require_prompt(args.prompt)
     pair = load_pair_from_args(args)
     sc = costs.measure_costs(
-        pair, settings, gammas, args.prompt, reps=args.reps, tokens=args.tokens, say=say
+        pair,
+        settings,
+        gammas,
+        args.prompt,
+        reps=args.reps,
+        tokens=args.tokens,
+        say=say,
+        roofline=True,
     )
     if args.json:
         sys.stdout.write(json.dumps(sc.to_dict()) + "\n")
@@ -74,4 +81,8 @@ def cmd_costs(args: argparse.Namespace) -> int:
             f"{g:5d}  {v.ms:9.2f}  {v.steps:5.2f}  {sc.overhead_ms_by_gamma.get(g, 0.0):11.2f}"
             f"  {metrics.expected_speedup(a, g, sc.c):8.2f}x  {sc.predicted(a, g):6.2f}x"
         )
+    if sc.roofline is not None:
+        print()
+        for line in costs.roofline_lines(sc.roofline):
+            print(line)
     return 0

@@ -124,7 +124,7 @@ def final_frame(session: Session, gamma: int) -> View:
         "time_split": timing.breakdown_figure(spec)
         if spec is not None and spec.rounds
         else figures.empty_figure("no speculative rounds"),
-        "time_totals": time_html(spec, session.mode),
+        "time_totals": time_html(spec, session.mode, measure=True),
         "tree": tree_frame(spec),
         "tree_compare": tree_compare_html(spec, ar),
     }
@@ -160,14 +160,17 @@ def tree_compare_html(spec: Trace | None, ar: Trace | None) -> str:
     )
 
 
-def time_html(spec: Trace | None, mode: str = "idle") -> str:
-    """The run's draft, verify and rest: ms and share of its wall time."""
+def time_html(spec: Trace | None, mode: str = "idle", measure: bool = False) -> str:
+    """The run's draft, verify and rest: ms and share of its wall time, and each call
+    against the memory's floor (timing.trace_roofline_rows; measure: the bandwidth may be
+    measured now, once per process, which a finished run's frame allows)."""
     if spec is None or not spec.rounds:
         return markup.status_html("Where the time goes needs a speculative run: press Run.")
     caption = "this run's time: draft, verify and the rest, as shares of its wall time"
     if mode == "step":
         caption += " (Step: the rest includes the pauses between presses)"
-    return markup.table_html(timing.totals_rows(spec), caption)
+    rows = timing.totals_rows(spec) + timing.trace_roofline_rows(spec, measure)
+    return markup.table_html(rows, caption)
 
 
 def race_hint(spec: Trace | None, ar: Trace | None) -> str:

@@ -116,8 +116,20 @@ def pair_label(form: Form) -> str:
 def open_pair(loader: Loader, form: Form) -> ModelPair:
     """The form's pair, loaded once per process, on the path the form asks for.
     Any failure is one ValueError line; pairs already loaded stay loaded and keep serving."""
-    pair = _load(loader, form)
-    return pair.with_compile(compile_choice(form))
+    pair = _load(loader, form).with_compile(compile_choice(form))
+    remember(pair)
+    return pair
+
+
+def remember(pair: ModelPair) -> None:
+    """Let the Speed tab's roofline find the bytes a step of each model reads
+    (specviz.costs.remember_pair; a model it cannot size is left out)."""
+    from specviz.costs import remember_pair
+
+    try:
+        remember_pair(pair)
+    except (AttributeError, RuntimeError, TypeError, ValueError):
+        pass
 
 
 def compile_choice(form: Form) -> str:

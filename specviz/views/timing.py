@@ -120,3 +120,79 @@ def breakdown_spec(trace: Trace) -> dict[str, Any]:
 def breakdown_figure(trace: Trace) -> go.Figure:
     """Draft, verify and rest ms per round, stacked, with the run's shares in the title."""
     return figure(breakdown_spec(trace))
+
+
+# --- the roofline: each call against the memory's floor -----------------------------------
+
+
+def mean_call_ms(trace: Trace) -> tuple[float | None, float | None, int]:
+    """(mean verify call ms, mean draft call ms, mean context of the verify calls) over the
+    run's rounds; a round makes one target call and one draft call per drafted token (per
+    depth in a tree). None where the run made no such call."""
+    rounds = trace.rounds
+    if not rounds:
+        return None, None, 0
+    verify = sum(r.verify_ms for r in rounds) / len(rounds)
+    calls = sum(len(r.tree) if r.tree else len(r.drafted) for r in rounds)
+    draft = sum(r.draft_ms for r in rounds) / calls if calls else None
+    context = len(trace.prompt_ids) + sum(r.start for r in rounds) // len(rounds)
+    return verify, draft, context
+
+
+def roofline_rows(
+    trace: Trace,
+    gb_s: float,
+    target: tuple[int, int] | None,
+    draft: tuple[int, int] | None,
+) -> list[tuple[str, str]]:
+    """The Speed tab's roofline: the memory's bandwidth, and for the target's verify calls
+    and the draft's steps their floor (bytes read / bandwidth) and measured / floor.
+    target and draft: (weight bytes, KV bytes per position), None when not known."""
+    verify, step, context = mean_call_ms(trace)
+    rows = [("memory bandwidth (measured once)", f"{gb_s:.1f} GB/s")]
+    for label, ms, sizes in (
+        ("target's verify call", verify, target),
+        ("draft's step", step, draft),
+    ):
+        if ms is None or sizes is None:
+            continue
+        nbytes = sizes[0] + sizes[1] * context
+        floor = nbytes / (gb_s * 1e9) * 1e3
+        rows.append(
+            (
+                f"{label}: floor (reads {_size(nbytes)})",
+                f"{floor:.1f} ms · measured {ms:.1f} ms = {ms / floor:.2f}x the floor",
+            )
+        )
+    return rows
+
+
+def _size(nbytes: int) -> str:
+    """Bytes as MB (kB below 1 MB)."""
+    return f"{nbytes / 1e6:.0f} MB" if nbytes >= 1e6 else f"{nbytes / 1e3:.1f} kB"
+
+
+def trace_roofline_rows(trace: Trace, measure: bool = False) -> list[tuple[str, str]]:
+    """roofline_rows for a trace whose models this process has loaded (specviz.costs
+    remembers their bytes per step), at the bandwidth of their device: measured on the
+    first call with measure (about a second, once per process; a finished run's frame asks
+    for it), else only if already known. [] when either is missing."""
+    from specviz import costs
+
+    target = costs.remembered(str(trace.models.get("target", "")))
+    if target is None or not trace.rounds:
+        return []
+    device = target[0]
+    bw = costs.known_bandwidth(device)
+    from specviz.config import on_zero_gpu
+
+    # On ZeroGPU this process has no GPU of its own: the start-up call measures it there.
+    if bw is None and measure and not (device == "cuda" and on_zero_gpu()):
+        try:
+            bw = costs.bandwidth(device)
+        except (RuntimeError, ValueError):  # no such device in this process (ZeroGPU)
+            return []
+    if bw is None:
+        return []
+    draft = costs.remembered(str(trace.models.get("draft", "")))
+    return roofline_rows(trace, bw.gb_s, target[1:], draft[1:] if draft else None)
