@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from specviz.cli import across_runs, bench, check, costs, generate, prepare, verifications
+from specviz.cli import across_runs, bench, check, costs, generate, prepare, report, verifications
 
 
 class _Parser(argparse.ArgumentParser):
@@ -19,10 +19,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="python -m specviz",
         description="Command line: `python -m specviz generate|prepare|costs|bench|check|"
-        "verifications|sweep|calibration ...`.",
+        "verifications|sweep|calibration|report ...`.",
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for command in (generate, prepare, costs, bench, check, verifications):
+    for command in (generate, prepare, costs, bench, check, verifications, report):
         command.add_parser(sub)
     across_runs.add_parsers(sub)  # sweep, calibration
     return parser
