@@ -3,7 +3,7 @@
 Two columns. The left: what a person needs first (preset, prompt, Run/Step/Stop, the
 presentation toggle, the help text), then the settings (specviz.ui.controls). The right:
 the guided lesson (lesson_panel), the live view (status, token view, round table,
-narration, the exactness note; token_view), then six tabs, each reading top to bottom:
+narration, the exactness note; token_view), then seven tabs, each reading top to bottom:
 
     Decision    the decision inspector (inspector_tab), or play the verifier (verifier_tab)
     Speed       the live speedup chart, the Table 1 columns, the race replay (race), where
@@ -13,6 +13,7 @@ narration, the exactness note; token_view), then six tabs, each reading top to b
     Exactness   the greedy check, the distribution check (check_tab), every verification
                 side by side (verifications_tab)
     Data        export and import (io_tab)
+    Prompt set  the pair report over a prompt set (report_tab)
 
 Each section builds its own components and wires its own events; the tabs are composed here
 (no tab module imports another), with the views that only show figures. The presentation
@@ -39,6 +40,7 @@ from specviz.ui import (
     live,
     present,
     race,
+    report_tab,
     runs_tab,
     sweep_tab,
     theory_tab,
@@ -75,6 +77,7 @@ SECTIONS = (
     check_tab,
     verifications_tab,
     io_tab,
+    report_tab,
     verifier_tab,
     tree_panel,
 )
@@ -158,6 +161,8 @@ def main_views() -> dict[str, Any]:
             verifications_tab.layout(v)
         with gr.Tab("Data", id="data", elem_id="sv-data-tab"):
             io_tab.layout(v)
+        with gr.Tab("Prompt set", id="report", elem_id="sv-report-tab"):
+            report_tab.layout(v)
     return v
 
 
