@@ -493,3 +493,31 @@ def test_builtin_report_on_the_offline_pair(offline_pair, tmp_path, monkeypatch,
         assert tim["categories"][c]["speedup"] > 0
     assert len((out / "runs.jsonl").read_text().splitlines()) == 6
     assert "[6/6]" in capsys.readouterr().err
+
+
+def test_a_prompt_beyond_the_context_is_refused_before_anything_is_written(
+    pair, tmp_path, monkeypatch, capsys
+) -> None:
+    monkeypatch.setattr("specviz.cli.report.load_pair_from_args", lambda args: pair)
+    monkeypatch.setattr("specviz.cli.report.pair_identity", lambda args: {"name": "tiny"})
+    path = tmp_path / "p.jsonl"
+    long = " ".join(["1"] * 120)  # 120 tokens: the tiny target's context is 128
+    path.write_text(json.dumps({"prompt": "1 2"}) + "\n" + json.dumps({"prompt": long, "id": "x"}))
+    out = tmp_path / "out"
+    argv = ["report", "--prompts", str(path), "--out", str(out), "--max-new-tokens", "14"]
+    assert main([*argv, "--raw"]) == 2
+    err = capsys.readouterr().err
+    assert "line 2 (x): prompt (120 tokens) plus max_new_tokens (14) exceeds the model's" in err
+    assert err.count("\n") == 1 and not out.exists()
+
+
+@pytest.mark.slow
+def test_a_draft_variant_runs_beside_the_offline_pair(offline_pair) -> None:
+    from specviz.cli.report import variant_pair
+    from specviz.engine import generate
+
+    other = variant_pair(offline_pair, "fp16")
+    assert other.target is offline_pair.target and other.draft.dtype == "float16 copy"
+    assert offline_pair.draft.model is not other.draft.model
+    trace = generate(other, "Hello", SETTINGS.with_(max_new_tokens=3))
+    assert len(trace.token_ids) == 3 and "fp16" in trace.models["draft"]
