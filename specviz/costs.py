@@ -522,7 +522,9 @@ def weight_bytes(model: Any) -> int:
     """The bytes of weights one decode step reads: every parameter and buffer once, in the
     dtype it is stored in (int8 and int4 weights count as such, a packed dynamic-int8 layer
     by its packed weight), except the input embedding table, of which a step reads one row
-    per token (unless the table is also the LM head's weight, which a step reads whole)."""
+    per token (unless the table is also the LM head's weight, which a step reads whole), and
+    the buffers a module names in ``unread_buffers`` (copies kept for a recompute of a few
+    rows, which a step does not read whole)."""
     import torch
 
     seen: set[int] = set()
@@ -554,7 +556,9 @@ def weight_bytes(model: Any) -> int:
             total += w.shape[-1] * w.element_size()  # one row
     seen |= skip
     for module in model.modules():
-        for t in (*module.parameters(recurse=False), *module.buffers(recurse=False)):
+        unread = set(getattr(module, "unread_buffers", ()))  # kept aside, not read by a step
+        buffers = [b for n, b in module.named_buffers(recurse=False) if n not in unread]
+        for t in (*module.parameters(recurse=False), *buffers):
             total += count(t)
         packed = getattr(module, "_packed_params", None)
         if packed is not None and hasattr(module, "weight") and callable(module.weight):

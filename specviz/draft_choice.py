@@ -5,8 +5,12 @@ Which copy is cheaper depends on the CPU: int8 weights with bf16 activations tak
 a target step where the CPU multiplies bf16 natively, and more than a whole step where int8
 weights meet fp32 activations. A CPU flag does not tell which: a measurement does.
 
-Candidates (VARIANTS): int8 per-channel weights with bf16, fp16 or fp32 activations, and
-plain bf16 and fp16 copies. For each, after a warm-up, the median one-token step and
+Candidates (VARIANTS): int8 per-channel weights with bf16, fp16 or fp32 activations, plain
+bf16 and fp16 copies, and two with kernels that run on any x86 CPU: dynamic int8 (int8
+weights and activations, torch.ao's quantize_dynamic through FBGEMM or oneDNN; eager only)
+and int4 weights in groups of 32 with bf16 or fp32 activations
+(torch._weight_int4pack_mm_for_cpu). Each one's q is what it computes, so the rule stays
+exact whichever is chosen. For each, after a warm-up, the median one-token step and
 two-token call (a round after a full accept opens with one) on TIMING_CONTEXT cached
 positions, and alpha (mean sum_x min(p(x), q(x)) over a fixed text, both distributions
 warped as the default settings warp them); beside them the target's one-token step and its
@@ -19,9 +23,9 @@ step.
 
 The record is kept in the specviz cache, keyed by CPU model and flags, thread count, torch
 version and device: a record from another machine is never used, a stale or corrupt one is
-measured again. SPECVIZ_OFFLINE_DRAFT=auto|w8-bf16|w8-fp16|w8-fp32|bf16|fp16 forces a
-variant (its c and alpha are still measured, once). The compiled path compiles the variant
-chosen here; it measures no choice of its own.
+measured again. SPECVIZ_OFFLINE_DRAFT=auto or one of VARIANTS forces a variant (its c and
+alpha are still measured, once). The compiled path compiles the variant chosen here; it
+measures no choice of its own.
 """
 
 from __future__ import annotations
@@ -42,12 +46,18 @@ from typing import Any
 import torch
 
 from specviz import metrics
-from specviz.offline import cache_root, quantize_w8, refine_copy
+from specviz.offline import (
+    cache_root,
+    quantize_dynamic_int8,
+    quantize_w4,
+    quantize_w8,
+    refine_copy,
+)
 
 log = logging.getLogger(__name__)
 
 ENV = "SPECVIZ_OFFLINE_DRAFT"
-VARIANTS = ("w8-bf16", "w8-fp16", "w8-fp32", "bf16", "fp16")
+VARIANTS = ("w8-bf16", "w8-fp16", "w8-fp32", "bf16", "fp16", "dyn8", "w4-bf16", "w4-fp32")
 GAMMAS = range(1, 9)  # the gammas a choice is judged at (verify widths 2..9 are measured)
 RECORD_FORMAT = 2
 # The gamma a choice is judged at: the one an untouched page and the command line run.
@@ -94,9 +104,11 @@ def requested() -> str:
 def build(base: torch.nn.Module, variant: str) -> torch.nn.Module:
     """The draft network of a variant, built from the fp32 target (the target is untouched)."""
     kind, _, act = variant.partition("-")
-    if kind == "w8":
+    if kind == "dyn8":
+        return quantize_dynamic_int8(base)
+    if kind in ("w8", "w4"):
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[act]
-        return quantize_w8(base, dtype)
+        return (quantize_w8 if kind == "w8" else quantize_w4)(base, dtype)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[kind]
     return refine_copy(copy.deepcopy(base).to(dtype).eval())
 
@@ -105,7 +117,13 @@ def describe_variant(variant: str) -> str:
     """What a variant is, for the models table: 'int8 weights / bfloat16', 'bfloat16 copy'."""
     names = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
     kind, _, act = variant.partition("-")
-    return f"int8 weights / {names[act]}" if kind == "w8" else f"{names[kind]} copy"
+    if kind == "dyn8":
+        return "dynamic int8 (weights and activations; FBGEMM or oneDNN)"
+    if kind in ("w8", "w4"):
+        return f"{kind[1]}-bit int weights / {names[act]}".replace("8-bit int", "int8").replace(
+            "4-bit int", "int4"
+        )
+    return f"{names[kind]} copy"
 
 
 def machine_key(device: torch.device) -> dict[str, Any]:

@@ -161,6 +161,8 @@ def _gguf_read_once() -> Iterator[None]:
 # The LM head's entries recomputed at full precision per row: the near-ties that bf16
 # rounding makes are among the few largest logits.
 REFINE_TOP = 8
+# Input channels per scale and zero point of the int4 weights.
+INT4_GROUP = 32
 
 
 class Int8WeightLinear(torch.nn.Module):
@@ -215,6 +217,74 @@ class Int8WeightLinear(torch.nn.Module):
             self.bias,
             self.refine_top,
         )
+
+
+class Int4WeightLinear(torch.nn.Module):
+    """A Linear layer with int4 weights in groups of INT4_GROUP input channels, each group
+    with a float scale and zero point (asymmetric, 16 levels), multiplied by ATen's CPU
+    kernel for packed int4 weights (``torch._weight_int4pack_mm_for_cpu``); activations stay
+    in act_dtype. The kernel takes whole groups and output rows in sixteens: a layer of
+    other sizes is padded with zeros (its input on each call, its output sliced). Elsewhere
+    than the CPU the weights are dequantised for each call. refine_top as Int8WeightLinear:
+    the LM head's largest logits recomputed in float32 from the same int4 weights."""
+
+    # Kept for the recompute of a few rows (and for other devices), not read by a step.
+    unread_buffers = ("codes", "scale32", "zero32")
+
+    def __init__(
+        self, linear: torch.nn.Linear, act_dtype: torch.dtype, refine_top: int = 0
+    ) -> None:
+        super().__init__()
+        w = linear.weight.detach().float()  # [out, in]
+        n, k = w.shape
+        g = INT4_GROUP
+        self.pad, pad_n = -k % g, -n % 16
+        w = torch.nn.functional.pad(w, (0, self.pad, 0, pad_n))
+        groups = w.reshape(n + pad_n, (k + self.pad) // g, g)
+        low, high = groups.amin(-1, keepdim=True), groups.amax(-1, keepdim=True)
+        scale = (high - low).clamp_min(1e-8) / 15.0  # [n, k/g, 1]
+        q = torch.round((groups - low) / scale).clamp(0, 15).to(torch.int32).flatten(1)
+        # the kernel's convention: w = (q - 8) * scale + zero
+        zero = low + 8.0 * scale
+        self.group, self.act_dtype, self.refine_top = g, act_dtype, refine_top
+        self.register_buffer("packed", torch._convert_weight_to_int4pack_for_cpu(q, 2))
+        sz = torch.stack([scale[..., 0].t(), zero[..., 0].t()], dim=-1).contiguous()
+        self.register_buffer("scales_and_zeros", sz.to(act_dtype))  # [k/g, n, 2]
+        codes = q[:n].to(torch.uint8)  # two codes a byte
+        self.register_buffer("codes", codes[:, 0::2] | (codes[:, 1::2] << 4), persistent=False)
+        self.register_buffer("scale32", scale[:n, :, 0], persistent=False)  # [n, k/g]
+        self.register_buffer("zero32", zero[:n, :, 0], persistent=False)
+        self.bias = (
+            None if linear.bias is None else torch.nn.Parameter(linear.bias.detach().to(act_dtype))
+        )
+        self.in_features, self.out_features = k, n
+
+    def dequantised(self, idx: torch.Tensor | None = None) -> torch.Tensor:
+        """The float32 weights the kernel multiplies by ([out, in + pad]; rows idx only,
+        if given)."""
+        codes, scale, zero = self.codes, self.scale32, self.zero32
+        if idx is not None:
+            codes, scale, zero = codes[idx], scale[idx], zero[idx]
+        q = torch.stack([codes & 15, codes >> 4], dim=-1).flatten(-2).float() - 8.0
+        q = q.unflatten(-1, (-1, self.group))
+        return (q * scale[..., None] + zero[..., None]).flatten(-2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        flat = x.reshape(-1, shape[-1]).to(self.act_dtype)
+        if self.pad:
+            flat = torch.nn.functional.pad(flat, (0, self.pad))
+        if flat.device.type == "cpu":
+            y = torch._weight_int4pack_mm_for_cpu(
+                flat, self.packed, self.group, self.scales_and_zeros
+            )[:, : self.out_features]
+        else:
+            y = torch.nn.functional.linear(flat, self.dequantised().to(flat.dtype))
+        if self.bias is not None:
+            y = y + self.bias
+        if self.refine_top:
+            y = refine_largest(flat, y, self.dequantised, self.bias, self.refine_top)
+        return y.reshape(*shape[:-1], self.out_features)
 
 
 def refine_largest(
@@ -283,6 +353,89 @@ def quantize_w8(model: torch.nn.Module, act_dtype: torch.dtype) -> torch.nn.Modu
             if isinstance(child, torch.nn.Linear):
                 top = REFINE_TOP if child is head else 0
                 setattr(module, name, Int8WeightLinear(child, act_dtype, top))
+    return q.eval()
+
+
+def quantize_w4(model: torch.nn.Module, act_dtype: torch.dtype) -> torch.nn.Module:
+    """A copy of model with every Linear (the tied LM head included) in int4 weights
+    (Int4WeightLinear, groups of INT4_GROUP); the head's largest logits per row refined in
+    float32 from the same weights."""
+    import copy
+
+    q = copy.deepcopy(model).to(act_dtype)
+    q.config.tie_word_embeddings = False
+    head = q.get_output_embeddings()
+    for module in list(q.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, torch.nn.Linear):
+                top = REFINE_TOP if child is head else 0
+                setattr(module, name, Int4WeightLinear(child, act_dtype, top))
+    return q.eval()
+
+
+class DynamicInt8Head(torch.nn.Module):
+    """The LM head of the dynamic int8 draft: torch's dynamically quantised Linear (int8
+    weights per channel, activations quantised per call) whose float32 output has each
+    row's refine_top largest logits recomputed in float32 from the same int8 weights."""
+
+    # Kept for the recompute of a few rows, not read by a step (the packed weight is).
+    unread_buffers = ("codes", "scales")
+
+    def __init__(self, linear: torch.nn.Linear, refine_top: int) -> None:
+        super().__init__()
+        self.linear = _dynamic_int8(linear)
+        self.refine_top = refine_top
+        w = self.linear.weight()  # quantised, per channel
+        self.register_buffer("codes", w.int_repr(), persistent=False)
+        self.register_buffer("scales", w.q_per_channel_scales().float(), persistent=False)
+        self.out_features = linear.out_features
+
+    def rows(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.codes[idx].float() * self.scales[idx][..., None]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        flat = x.reshape(-1, shape[-1]).float()
+        y = self.linear(flat)
+        y = refine_largest(flat, y, self.rows, self.linear.bias(), self.refine_top)
+        return y.reshape(*shape[:-1], self.out_features)
+
+
+def _dynamic_int8(linear: torch.nn.Linear) -> torch.nn.Module:
+    """torch.ao's dynamic int8 Linear (per-channel weights) for one float32 layer, packed
+    for the quantised engine torch runs on this CPU (x86: FBGEMM or oneDNN)."""
+    import copy
+
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+    from torch.ao.quantization import per_channel_dynamic_qconfig
+
+    f = copy.deepcopy(linear).float()
+    f.qconfig = per_channel_dynamic_qconfig
+    return DynamicLinear.from_float(f)
+
+
+def quantize_dynamic_int8(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy of model (float32) with every Linear dynamically quantised to int8 (weights
+    per channel, activations per call, through FBGEMM or oneDNN as torch's x86 engine
+    picks); the LM head a DynamicInt8Head, its largest logits refined in float32."""
+    import copy
+    import warnings
+
+    q = copy.deepcopy(model).to(torch.float32)
+    q.config.tie_word_embeddings = False
+    head = q.get_output_embeddings()
+    with warnings.catch_warnings():
+        # torch 2.13 marks its quantised tensor types deprecated; the kernels still run
+        warnings.filterwarnings("ignore", message=".*quantize_per_.*deprecated")
+        for module in list(q.modules()):
+            for name, child in list(module.named_children()):
+                if child is head:
+                    setattr(module, name, DynamicInt8Head(child, REFINE_TOP))
+                elif isinstance(child, torch.nn.Linear):
+                    setattr(module, name, _dynamic_int8(child))
+    # Its packed layers are TorchScript objects, which dynamo cannot trace: the compiled
+    # path refuses this draft (specviz.compiled.check_compilable), and `auto` runs it eager.
+    q._can_compile_fullgraph = False
     return q.eval()
 
 

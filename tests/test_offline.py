@@ -3,6 +3,7 @@ logits per row refined at full precision so that bf16 rounding does not decide t
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from specviz import offline
@@ -147,3 +148,90 @@ def test_a_gguf_file_is_parsed_once_during_a_conversion(tmp_path) -> None:
             gguf.MODEL_ARCH.LLAMA, 2
         )
     assert (gguf.GGUFReader, gguf.get_tensor_name_map) == (reader, name_map)
+
+
+# --- the draft variants with an x86 kernel: dynamic int8 and int4 weights ------------------
+
+NEW_VARIANTS = ("dyn8", "w4-bf16", "w4-fp32")
+
+
+def variant_pair(variant: str, vocab: int = 32, draft_temperature: float | None = None):
+    """The tiny target with a draft built from it as the offline pair's is."""
+    import dataclasses
+
+    from specviz.draft_choice import build, describe_variant
+    from specviz.pair import LoadedModel
+    from tests.tiny import tiny_pair
+
+    pair = tiny_pair(vocab=vocab)
+    draft = build(pair.target.model, variant)
+    loaded = LoadedModel(
+        f"tiny-{variant}", draft, torch.device("cpu"), describe_variant(variant), vocab, 0.0, "test"
+    )
+    return dataclasses.replace(pair, draft=loaded)
+
+
+@pytest.mark.parametrize("variant", NEW_VARIANTS)
+def test_greedy_speculative_equals_autoregressive_with_each_new_variant(variant, one_thread):
+    from specviz.config import Settings
+    from specviz.engine import generate
+
+    pair = variant_pair(variant)
+    s = Settings(gamma=3, max_new_tokens=12).with_(greedy=True)
+    paths = [pair]
+    if variant.startswith("w4"):  # int4 compiles; aot_eager traces the graphs inductor gets
+        paths.append(pair.with_compile("aot_eager"))
+    else:  # dynamo cannot trace torch.ao's packed layers: refused, and auto runs eager
+        with pytest.raises(ValueError, match="cannot run on the compiled path"):
+            pair.with_compile("aot_eager")
+        assert pair.with_compile("auto").compile_backend is None
+    for p in paths:
+        spec, ar = generate(p, "1 2 3", s), generate(p, "1 2 3", s.with_(method="ar"))
+        assert spec.token_ids == ar.token_ids and len(spec.token_ids) == 12
+        assert spec.stats.accepted > 0
+
+
+@pytest.mark.parametrize("variant", NEW_VARIANTS)
+def test_the_distribution_check_passes_with_each_new_variant(variant, one_thread):
+    """The check's verdict on the rule with the variant as the draft; the draft drafts at
+    temperature 2 so that rejections happen, and q is what the variant computes."""
+    from specviz.analysis import distribution_check
+    from specviz.config import Settings
+
+    pair = variant_pair(variant, vocab=8)
+    s = Settings(gamma=2, draft_temperature=2.0)
+    r = distribution_check.run_check(pair, "1 2", s, n=200, length=2)
+    assert r.passed, r.summary()
+    assert r.spec_acceptance < 1.0  # the rule rejected some drafts
+
+
+def test_int4_weights_are_what_the_kernel_multiplies_by(one_thread):
+    from specviz.offline import Int4WeightLinear
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(80, 48)  # 80 input channels: padded to 96, three groups of 32
+    q = Int4WeightLinear(lin, torch.float32)
+    x = torch.randn(3, 80)
+    w = q.dequantised()[:, :80]
+    assert (w - lin.weight).abs().max() <= (lin.weight.abs().max() * 2 / 15)  # 16 levels
+    ref = x @ w.T + lin.bias
+    assert torch.allclose(q(x), ref, atol=1e-4)
+    head = Int4WeightLinear(lin, torch.bfloat16, refine_top=4)
+    x = x.to(torch.bfloat16)
+    got = head(x)
+    ref = x.float() @ w.T + head.bias.float()
+    top = ref.topk(2, dim=-1).indices  # the largest logits, recomputed in float32
+    assert got.dtype == torch.float32
+    assert torch.allclose(got.gather(-1, top), ref.gather(-1, top), atol=1e-4)
+
+
+def test_the_new_variants_read_fewer_bytes(one_thread):
+    from specviz import costs
+    from specviz.draft_choice import build
+    from tests.tiny import tiny_model
+
+    base = tiny_model(64, 0, hidden_size=64, intermediate_size=128, num_attention_heads=4)
+    size = {v: costs.weight_bytes(build(base, v)) for v in ("bf16", "w8-bf16", "w4-bf16", "dyn8")}
+    fp32 = costs.weight_bytes(base)
+    assert size["w4-bf16"] < size["w8-bf16"] < size["bf16"] < fp32
+    assert size["dyn8"] < size["bf16"]
