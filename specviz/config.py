@@ -31,11 +31,11 @@ from typing import Any
 
 # re-exported: the front ends read the choices from config with the other settings
 from specviz.verify.registry import LOSSY_VERIFICATIONS as LOSSY_VERIFICATIONS
+from specviz.verify.registry import OLD_RULE_NAMES, entry
 from specviz.verify.registry import RULES as RULES
 from specviz.verify.registry import TREE_ONLY_RULES as TREE_ONLY_RULES
 from specviz.verify.registry import TREE_VERIFICATIONS as TREE_VERIFICATIONS
 from specviz.verify.registry import VERIFICATIONS as VERIFICATIONS
-from specviz.verify.registry import entry
 from specviz.verify.registry import label as verification_name_label
 
 METHODS = ("spec", "ar")
@@ -150,22 +150,10 @@ class Deployment:
             raise ValueError(f"model {model_id!r} is not allowed on this deployment")
 
 
-def verification_of(settings: Mapping[str, Any]) -> str:
-    """The verification of settings as a trace stores them; traces written before the
-    setting existed used the rejection rule."""
-    return str(settings.get("verification", "rejection"))
-
-
 def verification_label(name: str, rule: str = "rejection") -> str:
     """A verification's name as every view prints it: a lossy one says so, and so does a
     deliberately wrong rule."""
     return verification_name_label(name, rule)
-
-
-def is_greedy(settings: Mapping[str, Any]) -> bool:
-    """Whether settings (Settings.to_dict(), as a trace stores them) decode greedily: the
-    greedy switch, or temperature 0."""
-    return bool(settings.get("greedy")) or settings.get("temperature") == 0
 
 
 @dataclass(frozen=True)
@@ -653,7 +641,8 @@ class Settings:
 
     @property
     def is_greedy(self) -> bool:
-        return is_greedy({"greedy": self.greedy, "temperature": self.temperature})
+        """Whether this decodes greedily: the greedy switch, or temperature 0."""
+        return bool(self.greedy) or self.temperature == 0
 
     def target_warp(self) -> Warp:
         """The warp that defines p (and the output distribution)."""
@@ -684,6 +673,20 @@ class Settings:
         if unknown:
             raise ValueError(f"unknown setting(s): {', '.join(unknown)}")
         return cls(**d, limits=limits or Limits())
+
+    @classmethod
+    def from_trace(cls, d: Mapping[str, Any]) -> Settings:
+        """A trace's stored settings, as today's fields spell them: a field the trace lacks
+        (it was written before the field existed) takes its default, an old name is mapped
+        ("exact" was the rejection rule's name), and a key no field has is dropped."""
+        known = {f for f in cls.__dataclass_fields__ if f != "limits"}
+        values = {k: v for k, v in d.items() if k in known}
+        rule = values.get("rule")
+        if isinstance(rule, str) and rule in OLD_RULE_NAMES:
+            values["rule"] = OLD_RULE_NAMES[rule]
+        if isinstance(values.get("tree"), list):
+            values["tree"] = tuple(values["tree"])
+        return cls(**values)
 
 
 def tree_nodes(shape: tuple[int, ...]) -> int:

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from specviz import costs, metrics
-from specviz.config import is_greedy, verification_of
+from specviz.config import Settings
 from specviz.trace import Drafted, Round, Trace, round_number
 from specviz.verify import verification_for
 from specviz.verify.words import source_text
-from specviz.views.markup import esc, num
+from specviz.views.markup import esc, num, sampling_text, warped_apart
 
 STATUSES = ("accepted", "rejected", "resampled", "bonus")
 
@@ -102,7 +102,7 @@ def _below_one(spec: Trace, ar: Trace) -> str:
     ]
     if accept is None or c <= 0:
         return f"this run did not measure {' or '.join(missing)}, so it names no cause"
-    gamma = int(spec.settings.get("gamma", 0)) or max(len(r.drafted) for r in spec.rounds)
+    gamma = spec.settings.gamma
     verify = metrics.verify_steps(spec, ar)
     h = costs.holdback(accept, c, verify, [gamma])
     said = f"at c = {c:.2f}, {name} = {accept:.2f}" + (
@@ -136,18 +136,6 @@ def _change(name: str, before: float, after: float, fmt: Callable[[float], str])
     return f"{name} {verb} from {fmt(before)} to {fmt(after)}"
 
 
-def target_sampling(settings: dict[str, Any]) -> str:
-    """The target's sampling as a trace's settings give it: what the text is distributed as."""
-    if is_greedy(settings):
-        return "greedy decoding"
-    parts = [f"temperature {settings.get('temperature'):g}"]
-    top_p = settings.get("top_p", 1.0)
-    parts.append(f"top-p {top_p:g}" if top_p < 1 else "no top-p")
-    if settings.get("top_k"):
-        parts.append(f"top-k {settings['top_k']}")
-    return " and ".join(parts) if len(parts) == 2 else ", ".join(parts)
-
-
 def temperature_statement(
     spec: Trace | None, ar: Trace | None, before: RunNumbers | None = None
 ) -> str:
@@ -155,7 +143,7 @@ def temperature_statement(
     it is given and ran on the same prompt and models), and the unchanged distribution."""
     spec = _need_spec(spec)
     now = RunNumbers.of(spec, ar)
-    dt = spec.settings.get("draft_temperature")
+    dt = spec.settings.draft_temperature
     head = f"draft temperature {dt:g}" if dt is not None else "the draft's own temperature"
     said = (
         f"With the {head}: {now.counts['rejected']} rejections and "
@@ -174,7 +162,7 @@ def temperature_statement(
     return f"<p>{said}</p>"
 
 
-def _distributed(settings: dict[str, Any]) -> str:
+def _distributed(settings: Settings) -> str:
     """What the text is distributed as under these settings: the target's, unless a
     deliberately wrong rule or a lossy verification decided it; and whether q was warped
     apart from p."""
@@ -189,14 +177,12 @@ def _distributed(settings: dict[str, Any]) -> str:
             f"This run used {esc(v.label)} verification, which keeps drafts by a test on p and "
             "does not correct for q: its text does not follow the target's sampling."
         )
-    dt, t = settings.get("draft_temperature"), settings.get("temperature")
-    apart = dt is not None and not is_greedy(settings) and float(dt) != float(t)
     why = (
         "only q changed, and the verification corrects any q"
-        if apart
+        if warped_apart(settings)
         else "q is warped as p is here, and the verification corrects any q"
     )
-    return f"The text is still distributed as the target's at {target_sampling(settings)}: {why}."
+    return f"The text is still distributed as the target's at {sampling_text(settings)}: {why}."
 
 
 def _fmt2(x: float) -> str:
@@ -248,7 +234,7 @@ def rejection_statement(trace: Trace | None) -> str:
             f"it has probability {num(a.prob)} (p = {num(a.p)} under the target)"
         )
         if trace is not None and verification_for(trace.settings).entry.wrong:
-            said += f": the deliberately wrong rule {esc(trace.settings.get('rule'))} decided it"
+            said += f": the deliberately wrong rule {esc(trace.settings.rule)} decided it"
         if source == "residual" and d.overlap is not None and d.p_prime is None:
             said += f"; the residual holds the 1 − sum min(p, q) = {1 - d.overlap:.3f} of p "
             said += "that the draft under-proposes, renormalised"
@@ -374,10 +360,9 @@ def _p(x: float) -> str:
 # Below this total-variation distance a rule's first-token distribution is p up to float
 # rounding: no number of samples tells the two apart.
 TV_ZERO = 1e-6
+
+
 # Wrong rules that accept exactly as the rejection rule does (only their fallback differs).
-ACCEPTS_AS_REJECTION = ("rejection", "resample-from-p")
-
-
 def check_statement(wrong: Any, exact: Any) -> str:
     """Step 6: the wrong rule's and exact match's verdicts, smallest p-values and acceptance
     (both are specviz.analysis.distribution_check.CheckResult). When the wrong rule passes,
@@ -392,7 +377,9 @@ def check_statement(wrong: Any, exact: Any) -> str:
             f"{result.threshold:.3g}; acceptance {result.spec_acceptance:.2f})"
         )
 
-    match = verification_of(exact.settings) == "exact-match"
+    # exact match keeps a draft when the target's own sample is that token; the wrong rules
+    # whose acceptance measure is alpha keep with min(1, p/q), as the rejection rule does
+    match = verification_for(exact.settings).draws == "sample"
     by = "exact-match verification" if match else esc(exact.verifier)
     said = f"With {esc(wrong.rule)} the check {verdict(wrong)}; with {by} it {verdict(exact)}. "
     if wrong.passed:
@@ -404,12 +391,9 @@ def check_statement(wrong: Any, exact: Any) -> str:
             f"correct rule fails this check by chance in at most about {100 * sig:g}% of "
             "checks. "
         )
-    if (
-        match
-        and wrong.rule in ACCEPTS_AS_REJECTION
-        and verification_of(wrong.settings) == ("rejection")
-    ):
-        said += _acceptances(exact.spec_acceptance, wrong.spec_acceptance, wrong.rule)
+    wrong_v = verification_for({**wrong.settings, "rule": wrong.rule})
+    if match and wrong_v.draws == "u" and wrong_v.measure[1] == "alpha":
+        said += _acceptances(exact.spec_acceptance, wrong.spec_acceptance, wrong_v)
     return f"<p>{said}</p>"
 
 
@@ -435,14 +419,14 @@ def _slipped(wrong: Any) -> str:
     )
 
 
-def _acceptances(a: float, b: float, rule: str) -> str:
+def _acceptances(a: float, b: float, wrong: Any) -> str:
     """Exact match's measured acceptance against the rejection rule's (or a wrong rule's
     that accepts as it does), and the inequality that holds in expectation."""
     verb = "less" if a < b else "more" if a > b else "as much"
     against = (
         f"the rejection rule's {b:.2f}"
-        if rule == "rejection"
-        else f"{b:.2f} under {esc(rule)}, which accepts as the rejection rule does"
+        if not wrong.entry.wrong
+        else f"{b:.2f} under {esc(wrong.rule)}, which accepts as the rejection rule does"
     )
     return (
         f"Here exact match accepted {verb} ({a:.2f} against {against}). In "

@@ -234,7 +234,7 @@ def verify_steps(spec: Trace, ar: Trace) -> dict[int, float] | None:
     runs cannot tell."""
     import statistics
 
-    gamma = int(spec.settings.get("gamma", 0))
+    gamma = spec.settings.gamma
     full = [r.verify_ms for r in spec.rounds[1:] if len(r.drafted) == gamma]
     t = ar.timeline
     ar_ms = (t[-1][0] - t[0][0]) * 1e3 / (len(t) - 1) if len(t) > 1 else 0.0

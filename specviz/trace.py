@@ -8,8 +8,9 @@ The lookups every reader shares live here too: the verified drafts (``Round.veri
 
 p is the target's distribution and q the draft's, both after temperature, top-k and top-p:
 exactly the distributions the verification used. Which verification that was (the rejection
-rule or exact match) is in the settings (``config.verification_of``); fields added after the
-first traces were written (the exact-match ones, match_prob) are optional when loading.
+rule or exact match) is in the settings, a :class:`specviz.config.Settings` (a trace written
+before a setting existed loads with that setting's default); fields added after the first
+traces were written (the exact-match ones, match_prob) are optional when loading.
 
 A round that drafted a tree (specviz.tree) also records its shape and every node
 (:class:`Node`: parent index, depth, its trial among its siblings). Such a trace is written
@@ -24,9 +25,11 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from specviz.config import Settings
 from specviz.verify.words import SOURCES
 
 SCHEMA_CHAIN = "specviz-trace/1"
@@ -199,7 +202,7 @@ class Trace:
     method: str
     prompt: str
     prompt_ids: list[int]
-    settings: dict[str, Any]
+    settings: Settings  # a mapping (a trace's stored settings) is parsed into one
     models: dict[str, Any]  # target, draft, device, dtype: what produced this trace
     text: str = ""
     token_ids: list[int] = field(default_factory=list)
@@ -216,6 +219,10 @@ class Trace:
     # "" for an autoregressive run and for traces written before it was recorded
     verification: str = ""
     schema: str = SCHEMA_CHAIN  # to_dict writes SCHEMA when the trace has tree rounds
+
+    def __post_init__(self) -> None:
+        if isinstance(self.settings, Mapping):
+            self.settings = Settings.from_trace(self.settings)
 
     def append_call(
         self,
@@ -240,6 +247,7 @@ class Trace:
     def to_dict(self) -> dict[str, Any]:
         """Plain values; a trace without tree rounds is written as schema version 1."""
         d = asdict(self)
+        d["settings"] = self.settings.to_dict()
         tree = any(r.nodes is not None for r in self.rounds)
         if not tree:
             for r in d["rounds"]:
@@ -271,6 +279,10 @@ class Trace:
         if method not in ("spec", "ar"):
             raise ValueError(f"trace.method must be 'spec' or 'ar', got {method!r}")
         rounds = [_round(r, i) for i, r in enumerate(_get(d, "rounds", list, "trace"))]
+        try:
+            settings = Settings.from_trace(_get(d, "settings", dict, "trace"))
+        except ValueError as exc:
+            raise ValueError(f"trace.settings: {exc}") from None
         stop = d.get("stop_reason", "running")
         if stop not in STOP_REASONS:
             raise ValueError(f"trace.stop_reason must be one of {', '.join(STOP_REASONS)}")
@@ -278,7 +290,7 @@ class Trace:
             method=method,
             prompt=_get(d, "prompt", str, "trace"),
             prompt_ids=_ints(_get(d, "prompt_ids", list, "trace"), "trace.prompt_ids"),
-            settings=_settings(_get(d, "settings", dict, "trace")),
+            settings=settings,
             models=_get(d, "models", dict, "trace"),
             text=_get(d, "text", str, "trace"),
             token_ids=_ints(_get(d, "token_ids", list, "trace"), "trace.token_ids"),
@@ -294,18 +306,6 @@ class Trace:
         )
 
 
-# The rejection rule's name in traces written before it was "rejection".
-OLD_RULE_NAMES = {"exact": "rejection"}
-
-
-def _settings(d: dict[str, Any]) -> dict[str, Any]:
-    """A trace's settings as today's names spell them (an old rule name mapped)."""
-    rule = d.get("rule")
-    if isinstance(rule, str) and rule in OLD_RULE_NAMES:
-        return {**d, "rule": OLD_RULE_NAMES[rule]}
-    return d
-
-
 # --- lookups in a trace ----------------------------------------------------------------
 
 
@@ -317,7 +317,7 @@ def round_number(index: int) -> int:
 
 def has_overlaps(trace: Trace) -> bool:
     """Whether a trace recorded overlaps (a speculative run with the full trace)."""
-    return trace.method == "spec" and trace.settings.get("trace_level", "full") == "full"
+    return trace.method == "spec" and trace.settings.trace_level == "full"
 
 
 def verified(trace: Trace) -> list[Drafted]:
@@ -334,7 +334,7 @@ class Decision:
     drafted: Drafted | None  # the draft tested at this position, if any
     added: Added | None  # the token the target added here, if any
     # the trace's settings (which verification decided, and its parameters)
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: Settings = field(default_factory=Settings)
 
 
 def round_of(trace: Trace, pos: int) -> int | None:

@@ -89,12 +89,23 @@ def test_settings_round_trip_through_plain_values():
 
 
 def test_verification_defaults_to_the_rejection_rule():
-    from specviz.config import verification_of
-
     assert Settings().verification == "rejection"
     s = Settings(verification="exact-match")
     assert Settings.from_dict(s.to_dict()) == s
     old = Settings().to_dict()
     del old["verification"]  # settings stored before the field existed
     assert Settings.from_dict(old).verification == "rejection"
-    assert verification_of(old) == "rejection" and verification_of(s.to_dict()) == "exact-match"
+    assert Settings.from_trace(old).verification == "rejection"
+    assert Settings.from_trace(s.to_dict()) == s
+
+
+def test_a_traces_settings_parse_with_defaults_old_names_and_no_strays():
+    """A trace's stored settings become a Settings: a field written before it existed takes
+    its default, the rejection rule's old name "exact" is mapped, a key no field has is
+    dropped, and a value today's schema refuses is refused with one line."""
+    old = {"gamma": 3, "rule": "exact", "temperature": 0.5, "tree": [2, 1], "gone": 1}
+    s = Settings.from_trace(old)
+    assert (s.gamma, s.rule, s.temperature, s.tree) == (2, "rejection", 0.5, (2, 1))
+    assert s.top_p == Settings().top_p and s.verification == Settings().verification
+    with pytest.raises(ValueError, match="gamma"):
+        Settings.from_trace({"gamma": 0})

@@ -218,7 +218,7 @@ def test_exact_match_statuses_and_decisions_are_consistent():
     pair = close_pair(noise=0.3)
     s = Settings(gamma=4, max_new_tokens=60, seed=3, temperature=1.0, top_p=1.0)
     t = generate(pair, "1 2 3", s.with_(verification="exact-match"))
-    assert t.settings["verification"] == "exact-match"
+    assert t.settings.verification == "exact-match"
     kinds: Counter[str] = Counter()
     out: list[int] = []
     for r in t.rounds:
@@ -322,8 +322,6 @@ def test_trace_json_round_trip(verification):
 
 
 def test_a_trace_written_before_exact_match_still_loads():
-    from specviz.config import verification_of
-
     pair = tiny_pair(vocab=8, sharpness=1.0)
     d = generate(pair, "1 2", Settings(gamma=3, max_new_tokens=12)).to_dict()
     del d["settings"]["verification"], d["stats"]["match_alpha"]
@@ -331,7 +329,7 @@ def test_a_trace_written_before_exact_match_still_loads():
         for x in r["drafted"]:
             del x["match_prob"], x["target_sample"], x["target_text"]
     old = Trace.from_dict(d)
-    assert verification_of(old.settings) == "rejection" and old.stats.match_alpha is None
+    assert old.settings.verification == "rejection" and old.stats.match_alpha is None
     assert all(x.match_prob is None and x.target_sample is None for x in old.rounds[0].drafted)
 
 

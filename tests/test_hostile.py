@@ -135,9 +135,9 @@ def bad_files(good: dict) -> dict[str, tuple[bytes, str]]:
             "status must be one of",
         ),
         "stop reason": (variant(stop_reason="rm -rf"), "trace.stop_reason must be one of"),
-        "inconsistent rounds": (
+        "settings": (
             variant(settings={**good["settings"], "gamma": "many"}),
-            "trace file is inconsistent",
+            "trace.settings: gamma must be an integer",
         ),
     }
 

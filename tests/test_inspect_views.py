@@ -43,12 +43,12 @@ def test_log_rows_leave_out_what_a_run_cannot_give(compared):
     spec, ar = compared
     alone = log_row(2, None, ar)
     assert alone["method"] == "ar" and alone["acceptance"] is None and alone["speedup"] is None
-    spec.settings["trace_level"] = "minimal"
+    spec.settings = spec.settings.with_(trace_level="minimal")
     try:
         assert log_row(3, spec)["alpha"] is None
     finally:
-        spec.settings["trace_level"] = "full"
-    assert changed_settings(Settings().to_dict()) == {}
+        spec.settings = spec.settings.with_(trace_level="full")
+    assert changed_settings(Settings()) == {}
     with pytest.raises(ValueError, match="needs a speculative or an autoregressive trace"):
         log_row(1, None)
     with pytest.raises(ValueError, match="spec must be a speculative trace"):
@@ -152,7 +152,7 @@ def test_shading_darkens_drafted_tokens_as_overlap_falls():
 
 def test_shading_refuses_traces_without_overlaps():
     t = sample_trace()
-    t.settings["trace_level"] = "minimal"
+    t.settings = t.settings.with_(trace_level="minimal")
     assert not markup.has_overlaps(t)
     with pytest.raises(ValueError, match="no overlaps"):
         markup.trace_tokens_html(t, shade_overlap=True)

@@ -220,7 +220,7 @@ def test_the_check_statement() -> None:
     assert "exact-match verification it <b>passes</b>" in said
     assert "acceptance 0.45" in said and "acceptance 0.30" in said
     assert "exact match accepted less (0.30 against 0.45 under resample-from-p" in said
-    slipped = lesson.check_statement(exact, check_result("rejection", [98, 102], 0.5, "x"))
+    slipped = lesson.check_statement(exact, check_result("rejection", [98, 102], 0.5, "typical"))
     assert "passed at N = 200" in slipped and "never accepts more" not in slipped
 
 
@@ -270,7 +270,7 @@ def test_steps_one_to_four_on_the_tiny_pair(ctx, one_thread) -> None:
 
     frames = take(ctx, session, state, 1)
     assert frames[0]["draft_temperature"] == 1.5 and frames[0]["own_draft_temperature"]
-    assert session.spec.settings["draft_temperature"] == 1.5
+    assert session.spec.settings.draft_temperature == 1.5
     assert lesson.status_counts(session.spec)["rejected"] > 0  # rejections appear
     said = frames[-1]["lesson_said"]
     assert "Against step 1's run, acceptance fell" in said

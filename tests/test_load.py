@@ -109,7 +109,7 @@ def test_eight_concurrent_sessions_queue_and_keep_their_own_traces(app) -> None:
     pair = tiny_pair()  # the same weights the server built
     for i, client in enumerate(clients):
         trace = exported_trace(client)
-        assert trace.prompt == prompts[i] and trace.settings["seed"] == 100 + i
+        assert trace.prompt == prompts[i] and trace.settings.seed == 100 + i
         settings = ui.Form(prompt=prompts[i], seed=100 + i, max_new_tokens=10, gamma=3).settings(
             Limits()
         )

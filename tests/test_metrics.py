@@ -168,7 +168,7 @@ def test_acceptance_rows_put_each_verification_beside_its_expectation():
     assert rows[0][1].startswith("rejection") and rows[1][1].startswith("0.750")
     assert rows[2][1].startswith("0.588  (expected acceptance under the rejection rule")
     assert metrics.expected_acceptance(t) == ("alpha", pytest.approx(0.5875))
-    t.settings["verification"] = "exact-match"
+    t.settings = t.settings.with_(verification="exact-match")
     rows = metrics.acceptance_rows(t)
     assert [k for k, _ in rows] == ["verification", "acceptance rate", "sum p q", "alpha"]
     assert rows[2][1].startswith("0.250  (expected acceptance under exact match")

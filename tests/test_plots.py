@@ -30,7 +30,7 @@ def test_decision_figure_under_exact_match() -> None:
     assert not any("residual" in (n or "") for n in names)
     titles = [a.text for a in fig.layout.annotations]
     assert any(t.startswith("exact match: the chance p(x)") for t in titles)
-    assert "exact match: the target's own sample from p, kept at the mismatch" in titles
+    assert "resampled: drawn from the target's own sample from p" in titles
 
 
 def test_drafted_token_is_highlighted() -> None:

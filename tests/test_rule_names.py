@@ -24,7 +24,7 @@ def test_an_old_trace_loads_under_the_new_name() -> None:
     d = t.to_dict()
     d["settings"]["rule"] = "exact"
     loaded = Trace.from_dict(d)
-    assert loaded.settings["rule"] == "rejection"
-    assert Settings.from_dict(loaded.settings) == Settings()
+    assert loaded.settings.rule == "rejection"
+    assert loaded.settings == Settings()
     d["settings"]["rule"] = "resample-from-p"  # other names are left as they are
-    assert Trace.from_dict(d).settings["rule"] == "resample-from-p"
+    assert Trace.from_dict(d).settings.rule == "resample-from-p"

@@ -321,7 +321,7 @@ def test_step_two_promises_the_target_s_distribution_only_when_it_holds(
     rule, draft_temperature, greedy
 ) -> None:
     spec = spec_run(3, 2, 0.5, 1.0, 1.0, 10.0)
-    spec.settings.update(
+    spec.settings = spec.settings.with_(
         rule=rule, temperature=0.7, draft_temperature=draft_temperature, greedy=greedy
     )
     said = lesson_statements.temperature_statement(spec, None)
@@ -565,7 +565,7 @@ def test_the_exact_note_mentions_the_draft_temperature_only_when_it_differs(
     greedy, temperature, draft_temperature
 ) -> None:
     settings = Settings(greedy=greedy, temperature=temperature, draft_temperature=draft_temperature)
-    note = exact_note_html(settings.to_dict())
+    note = exact_note_html(settings)
     differs = not greedy and draft_temperature is not None and draft_temperature != temperature
     # the warps are what decide: the draft's differs from the target's exactly then
     assert differs == (settings.draft_warp() != settings.target_warp())

@@ -58,8 +58,8 @@ def test_one_row_per_cell_with_exactly_the_documented_keys(events):
 def test_repetitions_alternate_order_and_share_seeds(events):
     cell = [e for e in events if (e.gamma, e.temperature) == (3, 0.7)]
     assert [(e.rep, e.method) for e in cell] == [(0, "spec"), (0, "ar"), (1, "ar"), (1, "spec")]
-    assert [e.trace.settings["seed"] for e in cell] == [5, 5, 6, 6]
-    assert all(e.trace.settings["gamma"] == 3 for e in cell)
+    assert [e.trace.settings.seed for e in cell] == [5, 5, 6, 6]
+    assert all(e.trace.settings.gamma == 3 for e in cell)
     # EOS is ignored: every run has exactly max_new_tokens tokens
     assert all(len(e.trace.token_ids) == 10 for e in events)
     assert any(6 in e.trace.token_ids[:-1] for e in events)

@@ -124,7 +124,7 @@ def test_a_tree_of_ones_gives_the_chains_trace(temperature, verification):
         chain = generate(pair, "3 1 4", s.with_(gamma=3))
         tree = generate(pair, "3 1 4", s.with_(tree=(1, 1, 1)))
         _same_rounds(chain, tree)
-        assert tree.settings["gamma"] == 3 and tree.rounds[0].tree == [1, 1, 1]
+        assert tree.settings.gamma == 3 and tree.rounds[0].tree == [1, 1, 1]
 
 
 def test_a_tree_of_ones_gives_the_chains_trace_on_the_offline_pair(offline_pair):

@@ -115,7 +115,7 @@ def test_a_round_played_through_reveals_in_order_and_scores() -> None:
     game = game.advance()
     board = html.unescape(vg.board_html(game))
     assert "Rejected: u ≥ a(x)." in board
-    assert "the target drew '<i>' from the residual norm(max(0, p − q))" in board
+    assert "the round emits '<i>', drawn from the residual norm(max(0, p − q))" in board
     assert "probability 0.50 there" in board and "1 later draft(s) are discarded" in board
     score = game.score()
     assert (score.points, score.played, score.numbers, score.close) == (2, 3, 2, 1)
@@ -161,7 +161,7 @@ def test_exact_match_reveals_the_targets_sample_and_keeps_with_p() -> None:
     game = game.advance()
     board = html.unescape(vg.board_html(game))
     assert "Rejected: the sample is not x." in board
-    assert "The round keeps the target's own sample 'c' in its place." in board
+    assert "the round emits 'c', drawn from the target's own sample y ~ p" in board
     assert game.score().points == 2
 
 
@@ -176,7 +176,7 @@ def test_dealing_refuses_what_cannot_be_played() -> None:
         vg.deal(trace_of([empty, *trace.rounds]), 1)
     with pytest.raises(ValueError, match="this run verified no draft"):
         vg.deal(trace_of([empty]))
-    with pytest.raises(ValueError, match="unknown verification 'ouija'"):
+    with pytest.raises(ValueError, match="verification must be one of .*got 'ouija'"):
         vg.deal(trace_of(trace.rounds, {"verification": "ouija"}))
     game = vg.deal(trace)
     for bad, message in ((None, "type a keep probability"), (1.5, "from 0 to 1, got 1.5")):
@@ -325,7 +325,7 @@ def test_the_lesson_step_deals_a_round_of_the_sessions_run(ctx, one_thread) -> N
     state.index = next(i for i, s in enumerate(STEPS) if isinstance(s.action, PlayAction))
     form = Form(prompt="1 2 3", pair="tiny")
     frames = list(lesson_panel.lesson_updates(session, state, form, ctx))
-    assert session.spec is not None and session.spec.settings["draft_temperature"] == 1.5
+    assert session.spec is not None and session.spec.settings.draft_temperature == 1.5
     dealt = next(f for f in frames if "play_state" in f)
     assert dealt["tabs"].selected == "insp" and dealt["play_view"].visible
     assert "on the board in the Decision tab" in frames[-1]["lesson_said"]

@@ -8,7 +8,11 @@ decision the engine recorded:
   the draft; greedy and draw-free tests: a = 1 exactly when kept);
 - a lossless entry's TV(out, p) is at float error;
 - the replacement's source is the one an independent reading of the round gives, and the
-  inspector's, the narration's and lesson step 3's sentences name that source and no other.
+  inspector's, the narration's, lesson step 3's, the verifier game's reveal and the decision
+  chart's sentences name that source and no other;
+- the game's reveal shows the a(x) the engine decided with (from p′ where siblings came
+  first), says "u < a(x)" only where a drawn u decided, and the chart's bar is named by
+  the object's keep label.
 Beside it, each entry's exact out on a node's siblings is checked against an independent
 enumeration of the sibling procedure, written here from the rules' definitions.
 """
@@ -24,10 +28,12 @@ import torch
 from specviz.config import Settings
 from specviz.engine import generate
 from specviz.lesson_statements import first_rejection, rejection_statement
-from specviz.trace import Round, Trace, decision_at
+from specviz.trace import Round, Trace, decision_at, round_number
 from specviz.verify import ENTRIES, verification_for, verification_of_entry
 from specviz.verify.base import normalised, total_variation
-from specviz.views import markup, narration
+from specviz.verify.words import SHORT_SOURCES
+from specviz.views import figures, markup, narration
+from specviz.views import verifier_game as vg
 from tests.tiny import close_pair
 
 PARAMS = {"typical_threshold": 0.09, "typical_alpha": 0.3, "match_top_k": 3}
@@ -119,6 +125,19 @@ def test_every_decision_agrees_with_the_object_and_its_sentences(
             for n in rnd.nodes or []:
                 if n.trial is not None and n.u is not None:
                     assert (n.u < n.accept_prob) == (n.status == "accepted")
+            game = vg.deal(t, round_number(rnd.index)) if rnd.verified else None
+            for i, d in enumerate(game.drafts if game else []):
+                shown = vg.draw_sentence(game, i)
+                assert f"= {markup.num(v.shown_keep(d))}." in shown, (d, shown)
+                assert ("p′" in shown) == (d.p_prime is not None), shown
+                verdict = vg.verdict_sentence(game, i)
+                assert verdict.startswith("Kept" if d.status == "accepted" else "Rejected")
+                assert ("u <" in verdict or "u ≥" in verdict) == (
+                    v.draws == "u" and d.u is not None
+                ), verdict
+                dec = decision_at(t, rnd.index, rnd.start + i)
+                bars = [tr.name for tr in figures.decision_figure(dec).data]
+                assert v.keep_label(d) in bars
             a = rnd.added
             if a is None or a.status != "resampled":
                 continue
@@ -131,6 +150,10 @@ def test_every_decision_agrees_with_the_object_and_its_sentences(
                 "inspector html": unescape(markup.verdict_html(dec)),
                 "narration": unescape(narration.narration_html(rnd, t.settings)),
             }
+            said["verifier game"] = vg.verdict_sentence(game, len(game.drafts) - 1)
+            titles = [x.text for x in figures.decision_figure(dec).layout.annotations]
+            said["decision chart"] = " ".join(titles)
+            assert f"resampled: drawn from {SHORT_SOURCES[src]}" in titles
             found = first_rejection(t)
             if found is not None and found[0].index == rnd.index:
                 said["lesson step 3"] = unescape(rejection_statement(t))

@@ -40,7 +40,6 @@ from pathlib import Path
 from statistics import NormalDist
 from typing import Any
 
-from specviz.config import is_greedy
 from specviz.trace import Trace, verified
 
 N_BINS = 10
@@ -138,9 +137,9 @@ class Calibration:
             if d.u is not None:  # the rejection rule's prediction, from the record
                 p = d.p_prime if d.p_prime is not None else d.p
                 self.drafts.add(min(1.0, p / d.q) if d.q > 0 else 0.0, d.status == "accepted")
-        if is_greedy(trace.settings):
+        if trace.settings.is_greedy:
             return
-        top_n = int(trace.settings.get("top_n", 10))
+        top_n = trace.settings.top_n
         for r in trace.rounds:
             if r.added is not None and r.added.status == "resampled" and not r.exact_match:
                 for e in residual_candidates(r.added.top, top_n):

@@ -65,12 +65,9 @@ import torch
 from specviz.analysis.binning import MIN_EXPECTED, CheckView, make_view
 from specviz.analysis.prompt_cache import PromptCache
 from specviz.config import (
-    LOSSY_VERIFICATIONS,
     RULES,
     Settings,
     Warp,
-    verification_label,
-    verification_of,
 )
 from specviz.engine import Run
 from specviz.lm import CachedLM, ModelCache
@@ -160,12 +157,7 @@ class CheckResult:
     def verifier(self) -> str:
         """What verified the drafts: "the rejection rule" (or a broken rule), "exact match", or a
         lossy verification by its label ("typical (lossy)")."""
-        used = verification_of(self.settings)
-        if used in LOSSY_VERIFICATIONS:
-            return verification_label(used)
-        if used == "exact-match":
-            return "exact match"
-        return "the rejection rule" if self.rule == "rejection" else f"the wrong rule {self.rule}"
+        return verification_for(self.settings).called
 
     @property
     def threshold(self) -> float:

@@ -37,12 +37,12 @@ PROMPT_CHARS = 40
 MAX_RUNS = 50
 
 
-def changed_settings(settings: dict[str, Any]) -> dict[str, Any]:
+def changed_settings(settings: Settings) -> dict[str, Any]:
     """The settings that differ from Settings()'s defaults (the method aside)."""
     defaults = Settings().to_dict()
     return {
         k: v
-        for k, v in settings.items()
+        for k, v in settings.to_dict().items()
         if k != "method" and (k not in defaults or v != defaults[k])
     }
 
@@ -66,7 +66,7 @@ def log_row(run: int, spec: Trace | None, ar: Trace | None = None) -> dict[str, 
         raise ValueError(f"spec must be a speculative trace, got method {spec.method!r}")
     if ar is not None and ar.method != "ar":
         raise ValueError(f"ar must be an autoregressive trace, got method {ar.method!r}")
-    full = spec is not None and spec.settings.get("trace_level", "full") == "full"
+    full = spec is not None and spec.settings.trace_level == "full"
     both = spec is not None and ar is not None
     return {
         "run": run,

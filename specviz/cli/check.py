@@ -17,9 +17,7 @@ from specviz.cli.args import (
     settings_from_args,
 )
 from specviz.config import DEFAULT_PROMPT, RULES
-
-# The rejection rule's name before it was "rejection"; accepted for one release.
-OLD_RULE_NAMES = {"exact": "rejection"}
+from specviz.verify.registry import OLD_RULE_NAMES
 
 
 def rule_name(text: str) -> str:

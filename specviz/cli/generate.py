@@ -14,7 +14,6 @@ from specviz.cli.args import (
     require_prompt,
     settings_from_args,
 )
-from specviz.config import is_greedy
 from specviz.trace import Trace
 
 # Terminal colours by token status, with a cue beyond colour for each.
@@ -87,7 +86,7 @@ def print_comparison(ar: Trace, spec: Trace) -> None:
     row = metrics.table1_row(ar, spec)
     c = metrics.cost_ratio(spec, ar)
     verify_steps = metrics.verify_steps(spec, ar)
-    (name, a), g = metrics.expected_acceptance(spec), int(spec.settings["gamma"])
+    (name, a), g = metrics.expected_acceptance(spec), spec.settings.gamma
     print()
     print(f"AR ms/token            {row['ar_ms_per_token']:.1f}")
     print(f"speculative ms/token   {row['spec_ms_per_token']:.1f}")
@@ -106,7 +105,7 @@ def print_comparison(ar: Trace, spec: Trace) -> None:
                 f"expected (refined)     {refined:.2f}x with the verify call at "
                 f"{verify_steps[g + 1]:.2f} target steps (measured in this run)"
             )
-    if is_greedy(ar.settings):
+    if ar.settings.is_greedy:
         same = ar.token_ids == spec.token_ids
         print(f"greedy outputs equal   {'yes' if same else 'no'}")
         div = metrics.greedy_divergence(spec, ar)

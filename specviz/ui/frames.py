@@ -19,7 +19,7 @@ from gradio.components.plot import PlotData
 from specviz import metrics
 from specviz.analysis import calibration
 from specviz.analysis.runlog import LOG_COLUMNS
-from specviz.config import Settings, is_greedy
+from specviz.config import Settings
 from specviz.costs import guard_sentence
 from specviz.trace import Trace, decision_at, round_number
 from specviz.ui.state import Session, View
@@ -351,7 +351,7 @@ def greedy_html(session: Session) -> str:
     spec, ar = session.spec, session.ar
     if spec is None or ar is None:
         return markup.status_html("The greedy check compares both runs: tick Compare.")
-    if not is_greedy(spec.settings):
+    if not spec.settings.is_greedy:
         return markup.status_html(
             "Greedy check: switch on Greedy (or temperature 0). When sampling, the two runs "
             "consume random numbers differently, so only their distributions agree."

@@ -47,7 +47,7 @@ def check_renders(trace: Trace) -> None:
     """A schema-valid trace whose parts disagree (positions, rounds) is refused whole."""
     spec, ar = (trace, None) if trace.method == "spec" else (None, trace)
     try:
-        final_frame(Session(spec=spec, ar=ar), int(trace.settings.get("gamma", 4)))
+        final_frame(Session(spec=spec, ar=ar), trace.settings.gamma)
     except Exception as exc:
         raise ValueError(f"trace file is inconsistent: {failure(exc, 'rendering')}") from None
 
@@ -61,7 +61,7 @@ def replay_updates(session: Session, trace: Trace | None = None) -> Iterator[Vie
     spec = session.spec
     if spec is None and session.ar is None:
         raise ValueError("nothing to replay: press Run, or import a JSON trace")
-    gamma = int((spec or session.ar).settings.get("gamma", 4))  # type: ignore[union-attr]
+    gamma = (spec or session.ar).settings.gamma  # type: ignore[union-attr]
     if spec is not None and spec.rounds:
         session.spans, session.rows = [], []
         delay = min(0.25, REPLAY_SECONDS / len(spec.rounds))

@@ -138,7 +138,7 @@ def main_views() -> dict[str, Any]:
         token_view.layout(v)
         tree_panel.layout(v)  # a tree round's tree (empty for a chain)
         v["exact_note"] = gr.HTML(
-            markup.exact_note_html(DEFAULTS.to_dict()), js_on_load=None, elem_id="sv-exact-note"
+            markup.exact_note_html(DEFAULTS), js_on_load=None, elem_id="sv-exact-note"
         )
     with gr.Tabs(elem_id="sv-tabs", overflow_behavior="wrap") as tabs:
         v["tabs"] = tabs

@@ -66,7 +66,7 @@ def load_run(session: Session, run: Any) -> View:
     assert main is not None
     session.start(spec, ar, "idle")
     session.decode = None  # the pair may have changed since; the greedy check decodes ids
-    out = final_frame(session, int(main.settings.get("gamma", 4)))
+    out = final_frame(session, main.settings.gamma)
     message = f"run {n} loaded from the log: click any token to inspect its decision"
     return {**out, "status": markup.status_html(message)}
 

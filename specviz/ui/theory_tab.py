@@ -41,7 +41,7 @@ def projection_update(session: Session, c: float) -> Any:
     _, alpha = metrics.expected_acceptance(spec)  # sum p q under exact match
     if alpha is None:
         return no_alpha_figure()
-    return theory_figures.projection_figure(alpha, c, int(spec.settings.get("gamma", 4)))
+    return theory_figures.projection_figure(alpha, c, spec.settings.gamma)
 
 
 def wire(page: Page) -> None:

@@ -65,6 +65,8 @@ class Verification(ABC):
     measure: ClassVar[tuple[str, str]] = ("alpha = sum_x min(p, q)", "alpha")
     # what a rejected sibling does to the target the next one is tried against
     sibling_step: ClassVar[str] = "p′ becomes norm(max(0, p′ − q))"
+    # how a sentence names a lossless verification ("the rejection rule", "exact match")
+    called_as: ClassVar[str] = ""
 
     # --- what it is ----------------------------------------------------------------------
 
@@ -79,6 +81,20 @@ class Verification(ABC):
     @property
     def lossless(self) -> bool:
         return self.entry.lossless
+
+    @property
+    def called(self) -> str:
+        """How a sentence names it: "the rejection rule", "exact match", "the wrong rule
+        resample-from-p", "typical (lossy)"."""
+        if self.entry.wrong:
+            return f"the wrong rule {self.rule}"
+        return self.called_as or self.label
+
+    def keep_title(self, d: Drafted) -> str:
+        """The inspector's title over the bar of a(x) against the draw."""
+        if self.draws == "u":
+            return f"acceptance probability {self.keep_label(d)} against the draw u"
+        return f"{self.label}: keep probability a(x), decided without a draw"
 
     @property
     def label(self) -> str:
@@ -207,6 +223,22 @@ class Verification(ABC):
         siblings were tried first (the value the engine decided with)."""
         p = d.p_prime if d.p_prime is not None else d.p
         return min(1.0, p / d.q) if d.q > 0 else 0.0
+
+    def draw_text(self, d: Drafted, a: float) -> str:
+        """What the decision on d drew, and its true a(x) (a reveal, before the verdict)."""
+        if self.draws == "u" and d.u is not None:
+            p, pname = (d.p_prime, "p′") if d.p_prime is not None else (d.p, "p")
+            ratio = p / d.q if d.q > 0 else float("inf")
+            return f"u = {d.u:.3f}; a(x) = min(1, {pname}/q) = min(1, {num(ratio)}) = {num(a)}."
+        if self.draws == "u" and d.p_prime is not None:
+            return (
+                f"No draw in greedy mode: a(x) = 1 when p′(x) = {num(d.p_prime)} ≥ q(x) = "
+                f"{num(d.q)}, so a(x) = {num(a)}."
+            )
+        if self.draws == "u":
+            return f"No draw in greedy mode: p and q are one-hot, so a(x) = {num(a)}."
+        label = self.keep_label(d)
+        return f"No draw: {label if label.startswith('a(x)') else 'a(x) = ' + label} = {num(a)}."
 
     def keep_label(self, d: Drafted) -> str:
         """The name of a(x) as the inspector's bars label it."""

@@ -25,6 +25,7 @@ class ExactMatch(Verification):
 
     entry: ClassVar[Entry] = BY_KEY[("exact-match", "rejection")]
     draws: ClassVar[str | None] = "sample"
+    called_as: ClassVar[str] = "exact match"
     fallback_source: ClassVar[str] = "sample"
     measure: ClassVar[tuple[str, str]] = ("sum_x p(x) q(x)", "match_alpha")
     sibling_step: ClassVar[str] = "p′ drops it (the target's sample is not that token)"
@@ -69,6 +70,17 @@ class ExactMatch(Verification):
 
     def shown_keep(self, d: Drafted) -> float:
         return d.p_prime if d.p_prime is not None else d.p
+
+    def draw_text(self, d: Drafted, a: float) -> str:
+        if d.target_text is None and d.p_prime is not None:  # greedy, a later sibling
+            return f"No draw in greedy mode: a(x) = p′(x) = {num(a)}."
+        if d.target_text is None:  # greedy: the target's argmax is its sample
+            return f"No draw in greedy mode: p and q are one-hot, so a(x) = {num(a)}."
+        pname = "p′" if d.p_prime is not None else "p"
+        return f"The target sampled {d.target_text!r} from {pname}; a(x) = {pname}(x) = {num(a)}."
+
+    def keep_title(self, d: Drafted) -> str:
+        return f"exact match: the chance {self.keep_label(d)} that the target samples the draft"
 
     def keep_label(self, d: Drafted) -> str:
         return "p′(x)" if d.p_prime is not None else "p(x)"

@@ -34,6 +34,12 @@ class KeptByTest(Verification):
     def shown_keep(self, d: Drafted) -> float:
         return 1.0 if d.accept_prob >= 0.5 else 0.0  # the test's outcome, as recorded
 
+    def draw_text(self, d: Drafted, a: float) -> str:
+        return f"No draw: {self.label} keeps by its test {self.test_text}, so a(x) = {num(a)}."
+
+    def keep_title(self, d: Drafted) -> str:
+        return f"{self.label}: keep probability a(x), a test on p alone"
+
     def keep_label(self, d: Drafted) -> str:
         return "a(x)"
 

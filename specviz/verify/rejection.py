@@ -30,6 +30,7 @@ class Rejection(Verification):
     """Keep x iff u < min(1, p/q); replace from the residual (a tree's final p')."""
 
     entry: ClassVar[Entry] = BY_KEY[("rejection", "rejection")]
+    called_as: ClassVar[str] = "the rejection rule"
 
     def keep_prob(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         p, q = p.double(), q.double()

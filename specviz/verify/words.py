@@ -19,6 +19,16 @@ SOURCES: dict[str, str] = {
 }
 
 
+# The same, short enough for a chart's title or legend.
+SHORT_SOURCES: dict[str, str] = {
+    "residual": "the residual norm(max(0, p − q))",
+    "siblings": "p′, left after every sibling was rejected",
+    "p": "p, the target's own distribution",
+    "sample": "the target's own sample from p",
+    "bonus": "p at the next position",
+}
+
+
 def source_text(source: str) -> str:
     """The distribution named by an Added.source key, as a noun phrase."""
     return SOURCES[source]

@@ -13,8 +13,10 @@ from typing import Any
 import plotly.graph_objects as go
 
 from specviz import metrics
-from specviz.config import LOSSY_VERIFICATIONS, verification_label, verification_of
+from specviz.config import verification_label
 from specviz.trace import Decision, Trace, round_number
+from specviz.verify import verification_for
+from specviz.verify.words import SHORT_SOURCES
 from specviz.views.palette import COLORS, GRID, OUTLINE, SERIES, ZERO_LINE, show_whitespace
 from specviz.views.style import figure, subplots
 
@@ -153,7 +155,12 @@ def _accept_bar(
 
 
 def _residual_bars(
-    fig: go.Figure, row: int, top: list[dict[str, Any]], chosen: int, resampled: bool
+    fig: go.Figure,
+    row: int,
+    top: list[dict[str, Any]],
+    chosen: int,
+    drawn_apart: bool,
+    source: str = "residual",
 ) -> None:
     """p and the distribution the added token came from, the chosen token marked."""
     names, ids = _labels(top), [e["id"] for e in top]
@@ -167,11 +174,11 @@ def _residual_bars(
         col=1,
         showlegend=False,
     )
-    if resampled:
+    if drawn_apart:
         fig.add_bar(
             x=names,
             y=[e["residual"] for e in top],
-            name="residual norm(max(0, p − q))",
+            name=SHORT_SOURCES[source],
             marker={"color": COLORS["residual"], "line": {"color": OUTLINE, "width": width}},
             row=row,
             col=1,
@@ -191,25 +198,16 @@ def decision_figure(dec: Decision) -> go.Figure:
         panels += ["pq", "accept"]
     if dec.added is not None:
         panels.append("added")
-    match = dec.round.exact_match
-    used = verification_of(dec.settings)
-    lossy = used in LOSSY_VERIFICATIONS
-    resampled = dec.added is not None and dec.added.status == "resampled"
-    added = "bonus: drawn from p"
-    if resampled:
-        added = (
-            "exact match: the target's own sample from p, kept at the mismatch"
-            if match
-            else f"{verification_label(used)}: the target's own sample from p, at the first miss"
-            if lossy
-            else "residual norm(max(0, p − q)) the token was drawn from"
-        )
+    v = verification_for(dec.settings)
+    # the added token's distribution, as the engine recorded where it drew it from
+    source = ""
+    if dec.added is not None:
+        source = dec.added.source or ("bonus" if dec.added.status == "bonus" else v.fallback_source)
+    added = f"{dec.added.status if dec.added else ''}: drawn from {SHORT_SOURCES.get(source, '')}"
+    # a bar of its own where that distribution is not p itself
+    drawn_apart = source in ("residual", "siblings")
     with_out = dec.drafted is not None and dec.drafted.out_tv is not None
-    accept = "acceptance probability min(1, p/q) against the draw u"
-    if match:
-        accept = "exact match: the chance p(x) that the target samples the draft"
-    elif lossy:
-        accept = f"{verification_label(used)}: keep probability a(x), a test on p alone"
+    accept = v.keep_title(dec.drafted) if dec.drafted is not None else ""
     titles = {
         "pq": f"p, q{' and out' if with_out else ''} over the top tokens "
         f"(drafted: {label(dec.drafted.text)!r})"
@@ -230,10 +228,10 @@ def decision_figure(dec: Decision) -> go.Figure:
         if panel == "pq":
             _pq_bars(fig, row, dec.drafted.top, dec.drafted.id)
         elif panel == "accept":
-            name = "p(x)" if match else "a(x)" if lossy else "min(1, p/q)"
+            name = v.keep_label(dec.drafted)
             _accept_bar(fig, row, dec.drafted.accept_prob, dec.drafted.u, name)
         else:
-            _residual_bars(fig, row, dec.added.top, dec.added.id, resampled and not match)
+            _residual_bars(fig, row, dec.added.top, dec.added.id, drawn_apart, source)
     fig.update_layout(
         _LAYOUT,
         barmode="group",

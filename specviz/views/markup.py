@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import html
 from collections.abc import Callable
-from typing import Any
 
-from specviz.config import is_greedy
+from specviz.config import Settings
 from specviz.metrics import greedy_divergence
 from specviz.trace import (
     TOKEN_STATUSES,
@@ -205,7 +204,7 @@ STOP_TAGS = {
 }
 
 
-def stop_sentence(rnd: Round, settings: dict[str, Any] | None = None) -> str | None:
+def stop_sentence(rnd: Round, settings: Settings | None = None) -> str | None:
     """Where and why the round stopped drafting, in one sentence (None when the trace did
     not record it). Plain text; callers escape it."""
     if rnd.stop is None:
@@ -213,7 +212,7 @@ def stop_sentence(rnd: Round, settings: dict[str, Any] | None = None) -> str | N
     k = len(rnd.nodes) if rnd.nodes is not None else len(rnd.drafted)
     what = f"{k} node{'s' if k != 1 else ''}" if rnd.nodes is not None else f"{k} of {rnd.gamma}"
     why = STOP_WORDS[rnd.stop]
-    threshold = (settings or {}).get("draft_confidence")
+    threshold = settings.draft_confidence if settings is not None else None
     if rnd.stop == "confidence" and threshold is not None:
         why = why.replace("threshold", f"threshold {threshold:g}")
     return f"Drafting stopped at {what}: {why}."
@@ -261,11 +260,13 @@ def rounds_html(rows: list[str]) -> str:
 _pair_fmt = pair_fmt  # the verifications' number formats (specviz.verify.words)
 
 
-def _of(d: Drafted, settings: dict[str, Any] | None) -> Verification:
+def _of(d: Drafted, settings: Settings | None) -> Verification:
     """The verification that decided d: the trace's settings say; without them the record
     tells the rejection rule and exact match apart."""
     if settings is None:
-        settings = {"verification": "exact-match"} if d.target_sample is not None else {}
+        settings = Settings(
+            verification="exact-match" if d.target_sample is not None else "rejection"
+        )
     return verification_for(settings)
 
 
@@ -278,18 +279,18 @@ def match_verdict(d: Drafted) -> str:
     )
 
 
-def draft_verdict(d: Drafted, settings: dict[str, Any] | None = None) -> str:
+def draft_verdict(d: Drafted, settings: Settings | None = None) -> str:
     """One plain sentence saying why the verification kept or did not keep a draft, from
     the verification object's own words."""
     return _of(d, settings).keep_text(d)
 
 
-def lossy_verdict(d: Drafted, settings: dict[str, Any]) -> str:
+def lossy_verdict(d: Drafted, settings: Settings) -> str:
     """A lossy verification's decision in one sentence (plain text; callers escape it)."""
     return verification_for(settings).keep_text(d)
 
 
-def out_tv_sentence(d: Drafted, settings: dict[str, Any]) -> str | None:
+def out_tv_sentence(d: Drafted, settings: Settings) -> str | None:
     """What this decision does to the target's distribution, from TV(out, p) and whether
     the verification is lossless; None when the trace did not measure it."""
     if d.out_tv is None:
@@ -298,8 +299,7 @@ def out_tv_sentence(d: Drafted, settings: dict[str, Any]) -> str | None:
     if not v.lossless:
         why = "a deliberately wrong rule" if v.entry.wrong else "a lossy verification"
         return (
-            f"this decision moves TV = {d.out_tv:.2f} of probability away from the target's "
-            f"({why})"
+            f"this decision moves TV = {d.out_tv:.2f} of probability away from the target's ({why})"
         )
     return (
         f"this decision leaves the target's distribution unchanged (TV(out, p) = "
@@ -308,12 +308,12 @@ def out_tv_sentence(d: Drafted, settings: dict[str, Any]) -> str | None:
 
 
 def added_verdict(
-    a: Added, exact_match: bool = False, lossy: str = "", settings: dict[str, Any] | None = None
+    a: Added, exact_match: bool = False, lossy: str = "", settings: Settings | None = None
 ) -> str:
     """One plain sentence saying where an added token came from: the source the engine
     recorded, in the deciding verification's words."""
     if settings is None:
-        settings = {"verification": "exact-match"} if exact_match else {}
+        settings = Settings(verification="exact-match" if exact_match else "rejection")
     return verification_for(settings).replace_text(a)
 
 
@@ -341,18 +341,35 @@ def status_html(message: str, kind: str = "info") -> str:
     return f'<div class="sv-status sv-status-{esc(kind)}">{esc(message)}</div>'
 
 
-def exact_note_html(settings: dict[str, Any], drafter: str = "the draft") -> str:
+def sampling_text(settings: Settings) -> str:
+    """The target's sampling at these settings, the one wording every view uses: "greedy
+    decoding", "temperature 0.7 and top-p 0.9", "temperature 1, no top-p, top-k 50"."""
+    if settings.is_greedy:
+        return "greedy decoding"
+    parts = [f"temperature {settings.temperature:g}"]
+    parts.append(f"top-p {settings.top_p:g}" if settings.top_p < 1 else "no top-p")
+    if settings.top_k:
+        parts.append(f"top-k {settings.top_k}")
+    return " and ".join(parts) if len(parts) == 2 else ", ".join(parts)
+
+
+def warped_apart(settings: Settings) -> bool:
+    """Whether q is warped at another temperature than p (a draft temperature that differs
+    from the target's, on a sampled run)."""
+    dt = settings.draft_temperature
+    return dt is not None and not settings.is_greedy and float(dt) != float(settings.temperature)
+
+
+def exact_note_html(settings: Settings, drafter: str = "the draft") -> str:
     """What the text is distributed as: the target's own sampling at these settings,
     whatever the draft does (the promise of both papers, in one sentence). A draft
     temperature is mentioned only when it differs from the target's (then q's warp differs
     from p's); it can raise or lower the acceptance, so no direction is claimed."""
-    greedy = is_greedy(settings)
+    greedy = settings.is_greedy
     v = verification_for(settings)
     if not v.lossless and not greedy:
         how = (
-            "it is a deliberately wrong rule"
-            if v.entry.wrong
-            else "it keeps drafts by a test on p"
+            "it is a deliberately wrong rule" if v.entry.wrong else "it keeps drafts by a test on p"
         )
         note = (
             f"{v.label} verification: {how}, so this text does not follow the target's own "
@@ -363,17 +380,13 @@ def exact_note_html(settings: dict[str, Any], drafter: str = "the draft") -> str
     if greedy:
         how = "the target's own greedy decoding (argmax of p at every step)"
     else:
-        parts = [f"temperature {settings.get('temperature'):g}"]
-        top_p, top_k = settings.get("top_p", 1.0), settings.get("top_k", 0)
-        parts.append(f"top-p {top_p:g}" if top_p < 1 else "top-p off")
-        parts.append(f"top-k {top_k}" if top_k else "top-k off")
-        how = "the target's own sampling at " + ", ".join(parts)
+        how = "the target's own sampling at " + sampling_text(settings)
     note = (
         f"This text is distributed exactly as {how}, whatever {drafter} proposes: "
         "the draft changes how fast the text comes, never which text it is likely to be."
     )
-    dt, t = settings.get("draft_temperature"), settings.get("temperature")
-    if dt is not None and not greedy and float(dt) != float(t):
+    dt, t = settings.draft_temperature, settings.temperature
+    if warped_apart(settings):
         note += (
             f" The draft samples at temperature {dt:g}, the target at {t:g}: q is warped "
             "differently from p, which can change how many drafts are accepted."

@@ -15,9 +15,7 @@ No gradio.
 
 from __future__ import annotations
 
-from typing import Any
-
-from specviz.config import LOSSY_VERIFICATIONS, verification_label, verification_of
+from specviz.config import Settings
 from specviz.trace import Drafted, Node, Round, round_number
 from specviz.verify import verification_for
 from specviz.verify.words import source_text
@@ -51,7 +49,7 @@ def scoring(rnd: Round) -> str:
     )
 
 
-def decision(i: int, d: Drafted, settings: dict[str, Any] | None = None) -> str:
+def decision(i: int, d: Drafted, settings: Settings | None = None) -> str:
     """The verification's decision on draft i (1-based), with its numbers; settings are the
     trace's (None: the rejection rule or exact match, told apart by the record)."""
     head = f"Draft {i} {d.text!r}: p = {num(d.p)}, q = {num(d.q)}"
@@ -127,7 +125,7 @@ def _tree_trial(n: Node, exact: bool, step: str = "p′ becomes norm(max(0, p′
     return f"{head}, p′ = {pp}; u = {su} {sign} min(1, p′/q) = {sa}, {n.status}{step}"
 
 
-def narrate_tree(rnd: Round, settings: dict[str, Any] | None = None) -> list[str]:
+def narrate_tree(rnd: Round, settings: Settings | None = None) -> list[str]:
     """A tree round as plain sentences: the tree drafted depth by depth, where and why it
     stopped growing, the one target call over every node, the siblings' trials in order at
     each depth the walk reached, the added token and the tokens emitted."""
@@ -150,7 +148,7 @@ def narrate_tree(rnd: Round, settings: dict[str, Any] | None = None) -> list[str
         f"in {rnd.verify_ms:.1f} ms.",
     ]
     exact = rnd.exact_match
-    v = verification_for(settings or ({"verification": "exact-match"} if exact else {}))
+    v = verification_for(settings or Settings(verification="exact-match" if exact else "rejection"))
     parent = -1
     for d in depths:
         group = [j for j, n in enumerate(nodes) if n.depth == d and n.parent == parent]
@@ -193,13 +191,13 @@ def narrate_tree(rnd: Round, settings: dict[str, Any] | None = None) -> list[str
     return lines
 
 
-def narrate_round(rnd: Round, settings: dict[str, Any] | None = None) -> list[str]:
+def narrate_round(rnd: Round, settings: Settings | None = None) -> list[str]:
     """The round as plain sentences, in order (unnumbered; the HTML numbers them); settings
     are the trace's, which name the verification."""
     if rnd.nodes:
         return narrate_tree(rnd, settings)
-    used = verification_of(settings) if settings is not None else ""
-    lossy = verification_label(used) if used in LOSSY_VERIFICATIONS else ""
+    v = verification_for(settings) if settings is not None else None
+    lossy = v.label if v is not None and not v.lossless and not v.entry.wrong else ""
     lines = [proposal(rnd)]
     if rnd.stop not in (None, "gamma"):  # the plain case goes unsaid
         lines.append(stop_sentence(rnd, settings) or "")
@@ -214,7 +212,7 @@ def narrate_round(rnd: Round, settings: dict[str, Any] | None = None) -> list[st
     return lines
 
 
-def narration_html(rnd: Round, settings: dict[str, Any] | None = None) -> str:
+def narration_html(rnd: Round, settings: Settings | None = None) -> str:
     """The numbered sentences as an escaped ordered list."""
     items = "".join(f"<li>{esc(s)}</li>" for s in narrate_round(rnd, settings))
     head = esc(f"Round {round_number(rnd.index)}")

@@ -26,7 +26,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from specviz.config import is_greedy
 from specviz.trace import Drafted, Round, Trace, round_number
 from specviz.verify import verification_for
 from specviz.verify.words import source_text
@@ -337,26 +336,20 @@ def _meter(game: Game) -> str:
 
 def draw_sentence(game: Game, i: int) -> str:
     """What the verification drew for draft i, with the true a(x) (plain text)."""
-    d, rule, a = game.drafts[i], game.rule, game.keep(i)
-    if rule.draw == "sample" and d.target_text is not None:
-        return f"The target sampled {d.target_text!r} from p; a(x) = p(x) = {num(a)}."
-    if rule.draw == "u" and d.u is not None:
-        ratio = d.p / d.q if d.q > 0 else float("inf")
-        return f"u = {d.u:.3f}; a(x) = min(1, p/q) = min(1, {num(ratio)}) = {num(a)}."
-    if rule.draw == "u":
-        return f"No draw in greedy mode: p and q are one-hot, so a(x) = {num(a)}."
-    return f"No draw: the rule decides by its threshold on p, so a(x) = {num(a)}."
+    d, a = game.drafts[i], game.keep(i)
+    return verification_for(game.trace.settings).draw_text(d, a)
 
 
 def verdict_sentence(game: Game, i: int) -> str:
     """The verdict on draft i, and what replaced it after a rejection (plain text)."""
     d, rnd = game.drafts[i], game.round
+    drew_u = game.rule.draw == "u" and d.u is not None  # a rule that draws u decided by it
     if d.status == "accepted":
         why = (
             "the sample is x"
             if d.target_sample is not None
             else "u < a(x)"
-            if d.u is not None
+            if drew_u
             else "the rule keeps it"
         )
         line = f"Kept: {why}."
@@ -374,22 +367,18 @@ def verdict_sentence(game: Game, i: int) -> str:
         "the sample is not x"
         if d.target_sample is not None
         else "u ≥ a(x)"
-        if d.u is not None
+        if drew_u
         else "the rule does not keep it"
     )
     line = f"Rejected: {why}."
     added = rnd.added
     if added is not None and added.status == "resampled":
-        if rnd.exact_match:
-            line += f" The round keeps the target's own sample {added.text!r} in its place."
-        elif game.rule.draw == "u":
-            line += (
-                f" In its place the target drew {added.text!r} from "
-                f"{source_text(added.source or 'residual')} (probability {num(added.prob)} "
-                "there)."
-            )
-        else:
-            line += f" In its place the round emits the target's sample {added.text!r}."
+        v = verification_for(game.trace.settings)
+        source = added.source or v.fallback_source
+        line += (
+            f" In its place the round emits {added.text!r}, drawn from {source_text(source)} "
+            f"(probability {num(added.prob)} there)."
+        )
     later = len(rnd.drafted) - len(game.drafts)
     if later:
         line += f" The {later} later draft(s) are discarded untested."
@@ -467,7 +456,7 @@ def board_html(game: Game | None) -> str:
     where = f"Round {round_number(rnd.index)} of {len(trace.rounds)} · {rule.label} · " + (
         "round done" if game.phase == "done" else f"draft {game.at + 1} of {n} proposed"
     )
-    greedy = " (greedy: p and q are one-hot)" if is_greedy(trace.settings) else ""
+    greedy = " (greedy: p and q are one-hot)" if trace.settings.is_greedy else ""
     head = (
         f'<div class="sv-play-head"><b>{esc(where)}</b>'
         f'<div class="sv-play-rule">{esc("The rule: " + rule.sentence(trace.settings) + greedy)}'
