@@ -340,6 +340,17 @@ def test_a_run_into_a_report_of_other_settings_is_refused(pair, whole) -> None:
         rr.ReportRun(whole, plan(), pair)
 
 
+def test_a_resume_with_another_draft_is_refused(pair, whole) -> None:
+    import dataclasses
+
+    from specviz.pair import LoadedModel
+
+    d = pair.draft
+    other = LoadedModel(d.name, d.model, d.device, "bfloat16 copy", d.vocab_size, 0.0, "test")
+    with pytest.raises(ValueError, match=r"was run with other models \(draft: "):
+        rr.ReportRun(whole, plan(compare=True), dataclasses.replace(pair, draft=other))
+
+
 def test_two_shards_merged_equal_one_run(pair, whole, tmp_path) -> None:
     dirs = [tmp_path / f"s{i}" for i in range(2)]
     for i, d in enumerate(dirs):
@@ -439,7 +450,23 @@ def test_every_trace_written_loads_in_the_data_tab(whole) -> None:
 # --- the Prompt set tab's handler on the tiny pair ---------------------------------------
 
 
-def test_the_tab_runs_an_upload_and_refuses_a_bad_one(pair, tmp_path) -> None:
+@pytest.fixture()
+def model_thread_one_thread():
+    """The model thread computes on one thread meanwhile (tiny models gain nothing from two,
+    and on a shared 2-core CPU they cost)."""
+    import torch
+
+    from specviz.modelthread import MODEL_THREAD
+
+    threads = MODEL_THREAD.call(torch.get_num_threads)
+    MODEL_THREAD.call(lambda: torch.set_num_threads(1))
+    yield
+    MODEL_THREAD.call(lambda: torch.set_num_threads(threads))
+
+
+def test_the_tab_runs_an_upload_and_refuses_a_bad_one(
+    pair, tmp_path, model_thread_one_thread
+) -> None:
     from specviz.config import Limits
     from specviz.ui import report_tab
     from specviz.ui.context import AppContext
@@ -466,11 +493,17 @@ def test_the_tab_runs_an_upload_and_refuses_a_bad_one(pair, tmp_path) -> None:
         report_tab.report_updates(state, form, ctx, report_tab.FILE_CHOICE, str(bad), False)
     )
     assert len(refused) == 1 and "refused: line 2" in refused[0]["report_status"]
-    state.stop.set()  # a stop before the first prompt ends: nothing more than it runs
-    stopped = list(
-        report_tab.report_updates(state, form, ctx, report_tab.FILE_CHOICE, str(good), False)
+    long = Form(prompt="1 2", pair="tiny", max_new_tokens=20, gamma=2)
+    five = tmp_path / "five.jsonl"
+    five.write_text("\n".join(json.dumps(x) for x in LINES))
+    views = report_tab.report_updates(state, long, ctx, report_tab.FILE_CHOICE, str(five), False)
+    for view in views:  # Stop once the first prompt is done: the one in progress ends
+        if "[1/5]" in view.get("report_status", ""):
+            report_tab.stop_report(state)
+    assert (
+        "report stopped after" in view["report_status"] and "of 5 prompts" in view["report_status"]
     )
-    assert "report" in stopped[-1]["report_status"]
+    assert len(view["report_files"]) == 3
 
 
 # --- the real offline pair, once ---------------------------------------------------------

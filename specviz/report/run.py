@@ -142,6 +142,30 @@ def read_manifest(out: Path) -> dict[str, Any] | None:
     return manifest
 
 
+def loaded_models(pair: ModelPair, compare_pair: ModelPair | None = None) -> dict[str, Any]:
+    """The models as loaded: name and dtype (for the offline draft, its variant). A
+    resumed run and the shards of one report must have loaded the same ones: the offline
+    draft's variant is chosen by measurement and may change between processes."""
+
+    def one(m: Any) -> str | None:
+        return None if m is None else f"{m.name} ({m.dtype})"
+
+    out = {"target": one(pair.target), "draft": one(pair.draft)}
+    if compare_pair is not None:
+        out.update(compare_target=one(compare_pair.target), compare_draft=one(compare_pair.draft))
+    return out
+
+
+def check_loaded(out: Path, manifest: dict[str, Any], loaded: dict[str, Any]) -> None:
+    """Refuse (one line) to resume with other models than the report began with."""
+    diff = first_difference(manifest.get("loaded", loaded), loaded)
+    if diff:
+        raise ValueError(
+            f"{out} was run with other models ({diff}); give another --out, or force the "
+            "same draft variant (SPECVIZ_OFFLINE_DRAFT) to resume it"
+        )
+
+
 def check_resumable(out: Path, plan: Plan) -> bool:
     """Whether out already holds this report (resume); ValueError (one line) when it holds
     another one. Reads only: call it before loading any model."""
@@ -259,9 +283,12 @@ class ReportRun:
         self.out, self.plan, self.pair, self.compare_pair = Path(out), plan, pair, compare_pair
         self.about, self.warm = about or {}, warm
         resumed = check_resumable(self.out, plan)
+        loaded = loaded_models(pair, compare_pair)
+        if resumed:
+            check_loaded(self.out, read_manifest(self.out) or {}, loaded)
         self.out.mkdir(parents=True, exist_ok=True)
         if not resumed:
-            _write_json(self.out / MANIFEST, plan.manifest(self.about))
+            _write_json(self.out / MANIFEST, {**plan.manifest(self.about), "loaded": loaded})
         _drop_cut_line(self.out / RUNS)
         self.records = load_records(self.out)
         self.resumed = len(self.records)
@@ -327,6 +354,7 @@ def report_meta(manifest: dict[str, Any], records: list[Record]) -> dict[str, An
             **manifest.get("about", {}),
             "source": manifest.get("source", ""),
             "shard": ident.get("shard"),
+            "loaded": manifest.get("loaded"),
             "models": spec.models if spec else {},
             "compare_models": (
                 records[0].compare.models if records and records[0].compare else None
@@ -375,6 +403,7 @@ def merge(dirs: list[Path], out: Path, say: Callable[[str], None] | None = None)
         ident = dict(m["identity"])
         shard = Shard.parse(ident.pop("shard"))
         diff = first_difference({k: v for k, v in first.items() if k != "shard"}, ident)
+        diff = diff or first_difference(manifests[0].get("loaded"), m.get("loaded"))
         if diff:
             raise ValueError(f"{d} is a shard of another report ({diff})")
         shards.append(shard)
