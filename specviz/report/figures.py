@@ -8,7 +8,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from specviz.report.stats import OVERALL, TOKEN_KINDS
-from specviz.views.figures import empty_figure, label, lay_out
+from specviz.views.figures import empty_figure, label, lay_out, plain
 from specviz.views.palette import COLORS, SERIES
 from specviz.views.style import figure
 
@@ -16,7 +16,8 @@ from specviz.views.style import figure
 def _groups(report: dict[str, Any]) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
     """(name, deterministic figures, timing figures) per category, then overall."""
     det, tim = report["deterministic"], report["timing"]
-    out = [(c, d, tim["categories"][c]) for c, d in det["categories"].items()]
+    # category names are the file's text: Plotly reads some markup in labels, so it goes
+    out = [(plain(c), d, tim["categories"][c]) for c, d in det["categories"].items()]
     return out + [(OVERALL, det[OVERALL], tim[OVERALL])]
 
 
@@ -215,7 +216,7 @@ def compare_figure(report: dict[str, Any]) -> go.Figure:
     cmp = report["deterministic"].get("compare")
     if not cmp:
         return empty_figure("no second drafter (--compare-with)")
-    names = [*cmp["categories"], OVERALL]
+    names = [*map(plain, cmp["categories"]), OVERALL]
     rows = [*(cmp["categories"][c]["paired"] for c in cmp["categories"]), cmp[OVERALL]["paired"]]
     fig = figure()
     for n, key in enumerate(("tokens_per_call", "acceptance")):
