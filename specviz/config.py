@@ -206,6 +206,7 @@ class Meta:
     lo: float | None = None
     hi: float | str | None = None
     lo_open: bool = False  # lo itself is not valid
+    hi_open: bool = False  # hi itself is not valid
     fronts: tuple[str, ...] = FRONT_ENDS
     flag: str | None = None  # the CLI's flag where it is not --name-with-dashes
     slider: tuple[float, float | None, float] | None = None  # min, max (None: hi), step
@@ -261,7 +262,9 @@ class Setting:
             return f"<= {_bound(hi) if kind is int else format(hi, 'g')}"
         if kind is int:
             return f"{_bound(lo)}..{_bound(hi)}"
-        return f"{'(' if self.meta.lo_open else '['}{lo:g}, {hi:g}]"
+        return (
+            f"{'(' if self.meta.lo_open else '['}{lo:g}, {hi:g}{')' if self.meta.hi_open else ']'}"
+        )
 
     def check(self, value: Any, limits: Limits) -> Any:
         """The value validated (ValueError, one line); a list for a tuple becomes a tuple."""
@@ -285,7 +288,7 @@ class Setting:
         elif kind is int:
             _int_range(name, value, None if m.lo is None else int(m.lo), _int_or_none(hi))
         elif kind is float:
-            _number_range(name, value, m.lo, hi, m.lo_open)
+            _number_range(name, value, m.lo, hi, m.lo_open, m.hi_open)
         elif kind is str and not isinstance(value, str):
             raise ValueError(f"{name} must be text, got {value!r}")
 
@@ -514,6 +517,7 @@ class Settings:
         lo=0,
         hi=1,
         lo_open=True,
+        hi_open=True,
         slider=(0.05, 0.95, 0.05),
         elem_id="sv-draft-confidence",
         switch=Switch(
@@ -522,7 +526,7 @@ class Settings:
             0.4,
             elem_id="sv-own-draft-confidence",
         ),
-        help="stop a round's drafting after a token whose q is below T, in (0, 1)",
+        help="stop a round's drafting after a token whose q is below T",
     )
     # A dynamic tree's node budget (specviz.tree.draft_budget_tree): the nodes of highest
     # path confidence are expanded, depth by depth up to gamma. None: no dynamic tree.
@@ -583,11 +587,8 @@ class Settings:
 
     def _check_dynamic(self) -> None:
         """The confidence stop and the dynamic tree: their ranges and what they combine with."""
-        if self.draft_confidence is not None:
-            if self.draft_confidence >= 1:
-                raise ValueError(f"draft confidence must be in (0, 1), got {self.draft_confidence}")
-            if self.tree is not None or self.tree_budget is not None:
-                raise ValueError("draft confidence stops a chain: it cannot run on a tree")
+        if self.draft_confidence is not None and self.drafts_tree:
+            raise ValueError("draft confidence stops a chain: it cannot run on a tree")
         if self.tree_budget is None:
             return
         if self.tree is not None:
@@ -725,15 +726,21 @@ def _one_side(lo: float | None, hi: float | None) -> str:
 
 
 def _number_range(
-    name: str, value: Any, lo: float | None, hi: float | None, lo_open: bool = False
+    name: str,
+    value: Any,
+    lo: float | None,
+    hi: float | None,
+    lo_open: bool = False,
+    hi_open: bool = False,
 ) -> None:
     below = lo is not None and _is_number(value) and (value <= lo if lo_open else value < lo)
-    above = hi is not None and _is_number(value) and value > hi
+    above = hi is not None and _is_number(value) and (value >= hi if hi_open else value > hi)
     if _is_number(value) and not below and not above:
         return
     if lo is not None and hi is not None:
         raise ValueError(
-            f"{name} must be in {'(' if lo_open else '['}{lo:g}, {hi:g}], got {value!r}"
+            f"{name} must be in {'(' if lo_open else '['}{lo:g}, {hi:g}"
+            f"{')' if hi_open else ']'}, got {value!r}"
         )
     if lo is not None:
         raise ValueError(

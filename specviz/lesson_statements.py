@@ -311,7 +311,9 @@ def sweep_statement(rows: Sequence[dict[str, Any]], verification: str = "rejecti
     rows = sorted(rows, key=lambda r: r["gamma"])
     best = max(rows, key=lambda r: r["measured_speedup"])
     measured = ", ".join(f"gamma {r['gamma']}: {_x(r['measured_speedup'])}" for r in rows)
-    name, key = ("sum p q", "match_alpha") if verification == "exact-match" else ("alpha", "alpha")
+    # the acceptance the verification's own measure names, where the sweep recorded it
+    measure = verification_for(Settings(verification=verification)).measure
+    name, key = ("sum p q", "match_alpha") if measure[1] == "match_alpha" else ("alpha", "alpha")
     lev = ", ".join(_x(metrics.expected_speedup(r[key], r["gamma"], r["c"])) for r in rows)
     accept = statistics.median(r[key] for r in rows)
     c = statistics.median(r["c"] for r in rows)

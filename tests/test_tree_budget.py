@@ -22,6 +22,7 @@ from specviz.engine import Run, check_request, generate
 from specviz.sampling import residual
 from specviz.trace import STOPS, Trace
 from specviz.tree import BUDGET_BRANCHING, budget_allowance, root_children
+from specviz.views import markup
 from tests.test_tree import _recording, check_pair, deep_close_pair
 from tests.tiny import close_pair, tiny_pair
 
@@ -103,6 +104,14 @@ def test_greedy_chain_with_a_confidence_stop_equals_greedy_autoregressive(make, 
             t = generate(pair, prompt, s)
             assert t.token_ids == ar.token_ids, (t_conf, prompt)
             stops.update(r.stop for r in t.rounds)
+            for r in t.rounds:
+                said = markup.stop_sentence(r, t.settings) or ""
+                if r.stop == "confidence":
+                    # q is one-hot here (the decision line shows q = 1.00): the sentence
+                    # must name what the stop read, the temperature-1 softmax
+                    assert all(d.q == 1.0 for d in r.drafted)
+                    read = "softmax at temperature 1: its probability of its last token fell"
+                    assert read in said and f"threshold {t_conf:g}," in said, said
     assert stops["confidence"] >= 3 and stops["gamma"] >= 1, stops
     assert set(stops) <= set(STOPS)
 

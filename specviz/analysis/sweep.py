@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from specviz import metrics
 from specviz.config import DEFAULT_PROMPT, Settings
 from specviz.trace import Trace, verified
+from specviz.verify import verification_for
 
 if TYPE_CHECKING:
     from specviz.costs import StepCosts
@@ -230,7 +231,7 @@ def cell_row(
     """The row of the cell with settings s from its speculative and AR traces, paired by
     repetition, and the refined prediction from costs (None without)."""
     alpha, match = pooled_alpha(spec), pooled_alpha(spec, "match_prob")
-    expected = match if s.verification == "exact-match" else alpha
+    expected = match if verification_for(s).measure[1] == "match_alpha" else alpha
     c = statistics.median(metrics.cost_ratio(sp, a) for sp, a in zip(spec, ar, strict=True))
     spec_ms = statistics.median(t.stats.ms_per_token for t in spec)
     ar_ms = statistics.median(t.stats.ms_per_token for t in ar)

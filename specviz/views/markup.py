@@ -215,6 +215,14 @@ def stop_sentence(rnd: Round, settings: Settings | None = None) -> str | None:
     threshold = settings.draft_confidence if settings is not None else None
     if rnd.stop == "confidence" and threshold is not None:
         why = why.replace("threshold", f"threshold {threshold:g}")
+    if rnd.stop == "confidence" and settings is not None and settings.is_greedy:
+        # greedy q is one-hot (q = 1 on every draft): the stop reads the draft's own
+        # softmax at temperature 1 instead (specviz.drafters.ModelDrafter.unsure)
+        why = why.replace(
+            "the draft's probability",
+            "q is one-hot in greedy mode, so the stop reads the draft's softmax at "
+            "temperature 1: its probability",
+        )
     return f"Drafting stopped at {what}: {why}."
 
 
