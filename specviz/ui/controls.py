@@ -67,9 +67,11 @@ def settings(c: dict[str, Any], pairs: list[str], dep: Deployment, runner: Runne
     )
     c["compile"] = gr.Checkbox(
         compiled_by_default(),  # Form's None: the machine's default, as the CLI's
-        label="compiled path (torch.compile, static KV cache; the first run compiles)",
+        label="compiled path (compiled ahead of time at start-up, static KV cache)"
+        if runner.name == "zerogpu"
+        else "compiled path (torch.compile, static KV cache; the first run compiles)",
         elem_id="sv-compile",
-        visible=runner.compiles,  # ZeroGPU has no torch.compile
+        visible=runner.compiles,  # on ZeroGPU: where the start-up compiled ahead of time
     )
     with gr.Accordion("models", open=True):
         c["pair"] = gr.Dropdown(pairs, value=pairs[0], label="pair (draft -> target)")

@@ -138,8 +138,12 @@ def compile_choice(form: Form) -> str:
 
 
 def compiled_by_default() -> bool:
-    """Whether a pair loaded here runs compiled unless asked otherwise (the box's start)."""
-    return auto_backend(resolve_device("auto")) is not None
+    """Whether a pair loaded here runs compiled unless asked otherwise (the box's start):
+    where specviz.compiled.auto_backend compiles, and on ZeroGPU where the start-up
+    compiled the pair's calls ahead of time (specviz.aoti.FORWARDS)."""
+    from specviz import aoti
+
+    return auto_backend(resolve_device("auto")) is not None or aoti.FORWARDS.serving()
 
 
 def _load(loader: Loader, form: Form) -> ModelPair:
