@@ -11,6 +11,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -45,8 +46,8 @@ def finite_positive(*xs: float) -> bool:
 def test_the_report_has_every_section(report) -> None:
     table, res = report
     assert res["schema"] == gpucheck.SCHEMA and res["size"] == "tiny"
-    for key in ("models", "steps", "trees", "exactness", "overhead", "compiled", "runs",
-                "projection", "packages"):  # fmt: skip
+    for key in ("models", "steps", "trees", "exactness", "overhead", "compiled", "aoti",
+                "runs", "projection", "packages"):  # fmt: skip
         assert key in res
     headings = ["Decode steps", "A verify call", "A tree's verify call", "Exactness on cpu"]
     headings += ["Engine per round"]
@@ -208,3 +209,62 @@ def test_the_readme_says_how_to_run_it() -> None:
     readme = (SCRIPT.parent.parent / "README.md").read_text()
     section = readme.split("## GPU check", 1)[1].split("\n## ", 1)[0]
     assert "scripts/gpu_check.sh" in section and "--tiny" in section
+
+
+# --- the ahead-of-time stage (AOTInductor): its plan on the CPU, its run with stand-ins ---
+
+
+def test_the_aoti_stage_is_skipped_on_the_cpu_with_one_line(report) -> None:
+    from specviz.gpucheck.aoti import CPU_SKIP
+
+    table, res = report
+    assert res["aoti"] == {"skipped": CPU_SKIP}
+    assert (
+        f"Ahead of time (torch.export, aoti_compile_and_package, aoti_load_package): {CPU_SKIP}"
+        in table
+    )
+
+
+def test_the_aoti_stage_runs_on_cuda_unless_told_otherwise() -> None:
+    import dataclasses
+
+    from specviz.gpucheck.aoti import CPU_SKIP, aoti_skip, cache_length
+    from specviz.gpucheck.plan import TINY, Plan
+
+    gpu = Plan()  # the GPU run's plan (built without touching a device)
+    assert aoti_skip(TINY) == CPU_SKIP
+    assert aoti_skip(gpu) is None
+    assert aoti_skip(dataclasses.replace(gpu, compile="off")) == "skipped: --compile off"
+    assert aoti_skip(gpu, elapsed_s=gpu.budget_s + 1) == "skipped: out of time (budget 300 s)"
+    assert cache_length(gpu) == 512 and cache_length(TINY) == 256
+
+
+def test_the_aoti_stage_exports_packages_loads_and_runs(monkeypatch, tmp_path) -> None:
+    """The stage's own steps on the CPU, with torch's packaging replaced by stand-ins that
+    save and load the exported program (AOTInductor itself takes minutes here)."""
+    from specviz.gpucheck import aoti as stage
+    from specviz.gpucheck.plan import SHAPES, TINY, build
+
+    calls = []
+
+    def package(exported, package_path):
+        calls.append("package")
+        torch.export.save(exported, package_path)
+        return package_path
+
+    def load(path):
+        calls.append("load")
+        return torch.export.load(path).module()
+
+    monkeypatch.setattr(stage, "aoti_skip", lambda plan, elapsed_s=0.0: None)
+    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", package)
+    monkeypatch.setattr(torch._inductor, "aoti_load_package", load)
+    target = build(SHAPES["tiny"]["target"], TINY, 0)
+    res = stage.aoti_stage(target, TINY, time.perf_counter(), tmp_path)
+    assert calls == ["package", "load"] and (tmp_path / "target-step.pt2").is_file()
+    assert res["compiled_calls"] >= TINY.reps  # the timed steps ran the loaded forward
+    assert res["argmax_equal"] and res["max_abs_logit_diff"] < 1e-4
+    assert finite_positive(res["aoti_ms"], res["eager_ms"], res["package_mb"])
+    from specviz.gpucheck.report import _aoti
+
+    assert "the target's one-token step on a static cache" in _aoti({"aoti": res})

@@ -17,6 +17,7 @@ import transformers
 from transformers import LlamaForCausalLM
 
 from specviz.config import COMPILE_BACKENDS
+from specviz.gpucheck.aoti import aoti_stage
 from specviz.gpucheck.measure import engine_overhead, projection, steps_and_verify
 from specviz.gpucheck.path import EXACT_TOKENS, compiled_steps, engine_runs, exactness
 from specviz.gpucheck.plan import SCHEMA, SHAPES, Plan, build, error_line, n_params
@@ -47,6 +48,7 @@ def run_check(plan: Plan, out: Path | None, say: Callable[[str], None]) -> dict:
     stage("exactness", lambda: exactness(plan, t_start))
     stage("overhead", lambda: engine_overhead(target, plan, res["steps"]["verify"]))
     stage("compiled", lambda: compiled_steps(draft, target, plan, t_start))
+    stage("aoti", lambda: aoti_stage(target, plan, t_start))
     stage("runs", lambda: engine_runs(draft, target, plan, t_start))
     stage("projection", lambda: projection(measured_c(res), res["steps"]["verify"]))
     stage("packages", imported_packages)
@@ -108,6 +110,7 @@ def format_table(res: dict) -> str:
         ("exactness", _exactness),
         ("overhead", _overhead),
         ("compiled", _compiled),
+        ("aoti", _aoti),
         ("runs", _runs),
         ("projection", _projection),
     ]
@@ -188,6 +191,19 @@ def _compiled(res: dict) -> str:
         f"{_table(head, rows)}\nc: eager {_f(cp['c_eager'], 3)}, compiled "
         f"{_f(cp.get('c_compiled'), 3)}" + "".join(f"\n{m}" for m in reasons)
     )
+
+
+def _aoti(res: dict) -> str:
+    a = res["aoti"]
+    title = "Ahead of time (torch.export, aoti_compile_and_package, aoti_load_package)"
+    if "skipped" in a:
+        return f"{title}: {a['skipped']}"
+    head = ["model", "cache", "export s", "package s", "load s", "MB", "eager ms", "AOTI ms"]
+    head += ["speedup", "max |logit diff|", "argmax equal"]
+    keys = ["model", "cache", "export_s", "package_s", "load_s", "package_mb", "eager_ms"]
+    keys += ["aoti_ms", "speedup", "max_abs_logit_diff"]
+    row = [a.get(k) for k in keys] + ["yes" if a["argmax_equal"] else "NO"]
+    return f"{title}, the target's one-token step on a static cache:\n" + _table(head, [row])
 
 
 def _runs(res: dict) -> str:
