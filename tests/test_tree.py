@@ -359,7 +359,7 @@ def test_settings_refuse_in_one_line(kw, match):
 def test_lossy_verifications_are_refused_on_trees(monkeypatch):
     # A verification outside TREE_VERIFICATIONS (a lossy one) is refused on a tree: here
     # exact match plays that part, as the schema's choices are fixed when Settings is made.
-    monkeypatch.setattr(config, "TREE_VERIFICATIONS", ("rejection",))
+    monkeypatch.setattr(config.settings, "TREE_VERIFICATIONS", ("rejection",))
     Settings(verification="exact-match")  # a chain may take it
     with pytest.raises(ValueError, match="not supported on a tree"):
         Settings(tree=(2,), verification="exact-match")

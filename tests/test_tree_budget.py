@@ -56,7 +56,7 @@ def test_settings_refuse_in_one_line(kw, match):
 
 
 def test_lossy_verifications_and_the_compiled_path_are_refused_on_a_dynamic_tree(monkeypatch):
-    monkeypatch.setattr(config, "TREE_VERIFICATIONS", ("rejection",))  # as a lossy one
+    monkeypatch.setattr(config.settings, "TREE_VERIFICATIONS", ("rejection",))  # as a lossy one
     with pytest.raises(ValueError, match="not supported on a tree"):
         Settings(tree_budget=8, verification="exact-match")
     pair = tiny_pair()
