@@ -1,9 +1,10 @@
 """HTML for the app: token spans, the per-round view, the legend, verdicts and small tables.
 
 Colours (``COLORS``) come from specviz.views.palette; :func:`css_variables` hands them to the
-page. Every piece of text that comes from a model, a user or a file goes through
-:func:`esc` (html.escape plus the characters that client-side templates treat specially)
-before it becomes part of a page. No gradio import.
+page. The HTML comes from templates/markup.html.j2 (specviz.views.templating), which escapes
+every value it is given (html.escape plus the characters that client-side templates treat
+specially: :func:`esc`), so every piece of text that comes from a model, a user or a file is
+escaped before it becomes part of a page. No gradio import.
 
 Token spans carry data-status (accepted|rejected|resampled|bonus), data-round and data-pos
 (the output position the token was proposed for; a rejected draft shares its position
@@ -15,8 +16,9 @@ sum_x min(p, q) falls.
 
 from __future__ import annotations
 
-import html
 from collections.abc import Callable
+
+from markupsafe import Markup
 
 from specviz.config import Settings
 from specviz.metrics import greedy_divergence
@@ -34,7 +36,10 @@ from specviz.verify import verification_for
 from specviz.verify.base import Verification
 from specviz.verify.words import num as num
 from specviz.verify.words import pair_fmt
-from specviz.views.palette import COLORS, show_whitespace
+from specviz.views.palette import COLORS
+from specviz.views.templating import esc as esc
+from specviz.views.templating import macro
+from specviz.views.templating import visible_text as visible_text
 
 LEGEND: dict[str, str] = {
     "accepted": "draft token accepted: u < min(1, p/q) (exact match: the target sampled it)",
@@ -45,23 +50,11 @@ LEGEND: dict[str, str] = {
 }
 MARKERS = {"resampled": "↻", "bonus": "+"}
 
-# Characters escaped beyond html.escape: client-side template syntax (${...}, {{...}}, `).
-_EXTRA = str.maketrans({"{": "&#123;", "}": "&#125;", "$": "&#36;", "`": "&#96;"})
 
-
-def esc(text: object) -> str:
-    """Escape any text for HTML content or a quoted attribute."""
-    return html.escape(str(text), quote=True).translate(_EXTRA)
-
-
-def visible_text(text: str) -> str:
-    """Escaped token text with spaces, tabs and newlines made visible (carriage returns go)."""
-    return show_whitespace(esc(text).replace("\r", ""), _ws_span)
-
-
-def _ws_span(glyph: str, char: str) -> str:
-    """A whitespace glyph as a span; a tab or newline stays after it, for the layout."""
-    return f'<span class="sv-ws">{glyph}</span>' + ("" if char == " " else char)
+def _html(name: str, *args: object, **kwargs: object) -> str:
+    """The page's HTML from a macro of templates/markup.html.j2 (plain str, as callers join
+    and concatenate it)."""
+    return str(macro("markup.html.j2", name)(*args, **kwargs))
 
 
 def css_variables() -> str:
@@ -83,28 +76,31 @@ def token_span(
     """
     if status not in TOKEN_STATUSES:
         raise ValueError(f"unknown token status {status!r}")
-    marker = MARKERS.get(status)
-    mark = f'<sup class="sv-mark" aria-hidden="true">{marker}</sup>' if marker else ""
     title = f"{status} · round {round_number(round_index)} · position {pos}"
-    style = ""
+    overlap = background = None
     if shade is not None:
-        style, note = _shade_style(shade)
+        overlap, background, note = _shade(shade)
         title += f" · {note}"
-    title = esc(f"{title} · click to inspect")
-    return (
-        f'<span class="sv-tok sv-{status}" data-status="{status}" data-round="{round_index}" '
-        f'data-pos="{pos}"{style} tabindex="0" role="button" title="{title}">'
-        f"{visible_text(text)}{mark}</span>"
+    return _html(
+        "token_span",
+        text,
+        status,
+        round_index,
+        pos,
+        MARKERS.get(status),
+        f"{title} · click to inspect",
+        overlap,
+        background,
     )
 
 
-def _shade_style(overlap: float) -> tuple[str, str]:
-    """The inline background for one overlap, and the words for the token's title."""
+def _shade(overlap: float) -> tuple[str, str, str]:
+    """One overlap as the span's data-overlap, its inline background, and the words for the
+    token's title."""
     pct = round(8 + 62 * (1.0 - min(1.0, max(0.0, overlap))))
     color = COLORS["disagreement"]
     background = f"color-mix(in srgb, {color} {pct}%, white)"
-    style = f' data-overlap="{overlap:.3f}" style="background: {background}"'
-    return style, f"overlap sum_x min(p, q) = {overlap:.2f}"
+    return f"{overlap:.3f}", background, f"overlap sum_x min(p, q) = {overlap:.2f}"
 
 
 def round_spans(rnd: Round, shade_overlap: bool = False) -> str:
@@ -126,10 +122,8 @@ def round_spans(rnd: Round, shade_overlap: bool = False) -> str:
 
 
 def tokens_html(parts: list[str], prompt: str = "") -> str:
-    """The token view from cached per-round span strings."""
-    head = f'<div class="sv-prompt" title="prompt">{visible_text(prompt)}</div>' if prompt else ""
-    body = "".join(parts) or '<span class="sv-empty">Press Run or Step to generate.</span>'
-    return f'<div class="sv-tokens">{head}<div class="sv-output">{body}</div></div>'
+    """The token view from cached per-round span strings (HTML from this module)."""
+    return _html("tokens", Markup("".join(parts)), prompt)
 
 
 def trace_tokens_html(trace: Trace | None, shade_overlap: bool = False) -> str:
@@ -141,47 +135,28 @@ def trace_tokens_html(trace: Trace | None, shade_overlap: bool = False) -> str:
     if shade_overlap and not has_overlaps(trace):
         raise ValueError("this trace recorded no overlaps (an AR run or a minimal trace)")
     if trace.method == "ar":
-        body = f'<span class="sv-ar">{visible_text(trace.text)}</span>'
-        return tokens_html([body], trace.prompt)
+        return tokens_html([_html("ar_text", trace.text)], trace.prompt)
     return tokens_html([round_spans(r, shade_overlap) for r in trace.rounds], trace.prompt)
 
 
 def overlap_legend_html() -> str:
     """The legend of the overlap shading: a ramp from agreement to disagreement."""
-    steps = "".join(
-        f'<span class="sv-tok"{_shade_style(x)[0]}>{x:.2f}</span>'
-        for x in (1.0, 0.75, 0.5, 0.25, 0.0)
-    )
-    note = esc(
+    steps = [(f"{x:.2f}", *_shade(x)[:2]) for x in (1.0, 0.75, 0.5, 0.25, 0.0)]
+    note = (
         "shade: each drafted token's overlap sum_x min(p, q) at its position, darker where "
         "the draft and the target disagree (also among accepted tokens); added tokens keep their "
         "status colour"
     )
-    return f'<div class="sv-legend sv-overlap-legend">{steps} {note}</div>'
+    return _html("overlap_legend", steps, note)
 
 
 def legend_html() -> str:
     """The legend: swatch, name and meaning per status (the meaning in .sv-legend-desc,
     which the presentation view leaves out)."""
-    items = "".join(
-        f'<span class="sv-legend-item"><span class="sv-tok sv-{s}">{esc(s)}'
-        f"{MARKERS.get(s) and f'<sup class=sv-mark>{MARKERS[s]}</sup>' or ''}</span> "
-        f'<span class="sv-legend-desc">{esc(LEGEND[s])}</span></span>'
-        for s in TOKEN_STATUSES
-    )
-    ws = '<span class="sv-legend-item"><span class="sv-ws">·</span> space, '
-    ws += '<span class="sv-ws">↵</span> newline</span>'
-    return f'<div class="sv-legend">{items}{ws}</div>'
+    return _html("legend", [(s, MARKERS.get(s), LEGEND[s]) for s in TOKEN_STATUSES])
 
 
 # --- per-round view --------------------------------------------------------------------
-
-
-def _chip(text: str, status: str, round_index: int, pos: int | None) -> str:
-    where = f' data-round="{round_index}" data-pos="{pos}"' if pos is not None else ""
-    return (
-        f'<span class="sv-chip sv-{status}" data-kind="{status}"{where}>{visible_text(text)}</span>'
-    )
 
 
 # Why a round stopped drafting, in words (trace.STOPS); "gamma" is the plain case, which the
@@ -228,38 +203,34 @@ def stop_sentence(rnd: Round, settings: Settings | None = None) -> str | None:
 
 def round_row(rnd: Round) -> str:
     """One row: the round's number (from 1), drafts with verdicts, then the added token."""
-    drafts = "".join(
-        _chip(d.text, d.status, rnd.index, rnd.start + i if d.status != "discarded" else None)
+    chips = [
+        (d.text, d.status, rnd.start + i if d.status != "discarded" else None)
         for i, d in enumerate(rnd.drafted)
-    )
-    drafts = drafts or '<span class="sv-none">no drafts</span>'
-    if rnd.stop in STOP_TAGS:
-        why = esc(STOP_WORDS[rnd.stop])
-        drafts += (
-            f' <span class="sv-kind sv-stop" title="{why}">stopped: {STOP_TAGS[rnd.stop]}</span>'
-        )
+    ]
+    stop = (STOP_TAGS[rnd.stop], STOP_WORDS[rnd.stop]) if rnd.stop in STOP_TAGS else None
+    added = None
     if rnd.added is not None:
-        pos = rnd.start + rnd.n_accepted
-        added = _chip(rnd.added.text, rnd.added.status, rnd.index, pos)
-        added += f' <span class="sv-kind">{esc(rnd.added.status)}</span>'
-    else:
-        added = '<span class="sv-none">(EOS accepted)</span>'
-    counts = f"{rnd.n_accepted}/{len(rnd.drafted)}"
+        added = (rnd.added.text, rnd.added.status, rnd.start + rnd.n_accepted)
+    tree = None
     if rnd.nodes is not None:  # a tree round: accepted depth, nodes and trials
-        nodes = rnd.nodes
-        depth = max((n.depth for n in nodes), default=0)
-        counts = f"depth {rnd.n_accepted}/{depth}<br>{rnd.trials} trials / {len(nodes)} nodes"
-    return (
-        f'<tr><td class="sv-rn">{round_number(rnd.index)}</td><td>{drafts}</td>'
-        f'<td class="sv-counts">{counts}</td><td>{added}</td></tr>'
+        depth = max((n.depth for n in rnd.nodes), default=0)
+        tree = (rnd.n_accepted, depth, rnd.trials, len(rnd.nodes))
+    return _html(
+        "round_row",
+        round_number(rnd.index),
+        rnd.index,
+        chips,
+        stop,
+        added,
+        rnd.n_accepted,
+        len(rnd.drafted),
+        tree,
     )
 
 
 def rounds_html(rows: list[str]) -> str:
-    """The per-round table from cached rows."""
-    head = "<tr><th>round</th><th>drafts → verdicts</th><th>acc.</th><th>added</th></tr>"
-    body = "".join(rows) or '<tr><td colspan="4" class="sv-none">no rounds yet</td></tr>'
-    return f'<div class="sv-rounds"><table>{head}{body}</table></div>'
+    """The per-round table from cached rows (HTML from round_row)."""
+    return _html("rounds", Markup("".join(rows)))
 
 
 # --- verdicts --------------------------------------------------------------------------
@@ -337,8 +308,7 @@ def verdict_html(dec: Decision) -> str:
             lines.append(tv)
     if dec.added is not None:
         lines.append(v.replace_text(dec.added))
-    items = "".join(f"<li>{esc(x)}</li>" for x in lines)
-    return f'<div class="sv-verdict"><b>{esc(head)}</b><ul>{items}</ul></div>'
+    return _html("verdict", head, lines)
 
 
 # --- small panels ----------------------------------------------------------------------
@@ -346,7 +316,7 @@ def verdict_html(dec: Decision) -> str:
 
 def status_html(message: str, kind: str = "info") -> str:
     """A one-line status message (kind: info, busy, error)."""
-    return f'<div class="sv-status sv-status-{esc(kind)}">{esc(message)}</div>'
+    return _html("status", message, kind)
 
 
 def sampling_text(settings: Settings) -> str:
@@ -384,7 +354,7 @@ def exact_note_html(settings: Settings, drafter: str = "the draft") -> str:
             "sampling; each decision's TV(out, p) says how much probability it moved away "
             "from the target's (run summary, Decision tab)."
         )
-        return f'<div class="sv-exact-note">{esc(note)}</div>'
+        return _html("exact_note", note)
     if greedy:
         how = "the target's own greedy decoding (argmax of p at every step)"
     else:
@@ -399,20 +369,17 @@ def exact_note_html(settings: Settings, drafter: str = "the draft") -> str:
             f" The draft samples at temperature {dt:g}, the target at {t:g}: q is warped "
             "differently from p, which can change how many drafts are accepted."
         )
-    return f'<div class="sv-exact-note">{esc(note)}</div>'
+    return _html("exact_note", note)
 
 
 def models_html(described: dict[str, str]) -> str:
     """Which model runs where and in which dtype."""
-    rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in described.items())
-    return f'<table class="sv-models">{rows}</table>'
+    return _html("table", list(described.items()), "sv-models")
 
 
 def table_html(rows: list[tuple[str, str]], caption: str = "") -> str:
     """A two-column table of escaped labels and values."""
-    cap = f"<caption>{esc(caption)}</caption>" if caption else ""
-    body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
-    return f'<table class="sv-table">{cap}{body}</table>'
+    return _html("table", rows, "sv-table", caption)
 
 
 def greedy_check(spec: Trace, ar: Trace, decode: Callable[[list[int]], str] | None = None) -> str:
@@ -462,14 +429,15 @@ def status_word(status: str, text: str | None = None) -> str:
     sentences name the colours with these)."""
     if status not in TOKEN_STATUSES:
         raise ValueError(f"unknown token status {status!r}")
-    return f'<span class="sv-tok sv-{status}">{esc(status if text is None else text)}</span>'
+    return _html("status_word", status, status if text is None else text)
 
 
 def lesson_card_html(text: str) -> str:
     """A lesson step's sentences (HTML written by specviz.lesson)."""
-    return f'<div class="sv-lesson-card">{text}</div>'
+    return _html("lesson_card", Markup(text))
 
 
 def lesson_said_html(said: str | None) -> str:
-    """What a lesson step said after its run ("" before it ran)."""
-    return f'<div class="sv-lesson-said">{said}</div>' if said else ""
+    """What a lesson step said after its run (HTML written by specviz.lesson; "" before it
+    ran)."""
+    return _html("lesson_said", Markup(said) if said else "")

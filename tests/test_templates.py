@@ -1,0 +1,119 @@
+"""The views' templates (specviz/views/templates): each one parses, values are escaped on
+their way into the page (quotes, ampersands and client-side template syntax too), HTML a
+template made goes into another as it is, and a hostile token text comes out escaped in
+every view built from them. No models, no gradio."""
+
+from __future__ import annotations
+
+import html
+
+import jinja2
+import pytest
+from markupsafe import Markup
+
+from specviz.trace import Added, Drafted, Round, Trace, decision_at
+from specviz.views import markup, templating
+
+HOSTILE = "<script>alert(1)</script>\"'&${x}{{y}}`"
+ESCAPED = templating.esc(HOSTILE)
+RAW = ("<script", "</script>", "\"'", "${", "{{", "`")
+
+
+def assert_escaped(out: str, text: str = HOSTILE) -> None:
+    """text appears escaped in out (at least once), and none of its raw markup does."""
+    assert templating.esc(text) in out, out
+    for raw in RAW:
+        assert raw not in out, (raw, out)
+
+
+def test_every_template_parses() -> None:
+    env = templating.environment()
+    names = templating.template_names()
+    assert "markup.html.j2" in names
+    for name in names:
+        source = env.loader.get_source(env, name)[0]
+        env.parse(source)  # a syntax error raises
+        assert env.get_template(name).module is not None  # its macros are defined
+
+
+def test_the_environment_escapes_and_refuses_undefined_values() -> None:
+    env = templating.environment()
+    assert env.autoescape is True and env.undefined is jinja2.StrictUndefined
+    tpl = env.from_string("<b title='{{ v }}'>{{ v }}</b>{{ safe }}")
+    out = tpl.render(v=HOSTILE, safe=Markup("<i>kept</i>"))
+    assert out == f"<b title='{ESCAPED}'>{ESCAPED}</b><i>kept</i>"
+    assert html.unescape(ESCAPED) == HOSTILE
+    with pytest.raises(jinja2.UndefinedError):
+        env.from_string("{{ missing }}").render()
+
+
+def test_line_breaks_in_a_template_are_layout_only() -> None:
+    env = templating.environment()
+    out = env.from_string("<div>\n  <span>{{ v }}</span>\n  {% if v %} <b>x</b>{% endif %}\n</div>")
+    assert out.render(v="a\nb") == "<div><span>a\nb</span> <b>x</b></div>"
+
+
+def hostile_trace() -> Trace:
+    def d(text: str, status: str, u: float | None) -> Drafted:
+        top = [{"id": 1, "text": text, "p": 0.4, "q": 0.5}]
+        return Drafted(1, text, 0.4, 0.5, 0.8, u, status, 0.7, top)
+
+    rnd = Round(
+        0,
+        0,
+        3,
+        [d(HOSTILE, "accepted", 0.2), d(HOSTILE, "rejected", 0.9), d(HOSTILE, "discarded", None)],
+        Added(2, HOSTILE, "resampled", 0.3, 0.6, [{"id": 2, "text": HOSTILE, "residual": 0.6}]),
+        1.0,
+        2.0,
+        0.01,
+        stop="confidence",
+    )
+    return Trace(
+        "spec",
+        HOSTILE,
+        [1],
+        {"gamma": 3},
+        {"target": HOSTILE, "draft": HOSTILE},
+        rounds=[rnd],
+        token_ids=[1, 2],
+        token_texts=[HOSTILE, HOSTILE],
+        timeline=[[0.01, 2.0]],
+    )
+
+
+def test_markup_views_escape_a_hostile_token_text() -> None:
+    t = hostile_trace()
+    rnd = t.rounds[0]
+    assert_escaped(markup.token_span(HOSTILE, "accepted", 0, 0, 0.5))
+    assert_escaped(markup.trace_tokens_html(t))
+    assert_escaped(markup.trace_tokens_html(t, shade_overlap=True))
+    ar = Trace("ar", HOSTILE, [1], {}, {}, token_ids=[2], token_texts=[HOSTILE])
+    assert_escaped(markup.trace_tokens_html(ar))
+    assert_escaped(markup.tokens_html([], prompt=HOSTILE))
+    assert_escaped(markup.round_row(rnd))
+    assert_escaped(markup.rounds_html([markup.round_row(rnd)]))
+    assert_escaped(markup.verdict_html(decision_at(t, 0, 1)), repr(HOSTILE))
+    assert_escaped(markup.status_html(HOSTILE, HOSTILE))
+    assert_escaped(markup.models_html(t.models))
+    assert_escaped(markup.table_html([(HOSTILE, HOSTILE)], HOSTILE))
+    assert_escaped(markup.status_word("bonus", HOSTILE))
+    for view in (
+        markup.legend_html(),
+        markup.overlap_legend_html(),
+        markup.exact_note_html(t.settings),
+    ):
+        assert all(raw not in view for raw in RAW)
+
+
+def test_html_from_a_template_nests_as_it_is() -> None:
+    row = markup.round_row(hostile_trace().rounds[0])
+    table = markup.rounds_html([row])
+    assert row in table and table.count("<tr>") == 2
+    spans = markup.round_spans(hostile_trace().rounds[0])
+    assert spans in markup.tokens_html([spans])
+    said = "<p>a <code>b</code></p>"
+    assert markup.lesson_said_html(said) == f'<div class="sv-lesson-said">{said}</div>'
+    assert markup.lesson_said_html(None) == ""
+    assert markup.lesson_card_html(said) == f'<div class="sv-lesson-card">{said}</div>'
+    assert type(markup.status_html("x")) is str  # callers concatenate it as text
