@@ -369,3 +369,72 @@ def test_the_confident_contender_runs_with_its_stop(result, opts, pair):
     assert name in {c.name for c in bench.all_contenders(pair, "greedy", opts)}
     rows = [r for r in result.rows if r["contender"] == name]
     assert rows and all(r["new_tokens"] == TOKENS for r in rows)
+
+
+# --- the roofline's prediction beside each speedup ---------------------------------------------
+
+
+def test_the_roofline_predictions_on_synthetic_rows():
+    from specviz.bench import ratios
+
+    roof = ratios.roofline(1_000_000_000, 250_000_000, 10.0)  # floors 100 ms and 25 ms
+    assert roof["target_floor_ms"] == pytest.approx(100.0)
+    assert roof["draft_floor_ms"] == pytest.approx(25.0)
+    rows = [
+        {"contender": f"specviz spec g=2{s}", "full_round_accepted": 3, "full_round_verified": 6}
+        for s in ("", " compiled")
+    ]
+    # alpha 0.5, gamma 2: 1.75 tokens a round; a round at the floor 2 x 25 + 100 = 150 ms
+    assert ratios.spec_floor_ms(roof, 0.5, 2) == pytest.approx(150 / 1.75)
+    # both at the floor: Leviathan's formula at c = 0.25
+    want = 1.75 / (2 * 0.25 + 1)
+    med = {"specviz AR": 200.0}
+    for key in (ratios.SPEEDUP, ratios.COMPILED_PATH_SPEEDUP):
+        assert ratios.roofline_prediction(key, 2, rows, med, roof) == pytest.approx(want)
+    # eager AR as measured against the compiled spec at its floor
+    got = ratios.roofline_prediction(ratios.COMPILED_SPEEDUP, 2, rows, med, roof)
+    assert got == pytest.approx(200 / (150 / 1.75))
+    assert ratios.roofline_prediction(ratios.AR_PARITY, None, rows, med, roof) is None
+    assert ratios.roofline_prediction(ratios.SPEEDUP, 2, rows, med, None) is None
+    assert ratios.roofline_prediction(ratios.SPEEDUP, 4, rows, med, roof) is None  # no rows
+
+
+def test_the_compiled_rows_carry_the_roofline(compiled_result):
+    from specviz.bench import ratios
+
+    _, result = compiled_result
+    roof = result.machine["roofline"]
+    assert roof["target_bytes"] >= roof["draft_bytes"] > 0 and roof["bandwidth_gb_s"] > 0
+    for key in ratios.ROOFLINE_ITEMS:
+        rs = [r for r in result.ratios if r["item"] == key and r["gamma"] == 4]
+        assert rs and all(r["roofline"] is not None and r["roofline"] > 0 for r in rs)
+        summary = [s for s in result.summary if s["item"] == key and s["gamma"] == 4]
+        assert summary and all(s["roofline"] is not None for s in summary)
+    text = bench.format_report(result)
+    assert "roofline's prediction" in text and "roofline: memory bandwidth" in text
+
+
+def test_the_first_token_after_a_restart(monkeypatch):
+    import subprocess
+    from types import SimpleNamespace
+
+    from specviz.bench import report, running
+
+    seen = []
+
+    def fake_run(cmd, **kw):
+        seen.append(cmd[3:])
+        return SimpleNamespace(returncode=0, stdout='{"first_token_s": 12.5, "load_s": 3.0}\n')
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    got = running.first_token_after_restart("cpu", "inductor")
+    assert got == {"first_token_s": 12.5, "load_s": 3.0, "compiled": "inductor"}
+    assert seen[0][:2] == ["cpu", "inductor"]
+    got["floor_ms"] = 55.0
+    line = report._first_token_line(got)
+    assert line.startswith("first token after a restart (inductor path, fresh process")
+    assert "12.5 s, of which loading 3.0 s; the roofline's floor for it: 55.0 ms" in line
+    monkeypatch.setattr(
+        subprocess, "run", lambda cmd, **kw: SimpleNamespace(returncode=1, stderr="x\nboom")
+    )
+    assert running.first_token_after_restart("cpu", None) == {"error": "boom"}

@@ -17,6 +17,11 @@ tokens-per-round ratio, which are as named:
 - with ``--compile``: the compiled path against the eager one (speculative and AR), against
   transformers' assisted generation and eager AR, and its own trace overhead.
 
+The speedups ((c), and with ``--compile`` compiled AR / compiled spec and eager AR /
+compiled spec) carry the roofline's prediction (``roofline_prediction``): what the ratio
+would be with the runs at the memory's floor (each model's bytes per step over the measured
+bandwidth, specviz.costs).
+
 Each ratio's key (the "item" of ratios.csv, summary.csv and bench.json) says what it
 divides by what. ``summarize_ratios`` pools the prompts: geometric means, the overheads'
 arithmetic means.
@@ -86,10 +91,15 @@ RatioItem = tuple[str, "int | None", "float | None"]  # key, gamma, value
 
 
 def case_ratios(
-    rows: list[dict[str, Any]], bp: BenchPrompt, mode: str, opts: BenchOptions
+    rows: list[dict[str, Any]],
+    bp: BenchPrompt,
+    mode: str,
+    opts: BenchOptions,
+    roof: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Every ratio of one (prompt, mode): one dict per ratio, larger than 1 favours specviz
-    (except the trace overhead and the tokens-per-round ratio, which are as named)."""
+    (except the trace overhead and the tokens-per-round ratio, which are as named); the
+    speedups carry the roofline's prediction (roofline_prediction) when roof is given."""
     med = {name: _median_ms(rows, name) for name in {r["contender"] for r in rows}}
     items = _speed_ratios(med, opts) + _engine_ratios(med, rows, opts)
     if opts.compile:
@@ -99,9 +109,66 @@ def case_ratios(
     return [
         base
         | {"item": key, "ratio_of": RATIO_OF[key], "gamma": g, "value": value}
+        | {"roofline": roofline_prediction(key, g, rows, med, roof)}
         | {"greedy_outputs_agree": greedy_ok}
         for key, g, value in items
     ]
+
+
+# --- the roofline's prediction -------------------------------------------------------------
+
+ROOFLINE_ITEMS = (SPEEDUP, COMPILED_PATH_SPEEDUP, COMPILED_SPEEDUP)
+
+
+def roofline(target_bytes: int, draft_bytes: int | None, gb_s: float) -> dict[str, Any]:
+    """What the bench's roofline predictions need: each model's bytes per step and their
+    floors at the measured bandwidth (specviz.costs)."""
+    floor = lambda n: None if n is None else n / (gb_s * 1e9) * 1e3  # noqa: E731
+    return {
+        "bandwidth_gb_s": gb_s,
+        "target_bytes": target_bytes,
+        "draft_bytes": draft_bytes,
+        "target_floor_ms": floor(target_bytes),
+        "draft_floor_ms": floor(draft_bytes),
+    }
+
+
+def pooled_alpha(rows: list[dict[str, Any]], name: str) -> float | None:
+    """The acceptance rate of a contender's full-size rounds, all repetitions pooled."""
+    rs = [r for r in rows if r["contender"] == name and r.get("full_round_verified")]
+    verified = sum(r["full_round_verified"] for r in rs)
+    return sum(r["full_round_accepted"] for r in rs) / verified if verified else None
+
+
+def spec_floor_ms(roof: dict[str, Any], alpha: float, gamma: int) -> float:
+    """ms per token of a speculative run at the memory's floor: gamma draft steps and one
+    verify call (the target's weights read once, as a step), over Leviathan's expected
+    tokens per round."""
+    per_round = gamma * roof["draft_floor_ms"] + roof["target_floor_ms"]
+    return per_round / metrics.expected_tokens_per_round(alpha, gamma)
+
+
+def roofline_prediction(
+    key: str,
+    gamma: int | None,
+    rows: list[dict[str, Any]],
+    med: Medians,
+    roof: dict[str, Any] | None,
+) -> float | None:
+    """The roofline's prediction for a speedup: AR / spec on one path with both at their
+    floors (Leviathan's formula at c = draft bytes / target bytes and the run's alpha), or,
+    for eager AR / compiled spec, the measured eager AR over the compiled spec at its
+    floor. None for other ratios, or when the bytes or alpha are missing."""
+    if roof is None or key not in ROOFLINE_ITEMS or gamma is None or not roof.get("draft_bytes"):
+        return None
+    kind = "spec" if key == SPEEDUP else "spec-compiled"
+    alpha = pooled_alpha(rows, contender_name("specviz", kind, gamma))
+    if alpha is None:
+        return None
+    floor = spec_floor_ms(roof, alpha, gamma)
+    if key == COMPILED_SPEEDUP:
+        return _ratio(_med(med, "specviz", "ar"), floor)
+    return roof["target_floor_ms"] / floor
 
 
 def _median_ms(rows: list[dict[str, Any]], name: str) -> float | None:
@@ -260,6 +327,7 @@ def summarize_ratios(ratios: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Geometric means over prompts of each (mode, item, gamma), with the min and max."""
     groups: dict[tuple[str, str, Any], list[float]] = {}
     what: dict[tuple[str, str, Any], str] = {}
+    roofs: dict[tuple[str, str, Any], list[float]] = {}
     for r in ratios:
         if r["value"] is None:
             continue
@@ -269,6 +337,8 @@ def summarize_ratios(ratios: list[dict[str, Any]]) -> list[dict[str, Any]]:
             r["gamma"] if r["item"] not in AT_BEST_GAMMA else None,
         )
         groups.setdefault(key, []).append(r["value"])
+        if r.get("roofline") is not None:
+            roofs.setdefault(key, []).append(r["roofline"])
         what[key] = r["ratio_of"]
     out = []
     for (mode, item, g), vals in groups.items():
@@ -284,6 +354,7 @@ def summarize_ratios(ratios: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "min": min(vals),
                 "max": max(vals),
                 "prompts": len(vals),
+                "roofline": _geomean(roofs[(mode, item, g)]) if (mode, item, g) in roofs else None,
             }
         )
     return sorted(out, key=lambda r: (r["mode"], RATIO_KEYS.index(r["item"]), r["gamma"] or 0))

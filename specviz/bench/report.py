@@ -124,18 +124,23 @@ def format_table(result: BenchResult) -> str:
     """The ratio table as Markdown: one row per item (and gamma), one column per mode."""
     modes = result.options["modes"]
     cells: dict[tuple[str, Any], dict[str, str]] = {}
+    roofs: dict[tuple[str, Any], dict[str, str]] = {}
     for s in result.summary:
         cell = _fmt(s["item"], s["value"])
         if s["prompts"] > 1:
             cell += f" ({_fmt(s['item'], s['min'])} to {_fmt(s['item'], s['max'])})"
         cells.setdefault((s["item"], s["gamma"]), {})[s["mode"]] = cell
+        if s.get("roofline") is not None:
+            roofs.setdefault((s["item"], s["gamma"]), {})[s["mode"]] = f"{s['roofline']:.2f}"
     head = ["ratio", "gamma", *[_mode_title(m) for m in modes], "target"]
+    head += ["roofline's prediction"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     keys = sorted(cells, key=lambda k: (ITEM_ORDER.index(k[0]), k[1] or 0))
     for item, g in keys:
         vals = [cells[(item, g)].get(m, "n/a") for m in modes]
         gamma = "best" if item in AT_BEST_GAMMA else ("" if g is None else str(g))
-        row = [ROWS[item].label, gamma, *vals, ROWS[item].target]
+        roof = " / ".join(roofs.get((item, g), {}).get(m, "") for m in modes).strip(" /")
+        row = [ROWS[item].label, gamma, *vals, ROWS[item].target, roof]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
@@ -191,10 +196,32 @@ def format_loads(result: BenchResult) -> str:
         )
     if "compile" in d:
         parts.append(_compile_line(d["compile"]))
+    if "first_token_after_restart" in d:
+        parts.append(_first_token_line(d["first_token_after_restart"]))
+    roof = result.machine.get("roofline")
+    if roof:
+        draft = roof["draft_floor_ms"]
+        parts.append(
+            f"roofline: memory bandwidth {roof['bandwidth_gb_s']:.1f} GB/s; a target step reads "
+            f"{roof['target_bytes'] / 1e6:.0f} MB (floor {roof['target_floor_ms']:.1f} ms)"
+            + ("" if draft is None else f", a draft step {roof['draft_bytes'] / 1e6:.0f} MB "
+               f"(floor {draft:.1f} ms)")
+        )  # fmt: skip
     parts.append(f"peak RSS of the whole benchmark process: {d['peak_rss_mib']:.0f} MiB")
     if "cuda_peak_allocated_mib" in d:
         parts.append(f"peak CUDA memory allocated: {d['cuda_peak_allocated_mib']:.0f} MiB")
     return "\n".join(f"- {p}" for p in parts)
+
+
+def _first_token_line(f: dict[str, Any]) -> str:
+    if "error" in f:
+        return f"first token after a restart: failed ({f['error']})"
+    floor = f.get("floor_ms")
+    return (
+        f"first token after a restart ({f['compiled']} path, fresh process, caches filled): "
+        f"{f['first_token_s']:.1f} s, of which loading {f['load_s']:.1f} s"
+        + ("" if floor is None else f"; the roofline's floor for it: {floor:.1f} ms")
+    )
 
 
 def _compile_line(c: dict[str, Any]) -> str:

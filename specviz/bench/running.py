@@ -85,6 +85,7 @@ def _run_bench(
     if opts.compile:
         pair.with_compile(opts.compile)  # refuses a pair the compiled path cannot run
     result = BenchResult(options=dataclasses.asdict(opts), machine=machine_info(pair))
+    result.machine["roofline"] = pair_roofline(pair)
     empty = compile_cache_is_empty() if opts.compile else None
     warm_up_contenders(pair, opts, prompts[0], say)
     say(
@@ -98,7 +99,7 @@ def _run_bench(
             cs = all_contenders(pair, mode, opts)
             rows = _measure(cs, bp, ids, mode, opts, say)
             result.rows += rows
-            result.ratios += case_ratios(rows, bp, mode, opts)
+            result.ratios += case_ratios(rows, bp, mode, opts, result.machine.get("roofline"))
     result.summary = summarize_ratios(result.ratios)
     if opts.load_probe and pair.name == "default":
         say("timing a cold and a warm load in fresh processes")
@@ -106,6 +107,11 @@ def _run_bench(
     if opts.compile:
         say("timing first compiles")
         result.loads["compile"] = compile_times(pair, opts, prompts[0], empty)
+    if opts.load_probe and pair.name == "default":
+        say("timing the first token after a restart")
+        first = first_token_after_restart(pair.device.type, opts.compile)
+        first["floor_ms"] = (result.machine["roofline"] or {}).get("target_floor_ms")
+        result.loads["first_token_after_restart"] = first
     result.machine["loadavg_end"] = _loadavg()
     result.elapsed_s = time.perf_counter() - t_start
     return result
@@ -286,6 +292,62 @@ def load_in_subprocess(cold: bool, device: str) -> dict[str, Any]:
         return {"error": (out.stderr.strip().splitlines() or ["failed"])[-1]}
     d = json.loads(out.stdout.strip().splitlines()[-1])
     d["subprocess_s"] = wall
+    return d
+
+
+def pair_roofline(pair: ModelPair) -> dict[str, Any] | None:
+    """The pair's bytes per step and floors at this process's bandwidth (measured once,
+    specviz.costs.bandwidth); None where a model cannot be sized."""
+    from specviz import costs
+    from specviz.bench.ratios import roofline
+
+    try:
+        draft = costs.weight_bytes(pair.draft.model) if pair.draft else None
+        bw = costs.bandwidth(pair.device.type)
+        return roofline(costs.weight_bytes(pair.target.model), draft, bw.gb_s)
+    except (AttributeError, RuntimeError, TypeError, ValueError):
+        return None
+
+
+FIRST_TOKEN_PROBE = """
+import json, sys, time
+t0 = time.perf_counter()
+from specviz.config import Settings
+from specviz.engine import Run
+from specviz.models import load_pair
+pair = load_pair(device=sys.argv[1])
+loaded = time.perf_counter() - t0
+if sys.argv[2] != "off":
+    pair = pair.with_compile(sys.argv[2])
+run = Run(pair, sys.argv[3], Settings(max_new_tokens=4))
+for _ in run:
+    break
+print(json.dumps({"first_token_s": time.perf_counter() - t0, "load_s": loaded}))
+"""
+
+
+def first_token_after_restart(device: str, compile: str | None) -> dict[str, Any]:
+    """The time to the first token of a fresh process: imports, loading the offline pair
+    (its caches filled), on the compiled path its compile (inductor's cache filled, so a
+    restart's), the prefill and the first round; measured inside the process from its first
+    line."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    root = Path(__file__).resolve().parents[2]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH", "")]))
+    from specviz.config import DEFAULT_PROMPT
+
+    args = [device, compile or "off", DEFAULT_PROMPT]
+    out = subprocess.run(
+        [sys.executable, "-c", FIRST_TOKEN_PROBE, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    if out.returncode != 0:
+        return {"error": (out.stderr.strip().splitlines() or ["failed"])[-1]}
+    d = json.loads(out.stdout.strip().splitlines()[-1])
+    d["compiled"] = compile or "off"
     return d
 
 
