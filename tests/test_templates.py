@@ -117,3 +117,39 @@ def test_html_from_a_template_nests_as_it_is() -> None:
     assert markup.lesson_said_html(None) == ""
     assert markup.lesson_card_html(said) == f'<div class="sv-lesson-card">{said}</div>'
     assert type(markup.status_html("x")) is str  # callers concatenate it as text
+
+
+def hostile_tree_round() -> Round:
+    """Tree 2,1: the first root child rejected, the second accepted (2nd try), its child
+    rejected, then a token resampled; every text hostile."""
+    from specviz.trace import Node
+
+    nodes = [
+        Node(5, HOSTILE, -1, 1, 0.6, 0.7, "rejected", 0, 0.7, 0.4, 0.9),
+        Node(6, HOSTILE, -1, 1, 0.4, 0.5, "accepted", 1, 0.5, 1.0, 0.2),
+        Node(7, HOSTILE, 1, 2, 0.5, 0.9, "rejected", 0, 0.9, 0.3, 0.8),
+    ]
+    drafted = [
+        Drafted(6, HOSTILE, 0.4, 0.5, 1.0, 0.2, "accepted", 0.6, []),
+        Drafted(7, HOSTILE, 0.5, 0.9, 0.3, 0.8, "rejected", 0.6, []),
+    ]
+    added = Added(12, HOSTILE, "resampled", 0.3, 0.5, [])
+    return Round(0, 0, 2, drafted, added, 1.0, 2.0, 0.05, [2, 1], nodes)
+
+
+def test_tree_views_escape_a_hostile_token_text() -> None:
+    from specviz.views import tree_view
+
+    rnd = hostile_tree_round()
+    svg = tree_view.tree_svg(rnd)
+    assert svg.count("<g ") == 5 and svg.count("<path ") == 4  # root, 3 nodes, the added one
+    for text in ("<title>", 'data-node="2"', 'data-pos="1"', "2nd try", "↻ resampled"):
+        assert text in svg
+    # the box shows the text cut to its width, the tooltip its repr
+    assert_escaped(svg, tree_view._short(HOSTILE))
+    assert_escaped(svg, repr(HOSTILE))
+    assert_escaped(tree_view.tree_html(rnd), repr(HOSTILE))
+    assert_escaped(tree_view.node_verdict_html(rnd, rnd.nodes[2]), repr(HOSTILE))
+    assert tree_view.tree_html(None) == (
+        f'<div class="sv-tree sv-tree-empty">{templating.esc(tree_view.NO_TREE)}</div>'
+    )

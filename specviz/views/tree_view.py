@@ -15,6 +15,8 @@ box holding its token text (escaped, whitespace made visible), coloured by its s
 A tried node shows its turn among its siblings (1st, 2nd, ...). Every node carries
 ``data-round`` and ``data-node`` (its index in ``Round.nodes``), the added token
 ``data-round`` and ``data-pos``, so the page's script can send a click to the inspector.
+The HTML and SVG come from templates/tree.html.j2 (specviz.views.templating), which escapes
+every value.
 
 :func:`node_verdict_html` and :func:`node_figure` are the inspector's view of one node: p
 and q of its token at its parent, the updated target p' at its trial, u against
@@ -24,14 +26,17 @@ min(1, p'/q), and the verdict. :func:`tree_counts` gives the round table's count
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import plotly.graph_objects as go
+from markupsafe import Markup
 
 from specviz.trace import Node, Round, Trace, round_number
 from specviz.views.figures import lay_out, plain
-from specviz.views.markup import _pair_fmt, esc, num
+from specviz.views.markup import _pair_fmt, num
 from specviz.views.palette import COLORS, show_whitespace
 from specviz.views.style import figure
+from specviz.views.templating import macro
 
 NODE_STATUSES = ("accepted", "rejected", "untried", "resampled", "bonus")
 STATUS_WORDS = {
@@ -153,20 +158,25 @@ def _on_path(box: _Box) -> bool:
     return box.status in ("accepted", "root", "bonus", "resampled")
 
 
-def _edge(parent: _Box, child: _Box) -> str:
+def _html(name: str, *args: object) -> str:
+    """The page's HTML from a macro of templates/tree.html.j2."""
+    return str(macro("tree.html.j2", name)(*args))
+
+
+def _edge(parent: _Box, child: _Box) -> dict[str, Any]:
+    """The curve from a box to its child, for the template's edge."""
     x0, y0 = _xy(parent)
     x1, y1 = _xy(child)
     x0, y0, y1 = x0 + BOX_W, y0 + BOX_H / 2, y1 + BOX_H / 2
     mid = (x0 + x1) / 2
     bold = _on_path(child)
-    width = 3 if bold else 1.2
-    color = _color(child.status) if bold else "#afb8c1"
-    dash = ' stroke-dasharray="4 3"' if child.status == "untried" else ""
-    return (
-        f'<path d="M{x0:.0f},{y0:.0f} C{mid:.0f},{y0:.0f} {mid:.0f},{y1:.0f} {x1:.0f},{y1:.0f}" '
-        f'fill="none" stroke="{color}" stroke-width="{width}"{dash}'
-        f' class="sv-tedge{" sv-tpath" if bold else ""}"/>'
-    )
+    return {
+        "d": f"M{x0:.0f},{y0:.0f} C{mid:.0f},{y0:.0f} {mid:.0f},{y1:.0f} {x1:.0f},{y1:.0f}",
+        "color": _color(child.status) if bold else "#afb8c1",
+        "width": 3 if bold else 1.2,
+        "dashed": child.status == "untried",
+        "bold": bold,
+    }
 
 
 def _title(rnd: Round, box: _Box) -> str:
@@ -184,59 +194,49 @@ def _title(rnd: Round, box: _Box) -> str:
     return text
 
 
-def _node_svg(rnd: Round, box: _Box, pos: int) -> str:
+def _node(rnd: Round, box: _Box, pos: int) -> dict[str, Any]:
+    """One box of the drawing, for the template's node."""
     x, y = _xy(box)
     color = "#57606a" if box.key == -1 else _color(box.status)
     bold = _on_path(box) and box.key != -1
-    attrs = f'class="sv-tnode sv-t-{box.status}" tabindex="0" role="button"'
-    if box.key >= 0:
-        attrs += f' data-round="{rnd.index}" data-node="{box.key}"'
-    elif box.key == -2:
-        attrs += f' data-round="{rnd.index}" data-pos="{pos}"'
-    else:
-        attrs = 'class="sv-tnode sv-t-root"'
-    fill = "#ffffff" if box.status in ("untried", "root") else color + "1f"
-    dash = ' stroke-dasharray="4 3"' if box.status == "untried" else ""
-    rect = (
-        f'<rect x="{x}" y="{y}" width="{BOX_W}" height="{BOX_H}" rx="5" fill="{fill}" '
-        f'stroke="{color}" stroke-width="{3 if bold else 1.2}"{dash}/>'
-    )
-    weight = "700" if bold else "400"
-    deco = ' text-decoration="line-through"' if box.status == "rejected" else ""
-    label = (
-        f'<text x="{x + BOX_W / 2}" y="{y + BOX_H / 2 + 4}" text-anchor="middle" '
-        f'font-family="ui-monospace, monospace" font-size="13" font-weight="{weight}" '
-        f'fill="{color}"{deco}>{esc(_short(box.text))}</text>'
-    )
-    extra = ""
+    corner, corner_color = None, "#57606a"
     if box.key >= 0:
         n = (rnd.nodes or [])[box.key]
         if n.trial is not None:
-            extra = (
-                f'<text x="{x + BOX_W - 3}" y="{y - 2}" text-anchor="end" font-size="10" '
-                f'fill="#57606a">{ordinal(n.trial)} try</text>'
-            )
+            corner = f"{ordinal(n.trial)} try"
     elif box.key == -2:
         mark = "↻" if box.status == "resampled" else "+"
-        extra = (
-            f'<text x="{x + BOX_W - 3}" y="{y - 2}" text-anchor="end" font-size="10" '
-            f'fill="{color}">{mark} {box.status}</text>'
-        )
-    return f"<g {attrs}><title>{esc(_title(rnd, box))}</title>{rect}{label}{extra}</g>"
+        corner, corner_color = f"{mark} {box.status}", color
+    return {
+        "kind": "node" if box.key >= 0 else "added" if box.key == -2 else "root",
+        "status": box.status,
+        "round": rnd.index,
+        "key": box.key,
+        "pos": pos,
+        "title": _title(rnd, box),
+        "x": x,
+        "y": y,
+        "w": BOX_W,
+        "h": BOX_H,
+        "fill": "#ffffff" if box.status in ("untried", "root") else color + "1f",
+        "color": color,
+        "width": 3 if bold else 1.2,
+        "dashed": box.status == "untried",
+        "weight": "700" if bold else "400",
+        "struck": box.status == "rejected",
+        "label": _short(box.text),
+        "corner": corner,
+        "corner_color": corner_color,
+    }
 
 
 def legend_html() -> str:
     """The tree's colour key."""
-    items = "".join(
-        f'<span class="sv-tkey" style="border-color:{_color(s)};color:{_color(s)}'
-        f"{';border-style:dashed' if s == 'untried' else ''}"
-        f'{";font-weight:700" if s in ("accepted", "bonus", "resampled") else ""}">'
-        f"{esc(w)}</span>"
+    keys = [
+        (w, _color(s), s == "untried", s in ("accepted", "bonus", "resampled"))
         for s, w in STATUS_WORDS.items()
-    )
-    return (
-        f'<div class="sv-tlegend">{items} <span class="sv-tnote">bold: the path kept</span></div>'
-    )
+    ]
+    return _html("legend", keys)
 
 
 def tree_svg(rnd: Round) -> str:
@@ -248,14 +248,11 @@ def tree_svg(rnd: Round) -> str:
     depth = max(b.depth for b in boxes)
     width = 2 * PAD + (depth + 1) * BOX_W + depth * COL_GAP
     height = 2 * PAD + (rows - 1) * ROW_H + BOX_H + 6
-    edges = "".join(_edge(b, c) for b in boxes for c in b.children)
+    edges = [_edge(b, c) for b in boxes for c in b.children]
     pos = rnd.start + rnd.n_accepted
-    nodes = "".join(_node_svg(rnd, b, pos) for b in boxes)
-    return (
-        f'<svg class="sv-tree-svg" xmlns="http://www.w3.org/2000/svg" width="{width}" '
-        f'height="{height}" viewBox="-2 -12 {width + 4} {height + 12}" role="img" '
-        f'aria-label="round {round_number(rnd.index)} tree">{edges}{nodes}</svg>'
-    )
+    nodes = [_node(rnd, b, pos) for b in boxes]
+    label = f"round {round_number(rnd.index)} tree"
+    return _html("svg", width, height, label, edges, nodes)
 
 
 def caption(rnd: Round) -> str:
@@ -271,11 +268,8 @@ def caption(rnd: Round) -> str:
 def tree_html(rnd: Round | None) -> str:
     """The round's tree with its caption and legend; a hint when there is no tree round."""
     if rnd is None or not rnd.nodes:
-        return f'<div class="sv-tree sv-tree-empty">{esc(NO_TREE)}</div>'
-    return (
-        f'<div class="sv-tree"><div class="sv-tcaption">{esc(caption(rnd))}</div>'
-        f'{legend_html()}<div class="sv-tscroll">{tree_svg(rnd)}</div></div>'
-    )
+        return _html("empty", NO_TREE)
+    return _html("tree", caption(rnd), Markup(legend_html()), Markup(tree_svg(rnd)))
 
 
 def trace_tree_html(trace: Trace | None, round_index: int | None = None) -> str:
@@ -365,8 +359,7 @@ def node_verdict_html(rnd: Round, node: Node) -> str:
     lines = [nums, node_verdict(rnd, node)]
     if order:
         lines.append("its siblings' trials in order: " + "; ".join(order))
-    items = "".join(f"<li>{esc(x)}</li>" for x in lines)
-    return f'<div class="sv-verdict sv-node-verdict"><b>{esc(head)}</b><ul>{items}</ul></div>'
+    return str(macro("markup.html.j2", "verdict")(head, lines, "sv-verdict sv-node-verdict"))
 
 
 def node_figure(rnd: Round, node: Node) -> go.Figure:
