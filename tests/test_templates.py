@@ -153,3 +153,20 @@ def test_tree_views_escape_a_hostile_token_text() -> None:
     assert tree_view.tree_html(None) == (
         f'<div class="sv-tree sv-tree-empty">{templating.esc(tree_view.NO_TREE)}</div>'
     )
+
+
+def test_narration_and_race_replay_escape_a_hostile_token_text() -> None:
+    from specviz.views import narration, race_replay
+
+    t = hostile_trace()
+    said = narration.narration_html(t.rounds[0], t.settings)
+    assert said.startswith('<div class="sv-narration"><b>Round 1</b><ol><li>')
+    assert_escaped(said, repr(HOSTILE))
+    assert_escaped(narration.narration_html(hostile_tree_round()), repr(HOSTILE))
+    ar = Trace(
+        "ar", HOSTILE, [1], {}, {}, token_ids=[2], token_texts=[HOSTILE], timeline=[[0.02, 1.0]]
+    )
+    race = race_replay.replay_animation_html(t, ar, 0.25, nonce=7)
+    assert race.count('class="sv-race-tok"') == 3 and 'data-replay="7"' in race
+    assert 'style="animation-delay: 0.040s"' in race  # 0.01 s measured, at 0.25x
+    assert_escaped(race)

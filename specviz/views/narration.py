@@ -9,8 +9,8 @@ verification: its test on p); the drafts discarded after a rejection; where the 
 token came from (the residual norm(max(0, p - q)) after a rejection, the target's sample
 under exact match or a lossy verification, or p after a full accept); and how many tokens
 the round emitted. A tree round is told depth by depth: the siblings' trials in draw
-order, each against the updated target p'. ``narration_html`` escapes every sentence.
-No gradio.
+order, each against the updated target p'. ``narration_html`` puts the sentences in
+templates/narration.html.j2, which escapes every one. No gradio.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from specviz.config import Settings
 from specviz.trace import Drafted, Node, Round, round_number
 from specviz.verify import verification_for
 from specviz.verify.words import source_text
-from specviz.views.markup import _pair_fmt, esc, match_verdict, num, stop_sentence
+from specviz.views.markup import _pair_fmt, match_verdict, num, stop_sentence
+from specviz.views.templating import macro
 from specviz.views.tree_view import ordinal, shape_text
 
 
@@ -214,6 +215,5 @@ def narrate_round(rnd: Round, settings: Settings | None = None) -> list[str]:
 
 def narration_html(rnd: Round, settings: Settings | None = None) -> str:
     """The numbered sentences as an escaped ordered list."""
-    items = "".join(f"<li>{esc(s)}</li>" for s in narrate_round(rnd, settings))
-    head = esc(f"Round {round_number(rnd.index)}")
-    return f'<div class="sv-narration"><b>{head}</b><ol>{items}</ol></div>'
+    head = f"Round {round_number(rnd.index)}"
+    return str(macro("narration.html.j2", "narration")(head, narrate_round(rnd, settings)))

@@ -7,16 +7,18 @@ speed s (1x real time, 0.25x slower, 2x faster), a side shows the tokens it had 
 time t * s. Nothing is re-run: this is a replay of measured timings, and says so.
 
 ``replay_animation_html(spec, ar, speed)`` is one page update whose tokens appear by CSS
-animation delays, so a long run replays without further updates. Every token text is
-escaped. No gradio.
+animation delays, so a long run replays without further updates. The HTML comes from
+templates/race_replay.html.j2, which escapes every token text. No gradio.
 """
 
 from __future__ import annotations
 
 import math
 
+from markupsafe import Markup
+
 from specviz.trace import Trace
-from specviz.views.markup import esc
+from specviz.views.templating import macro
 
 SPEEDS = (0.25, 1.0, 2.0)
 MAX_SPEED = 100.0
@@ -54,23 +56,12 @@ def _note(speed: float) -> str:
     )
 
 
-def _side(trace: Trace, label: str, shown: int, head_time: str, body: str) -> str:
-    n = len(trace.token_ids)
-    head = f"{label} · {shown}/{n} tokens · {head_time}"
-    return (
-        f'<div class="sv-race-side" data-method="{trace.method}" data-shown="{shown}">'
-        f'<div class="sv-race-head"><b>{esc(head)}</b></div>'
-        f'<div class="sv-race-text" style="white-space: pre-wrap">{body}</div></div>'
-    )
-
-
-def _wrap(speed: float, sides: str, extra: str = "") -> str:
-    grid = "display: grid; grid-template-columns: 1fr 1fr; gap: 12px"
-    return (
-        f'<div class="sv-race" data-speed="{speed:g}">{extra}'
-        f'<div class="sv-race-note">{esc(_note(speed))}</div>'
-        f'<div style="{grid}">{sides}</div></div>'
-    )
+def _side(
+    trace: Trace, label: str, shown: int, head_time: str, tokens: list[tuple[str, str]]
+) -> Markup:
+    """One text's column: tokens are (text, animation delay in seconds)."""
+    head = f"{label} · {shown}/{len(trace.token_ids)} tokens · {head_time}"
+    return macro("race_replay.html.j2", "side")(trace.method, shown, head, tokens)
 
 
 def replay_animation_html(spec: Trace, ar: Trace, speed: float = 1.0, nonce: int = 0) -> str:
@@ -79,14 +70,13 @@ def replay_animation_html(spec: Trace, ar: Trace, speed: float = 1.0, nonce: int
     at once). A new nonce makes a new page value, which restarts the replay."""
     check_pair(spec, ar)
     speed = check_speed(speed)
-    sides = ""
+    sides = []
     for label, trace in zip(SIDES, (spec, ar), strict=True):
         times = token_times(trace.timeline)
-        body = "".join(
-            f'<span class="sv-race-tok" style="animation-delay: {ts / speed:.3f}s">'
-            f"{esc(text)}</span>"
-            for text, ts in zip(trace.token_texts, times, strict=False)
-        )
+        tokens = [
+            (text, f"{ts / speed:.3f}") for text, ts in zip(trace.token_texts, times, strict=False)
+        ]
         end = trace.timeline[-1][0] if trace.timeline else 0.0
-        sides += _side(trace, label, len(times), f"measured {end:.2f} s", body)
-    return _wrap(speed, sides, f'<span hidden data-replay="{int(nonce)}"></span>')
+        sides.append(_side(trace, label, len(times), f"measured {end:.2f} s", tokens))
+    race = macro("race_replay.html.j2", "race")
+    return str(race(f"{speed:g}", int(nonce), _note(speed), sides))
