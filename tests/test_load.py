@@ -1,12 +1,10 @@
-"""Load: 8 concurrent gradio_client sessions against one app process on loopback, then 100
-sequential runs; the app's memory may grow by at most 100 MB."""
+"""Load: 8 concurrent gradio_client sessions against one app served on loopback, then 100
+sequential runs; the memory of the process serving it may grow by at most 100 MB."""
 
 from __future__ import annotations
 
 import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -22,7 +20,6 @@ from specviz.engine import generate
 from specviz.trace import Trace
 from tests.tiny import tiny_pair
 
-ROOT = Path(__file__).resolve().parent.parent
 SESSIONS = 8
 
 pytestmark = pytest.mark.slow
@@ -36,30 +33,22 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def app():
-    port = free_port()
-    env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "SPECVIZ_CONCURRENCY": "1"}
-    env.update(SPECVIZ_QUEUE_SIZE="32", GRADIO_ANALYTICS_ENABLED="False")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.tiny_app"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+    """The app on the tiny pair, served as tests/tiny_app.py serves it (ui.serve, at
+    concurrency 1 with a queue of 32), in this process: its memory is this process's."""
+    from specviz.config import Deployment
+
+    pair = tiny_pair()
+    demo = ui.build_app(loader=lambda p, d: pair, pairs=["tiny"])
+    ui.serve(
+        demo,
+        Deployment(concurrency=1, queue_size=32),
+        server_name="127.0.0.1",
+        server_port=free_port(),
+        prevent_thread_lock=True,
+        quiet=True,
     )
-    url = f"http://127.0.0.1:{port}/"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            Client(url, verbose=False)
-            break
-        except Exception:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError(proc.stderr.read().decode()[-2000:]) from None
-            time.sleep(0.5)
-    yield url, psutil.Process(proc.pid)
-    proc.terminate()
-    proc.wait(10)
+    yield demo.local_url, psutil.Process(os.getpid())
+    demo.close()
 
 
 def args(prompt: str, seed: int, max_new: int = 10) -> list:

@@ -1,5 +1,5 @@
-"""Serve the app on the tiny test pair, as app.py serves it (used by the load test):
-python -m tests.tiny_app, on GRADIO_SERVER_PORT, loopback only."""
+"""Serve the app on the tiny test pair, as app.py serves it (the load test serves the same
+app in its own process): python -m tests.tiny_app, on GRADIO_SERVER_PORT, loopback only."""
 
 from __future__ import annotations
 
