@@ -1,6 +1,7 @@
 """Shared fixtures: tiny real models built from configs, the real offline pair (loaded
 once per test session from the converted cache; no network), and for the browser tests one
-app served on it for the whole session and one chromium per module."""
+chromium per worker and apps served once per worker: on the offline pair for the few
+end-to-end tests, on tiny networks over its tokenizer for the page's own logic."""
 
 from __future__ import annotations
 
@@ -88,24 +89,91 @@ CHROMIUM_ARGS = [
 ]
 
 
-@pytest.fixture(scope="session")
-def app_url(offline_pair):
-    """The app on the offline pair, launched once for every browser test module."""
+def need_chromium() -> None:
     if not os.access(CHROMIUM, os.X_OK):
         pytest.skip("Debian's chromium is not installed (scripts/setup.sh --dev installs it)")
+
+
+def serve(pair, **build) -> object:
+    """The app built on one pair (the loader's answer to every pair name), launched on
+    loopback without blocking; `build` goes to ui.build_app."""
     from specviz import ui
 
-    demo = ui.build_app(loader=lambda pair, dtype: offline_pair, pairs=["default"])
+    build.setdefault("loader", lambda name, dtype: pair)
+    demo = ui.build_app(pairs=["default"], **build)
     demo.queue().launch(
         prevent_thread_lock=True, server_name="127.0.0.1", quiet=True, **ui.launch_options()
     )
+    return demo
+
+
+@pytest.fixture(scope="session")
+def app_url(offline_pair):
+    """The app on the offline pair, launched once per worker for the real-pair browser
+    tests (and for every browser test while SPECVIZ_SCREENSHOT_DIR is set)."""
+    need_chromium()
+    demo = serve(offline_pair)
     yield demo.local_url
     demo.close()
 
 
-@pytest.fixture(scope="module")
-def browser(app_url):
-    """One chromium per module; each test opens its own context (a fresh profile)."""
+@pytest.fixture(scope="session")
+def text_pair():
+    """The browser tests' pair: tiny random networks over the offline pair's tokenizer
+    (tests.tiny.text_pair), so that a page's run costs milliseconds of model time."""
+    from tests.tiny import text_pair
+
+    return text_pair()
+
+
+@pytest.fixture(scope="session")
+def tiny_url(text_pair):
+    """The app on text_pair, launched once per worker for the browser tests of the page's
+    own logic and layout (the README's screenshots, SPECVIZ_SCREENSHOT_DIR, are of the
+    offline pair: see ui_pair)."""
+    need_chromium()
+    demo = serve(text_pair)
+    yield demo.local_url
+    demo.close()
+
+
+@pytest.fixture(scope="session")
+def screenshots() -> bool:
+    return bool(os.environ.get("SPECVIZ_SCREENSHOT_DIR"))
+
+
+@pytest.fixture(scope="session")
+def ui_pair(screenshots, request):
+    """The pair behind ui_url: the offline pair while the README's screenshots are written,
+    else text_pair."""
+    return request.getfixturevalue("offline_pair" if screenshots else "text_pair")
+
+
+@pytest.fixture(scope="session")
+def ui_url(screenshots, request):
+    """The served app the page tests open: app_url while SPECVIZ_SCREENSHOT_DIR is set (the
+    screenshots show the offline pair's text), else tiny_url."""
+    return request.getfixturevalue("app_url" if screenshots else "tiny_url")
+
+
+@contextmanager
+def slow_target(pair, seconds: float):
+    """Each target call of `pair` takes at least `seconds` meanwhile: a test that acts
+    while a run is in progress (Stop, a closed tab, a press queued behind a run) gets a run
+    that lasts, on a pair that is otherwise over in milliseconds."""
+    import time
+
+    hook = pair.target.model.register_forward_pre_hook(lambda *_: time.sleep(seconds))
+    try:
+        yield
+    finally:
+        hook.remove()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """One chromium per worker; each test opens its own context (a fresh profile)."""
+    need_chromium()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:

@@ -1,4 +1,6 @@
-"""The app in a real browser: Debian's chromium driven by Playwright, on the offline pair.
+"""The app in a real browser: Debian's chromium driven by Playwright. The untouched run is
+on the offline pair, end to end against the command line; the page's own logic runs on
+tiny networks over the offline pair's tokenizer (conftest's ui_url), whose runs take no time.
 
 Set SPECVIZ_SCREENSHOT_DIR to also write the README's screenshots there.
 """
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from specviz import ui
+from tests.conftest import slow_target
 
 pytestmark = pytest.mark.browser
 
@@ -37,7 +40,14 @@ def opened(browser, url: str, width: int, height: int, query: str = ""):
 
 
 @pytest.fixture()
-def page(browser, app_url):
+def page(browser, ui_url):
+    with opened(browser, ui_url, 1500, 1100) as page:
+        yield page
+
+
+@pytest.fixture()
+def real_page(browser, app_url):
+    """A page of the app on the offline pair."""
     with opened(browser, app_url, 1500, 1100) as page:
         yield page
 
@@ -154,7 +164,8 @@ def cli_default(name: str):
     return vars(parser.parse_args(["generate", "--prompt", "x"]))[name]
 
 
-def test_an_untouched_run_uses_the_cli_defaults(page, capsys, tmp_path) -> None:
+def test_an_untouched_run_uses_the_cli_defaults(real_page, capsys, tmp_path) -> None:
+    page = real_page
     press_run(page)  # nothing touched: the controls as the page first sends them
     page.screenshot(path=str(tmp_path / "untouched.png"), full_page=True)
     trace = exported_trace(page)
@@ -259,32 +270,34 @@ def test_step_narration_and_a_measured_sweep(page) -> None:
     assert page.dialogs == []
 
 
-def test_a_closed_tab_frees_the_model_thread(browser, app_url, offline_pair) -> None:
+def test_a_closed_tab_frees_the_model_thread(browser, ui_url, ui_pair) -> None:
     """A tab closed during a long Run: the model thread stops that run within a round or
     two of target calls (counted, not timed: this machine's load sets a round's time), and
-    the next visitor's Run starts and finishes."""
+    the next visitor's Run starts and finishes. Each target call takes 0.3 s or more
+    meanwhile, so that the 400 tokens are still running when the tab closes."""
     from specviz.modelthread import MODEL_THREAD
 
     calls: list[int] = []
-    hook = offline_pair.target.model.register_forward_pre_hook(lambda *_: calls.append(1))
+    hook = ui_pair.target.model.register_forward_pre_hook(lambda *_: calls.append(1))
     try:
-        with opened(browser, app_url, 1280, 900) as gone:
-            gone.fill("#sv-max-new input[type=number]", "400")
-            gone.press("#sv-max-new input[type=number]", "Enter")
-            gone.click("#sv-run")
-            gone.wait_for_selector("#sv-tokens [data-status]", timeout=120_000)
-            assert not MODEL_THREAD.idle()
-        at_close = len(calls)
-        deadline = time.monotonic() + 120
-        while not MODEL_THREAD.idle():
-            assert time.monotonic() < deadline, "the closed tab's run kept the model thread busy"
-            time.sleep(0.05)
+        with slow_target(ui_pair, 0.3):
+            with opened(browser, ui_url, 1280, 900) as gone:
+                gone.fill("#sv-max-new input[type=number]", "400")
+                gone.press("#sv-max-new input[type=number]", "Enter")
+                gone.click("#sv-run")
+                gone.wait_for_selector("#sv-tokens [data-status]", timeout=120_000)
+                assert not MODEL_THREAD.idle()
+            at_close = len(calls)
+            deadline = time.monotonic() + 120
+            while not MODEL_THREAD.idle():
+                assert time.monotonic() < deadline, "the closed tab's run kept the model busy"
+                time.sleep(0.05)
         # the round in progress, the one that told gradio the page had gone, one more at
         # most; the rest of 400 tokens and the whole baseline never ran
         assert len(calls) - at_close <= 3, (at_close, len(calls))
     finally:
         hook.remove()
-    with opened(browser, app_url, 1280, 900) as page:
+    with opened(browser, ui_url, 1280, 900) as page:
         page.fill("#sv-max-new input[type=number]", "8")
         page.press("#sv-max-new input[type=number]", "Enter")
         page.click("#sv-run")

@@ -1,6 +1,7 @@
-"""The page's layout in a real browser (Debian's chromium through Playwright, on the offline
-pair): the tab row at 1280x720, one round number after Steps, the presentation view at
-1024x768 with its keys, a phone at 390x844.
+"""The page's layout in a real browser (Debian's chromium through Playwright, on conftest's
+ui_url: tiny networks over the offline pair's tokenizer, or the offline pair itself while
+the screenshots are written): the tab row at 1280x720, one round number after Steps, the
+presentation view at 1024x768 with its keys, a phone at 390x844.
 
 Set SPECVIZ_SCREENSHOT_DIR to also write the layout screenshots there
 (app-1280x720.png, present-1024x768.png, phone-390x844.png).
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import slow_target
 from tests.test_browser import open_tab, opened, press_run, wait_text
 
 pytestmark = pytest.mark.browser
@@ -77,8 +79,8 @@ def tabs_all_show(page) -> None:
     assert not page.locator("button[aria-label='More tabs']").is_visible()
 
 
-def test_the_tab_row_at_1280x720_and_where_the_time_goes(browser, app_url) -> None:
-    with opened(browser, app_url, 1280, 720) as page:
+def test_the_tab_row_at_1280x720_and_where_the_time_goes(browser, ui_url) -> None:
+    with opened(browser, ui_url, 1280, 720) as page:
         tabs_all_show(page)
         page.evaluate("window.scrollTo(0, 0)")
         run(page)
@@ -95,8 +97,8 @@ def test_the_tab_row_at_1280x720_and_where_the_time_goes(browser, app_url) -> No
         assert page.dialogs == []
 
 
-def test_three_steps_one_round_number(browser, app_url) -> None:
-    with opened(browser, app_url, 1280, 900) as page:
+def test_three_steps_one_round_number(browser, ui_url) -> None:
+    with opened(browser, ui_url, 1280, 900) as page:
         for n in (1, 2, 3):
             step(page, n)
         rows = page.locator("#sv-rounds .sv-rn").all_inner_texts()
@@ -109,8 +111,8 @@ def test_three_steps_one_round_number(browser, app_url) -> None:
         assert page.dialogs == []
 
 
-def test_presentation_view_fits_a_round_on_1024x768_and_steps_by_key(browser, app_url) -> None:
-    with opened(browser, app_url, 1024, 768, "?view=present") as page:
+def test_presentation_view_fits_a_round_on_1024x768_and_steps_by_key(browser, ui_url) -> None:
+    with opened(browser, ui_url, 1024, 768, "?view=present") as page:
         assert page.is_checked("#sv-present-toggle input")  # the URL ticks the toggle
         assert "sv-present-view" in page.evaluate("document.documentElement.className")
         for n in range(1, 5):
@@ -139,8 +141,9 @@ def test_presentation_view_fits_a_round_on_1024x768_and_steps_by_key(browser, ap
         assert page.dialogs == []
 
 
-def test_a_phone_sees_run_and_the_token_view_first(browser, app_url) -> None:
-    with opened(browser, app_url, 390, 844) as page:
+def test_a_phone_sees_run_and_the_token_view_first(browser, ui_url, ui_pair) -> None:
+    # each target call takes 50 ms or more: the untouched run still runs when Stop is pressed
+    with slow_target(ui_pair, 0.05), opened(browser, ui_url, 390, 844) as page:
         inside(page, "#sv-run")
         top = page.locator("#sv-tokens").bounding_box()
         assert top is not None and 0 <= top["y"] < 844 - 40  # its start, on the first screen

@@ -1,6 +1,9 @@
-"""The guided lesson in a real browser (Debian's chromium through Playwright, on the offline
-pair): at 1280x720 the lesson and Run are on screen when the page opens, and step 1's button
-runs and states the run's numbers.
+"""The guided lesson in a real browser (Debian's chromium through Playwright): at 1280x720
+the lesson and Run are on screen when the page opens, and step 1's button runs and states
+the run's numbers; presses queued behind a run or a load keep to their own steps; step 6
+catches the wrong rule on the offline pair. The steps other than 6 run on conftest's
+ui_pair (tiny networks over the offline pair's tokenizer, unless the screenshots are
+being written).
 
 Set SPECVIZ_SCREENSHOT_DIR to also write lesson-1280x720.png there.
 """
@@ -14,6 +17,7 @@ import time
 
 import pytest
 
+from tests.conftest import need_chromium, serve, slow_target
 from tests.test_browser import opened
 from tests.test_layout_browser import inside, shot
 
@@ -21,10 +25,10 @@ pytestmark = pytest.mark.browser
 
 
 def test_the_lesson_and_run_on_screen_and_step_one_states_its_run(
-    browser, app_url, short_url
+    browser, ui_url, short_url
 ) -> None:
     # runs capped at 24 tokens, unless the README's screenshot is being written
-    url = app_url if os.environ.get("SPECVIZ_SCREENSHOT_DIR") else short_url
+    url = ui_url if os.environ.get("SPECVIZ_SCREENSHOT_DIR") else short_url
     with opened(browser, url, 1280, 720) as page:
         page.evaluate("window.scrollTo(0, 0)")
         for selector in ("#sv-lesson", "#sv-lesson-go", "#sv-lesson-next", "#sv-run"):
@@ -68,38 +72,45 @@ LOADS, LOADING = threading.Event(), threading.Event()
 LOADS.set()
 
 
-@pytest.fixture(scope="module")
-def short_url(offline_pair, app_url):
-    """The app on the offline pair with runs capped at 24 tokens (the lesson's steps keep
-    within the deployment's limits), so that two steps' runs stay short."""
-    from specviz import ui
+def short_app(pair):
+    """The app on `pair` with runs capped at 24 tokens (the lesson's steps keep within the
+    deployment's limits), so that two steps' runs stay short."""
     from specviz.config import Limits
 
-    def load(pair: str, dtype: str):
+    def load(name: str, dtype: str):
         LOADING.set()
         assert LOADS.wait(120), "a held load was never let go"
-        return offline_pair
+        return pair
 
-    demo = ui.build_app(
-        loader=load,
-        pairs=["default"],
-        limits=Limits(max_new_tokens=24),
-    )
-    demo.queue().launch(
-        prevent_thread_lock=True, server_name="127.0.0.1", quiet=True, **ui.launch_options()
-    )
+    return serve(pair, loader=load, limits=Limits(max_new_tokens=24))
+
+
+@pytest.fixture(scope="module")
+def short_url(ui_pair):
+    demo = short_app(ui_pair)
     yield demo.local_url
     demo.close()
 
 
-def test_clicking_ahead_keeps_each_statement_on_its_own_step(browser, short_url) -> None:
+@pytest.fixture(scope="module")
+def real_short_url(offline_pair):
+    """The short app on the offline pair (step 6's end-to-end test)."""
+    need_chromium()
+    demo = short_app(offline_pair)
+    yield demo.local_url
+    demo.close()
+
+
+def test_clicking_ahead_keeps_each_statement_on_its_own_step(browser, short_url, ui_pair) -> None:
     """Step 1's button, Next while it runs, then step 2's button (queued behind it): step
-    1's statement lands on step 1, step 2's on step 2, and nothing shows an error.
+    1's statement lands on step 1, step 2's on step 2, and nothing shows an error. Each
+    target call takes 0.25 s or more meanwhile, so that step 1 is still running when step
+    2's button is pressed.
 
     Set SPECVIZ_SCREENSHOT_DIR to also write lesson-click-ahead.png there (the end state)."""
     from specviz.modelthread import MODEL_THREAD
 
-    with opened(browser, short_url, 1280, 720) as page:
+    with slow_target(ui_pair, 0.25), opened(browser, short_url, 1280, 720) as page:
         page.click("#sv-lesson-go")
         # the busy line is in the panel (gradio may hide an output while its event runs)
         page.wait_for_function(
@@ -174,10 +185,10 @@ def test_a_press_queued_behind_the_load_runs_the_step_it_was_pressed_on(browser,
         context.close()
 
 
-def test_step_six_catches_the_wrong_rule_and_passes_exact_match(browser, short_url) -> None:
+def test_step_six_catches_the_wrong_rule_and_passes_exact_match(browser, real_short_url) -> None:
     """The distribution-check step as a class meets it: Next to step 6, its button, and the
     statement of both checks on the offline pair; the check's own view fills in too."""
-    with opened(browser, short_url, 1280, 720) as page:
+    with opened(browser, real_short_url, 1280, 720) as page:
         for n in range(2, 7):
             page.click("#sv-lesson-next")
             page.locator("#sv-lesson").filter(has_text=f"step {n} of 7").wait_for(timeout=30_000)

@@ -1,7 +1,8 @@
-"""A tree in a real browser (Debian's chromium through Playwright, on the offline pair) at
-1280x720: a tree shape typed in the tree control, Run with few tokens, the last tree round
-drawn, a click on a tried node that opens the Decision tab on its trial with p', and the
-Theory tab's comparison with a chain of the same verify width.
+"""A tree in a real browser (Debian's chromium through Playwright, on conftest's ui_url:
+tiny networks over the offline pair's tokenizer) at 1280x720: a tree shape typed in the
+tree control, Run with few tokens, the last tree round drawn, a click on a tried node that
+opens the Decision tab on its trial with p', and the Theory tab's comparison with a chain
+of the same verify width.
 
 Set SPECVIZ_SCREENSHOT_DIR to also write tree-1280x720.png there.
 """
@@ -18,8 +19,8 @@ pytestmark = pytest.mark.browser
 TREE = "#sv-tree-view"
 
 
-def test_a_tree_round_is_drawn_and_a_node_opens_its_trial(browser, app_url, tmp_path) -> None:
-    with opened(browser, app_url, 1280, 720) as page:
+def test_a_tree_round_is_drawn_and_a_node_opens_its_trial(browser, ui_url, tmp_path) -> None:
+    with opened(browser, ui_url, 1280, 720) as page:
         field = page.locator("#sv-tree textarea, #sv-tree input").first
         field.fill("2,2")
         field.press("Tab")

@@ -1,6 +1,7 @@
-"""Play the verifier in a real browser (Debian's chromium through Playwright, on the offline
-pair), in the presentation view at 1280x720: Run, the Decision tab's mode switch, one round
-played with clicks and keys, and its score on the board.
+"""Play the verifier in a real browser (Debian's chromium through Playwright, on conftest's
+ui_url: tiny networks over the offline pair's tokenizer), in the presentation view at
+1280x720: Run, the Decision tab's mode switch, one round played with clicks and keys, and
+its score on the board.
 
 Set SPECVIZ_SCREENSHOT_DIR to also write play-1280x720.png there.
 """
@@ -33,8 +34,8 @@ def phase(page, name: str, at: int) -> None:
     page.wait_for_selector(f'{BOARD}[data-phase="{name}"][data-at="{at}"]', timeout=30_000)
 
 
-def test_one_round_played_with_clicks_and_keys(browser, app_url, tmp_path) -> None:
-    with opened(browser, app_url, 1280, 720, "?view=present") as page:
+def test_one_round_played_with_clicks_and_keys(browser, ui_url, tmp_path) -> None:
+    with opened(browser, ui_url, 1280, 720, "?view=present") as page:
         # a hot draft against the target's 0.7 makes a rejection in some round near certain
         generate(page, "The capital of France is", 16, draft_temperature="1.8")
         open_tab(page, "Decision")

@@ -164,3 +164,49 @@ def bag_pair(
         eos_ids=frozenset() if eos is None else frozenset({eos}),
         context_len=128,
     )
+
+
+def text_pair(noise: float = 0.3, sharpness: float = 4.0, context: int = 1024) -> ModelPair:
+    """Tiny Llama networks over the offline pair's own tokenizer (its chat template, its
+    49152 tokens): any text is a prompt, and a run of a hundred tokens costs milliseconds.
+    Both draw short lowercase words (an output bias of -30 on every other token), so that
+    the page's rows are one line high as with the offline pair. The draft is the target
+    with its output layer perturbed (noise times the weights' standard deviation): at the
+    defaults about half the drafts are kept, so that every status shows within a few dozen
+    tokens. No EOS: a run always generates its budget."""
+    import re
+
+    from transformers import AutoTokenizer
+
+    from specviz.offline import prepare_offline
+
+    tokenizer = AutoTokenizer.from_pretrained(prepare_offline())
+    vocab = len(tokenizer)
+    short = re.compile(r"\u0120?[a-z]{1,5}")  # "\u0120" is the byte-level BPE's space
+    bias = torch.full((vocab,), -30.0)
+    for token, i in tokenizer.get_vocab().items():
+        if i < vocab and short.fullmatch(token):
+            bias[i] = 0.0
+
+    def network(seed: int, perturb: float) -> LlamaForCausalLM:
+        model = tiny_model(vocab, 0, sharpness, max_position_embeddings=context)
+        head = torch.nn.Linear(model.lm_head.in_features, vocab, bias=True)
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            w = model.lm_head.weight
+            head.weight.copy_(w + torch.randn(w.shape, generator=g) * perturb * w.std())
+            head.bias.copy_(bias)
+        model.lm_head = head
+        return model.eval()
+
+    def loaded(name: str, model: Any) -> LoadedModel:
+        return LoadedModel(name, model, torch.device("cpu"), "float32", vocab, 0.0, "test")
+
+    return ModelPair(
+        name="tiny-text",
+        target=loaded("tiny-text-target", network(0, 0.0)),
+        draft=loaded("tiny-text-draft", network(99, noise)),
+        tokenizer=tokenizer,
+        eos_ids=frozenset(),
+        context_len=context,
+    )
