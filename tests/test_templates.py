@@ -170,3 +170,30 @@ def test_narration_and_race_replay_escape_a_hostile_token_text() -> None:
     assert race.count('class="sv-race-tok"') == 3 and 'data-replay="7"' in race
     assert 'style="animation-delay: 0.040s"' in race  # 0.01 s measured, at 0.25x
     assert_escaped(race)
+
+
+def test_the_verifier_board_escapes_a_hostile_token_text() -> None:
+    from specviz.views import verifier_game as vg
+
+    game = vg.deal(hostile_trace())
+    boards = [vg.board_html(game)]
+    for move in (lambda g: g.say(0.5), vg.Game.advance, vg.Game.advance, lambda g: g.call(False)):
+        game = move(game)
+        boards.append(vg.board_html(game))
+    while game.phase != "done":
+        game = game.advance()
+    boards.append(vg.board_html(game))
+    assert [b.split('data-phase="')[1].split('"')[0] for b in boards] == [
+        "guess",
+        "drawn",
+        "verdict",
+        "guess",
+        "drawn",
+        "done",
+    ]
+    for board in boards:
+        assert_escaped(board)
+    assert 'data-points="' in boards[-1] and "sv-play-final" in boards[-1]
+    assert_escaped(vg.score_table(game))
+    assert vg.lesson_line(game).startswith("<p>Round 1 of your run")
+    assert "<script" not in vg.board_html(None)

@@ -17,7 +17,7 @@ knows a(x) and calls "kept" exactly when a(x) >= 1/2 gets sum max(a, 1 - a) call
 average, which the score states beside the calls.
 
 Pure: the state is a frozen :class:`Game` (each move returns a new one), the board is HTML
-with every token text escaped (specviz.views.markup). No gradio.
+from templates/verifier_game.html.j2, which escapes every token text. No gradio.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from typing import Any
 from specviz.trace import Drafted, Round, Trace, round_number
 from specviz.verify import verification_for
 from specviz.verify.words import source_text
-from specviz.views.markup import esc, num, visible_text
+from specviz.views.markup import num
+from specviz.views.templating import macro
 
 CLOSE = 0.1  # a said keep probability scores when |said - a(x)| <= CLOSE
 CONTEXT_TOKENS = 12  # output tokens shown before the round's drafts
@@ -265,14 +266,16 @@ def next_round(game: Game) -> Game:
 # --- the board --------------------------------------------------------------------------
 
 
-def _tok(text: str, cls: str = "") -> str:
-    return f'<span class="sv-play-tok {cls}">{visible_text(text)}</span>'
+def _html(name: str, *args: object) -> str:
+    """The page's HTML from a macro of templates/verifier_game.html.j2."""
+    return str(macro("verifier_game.html.j2", name)(*args))
 
 
-def _context(game: Game) -> str:
+def _context(game: Game) -> tuple[str, str, list[tuple[str, str]]]:
     """The output just before the round, then the round's drafts: played ones with their
     verdict once shown, the one in play marked, the rest plain (the draft proposed them
-    all before the one target call)."""
+    all before the one target call): the lead, the text before, and (text, class) per
+    chip."""
     rnd, trace = game.round, game.trace
     start = max(0, rnd.start - CONTEXT_TOKENS)
     before = "".join(trace.token_texts[start : rnd.start])
@@ -285,14 +288,11 @@ def _context(game: Game) -> str:
     for i, d in enumerate(rnd.drafted):
         shown = i < decided or ended
         cls = f"sv-{d.status}" if shown else ("sv-play-now" if i == game.at else "sv-play-hid")
-        chips.append(_tok(d.text, cls))
+        chips.append((d.text, cls))
     added = rnd.added
     if added is not None and game.phase == "done":
-        chips.append(_tok(added.text, f"sv-{added.status}"))
-    return (
-        f'<div class="sv-play-line"><span class="sv-play-before">{esc(lead)}'
-        f"{visible_text(before)}</span> {''.join(chips)}</div>"
-    )
+        chips.append((added.text, f"sv-{added.status}"))
+    return lead, before, chips
 
 
 def prob(x: float) -> str:
@@ -300,38 +300,23 @@ def prob(x: float) -> str:
     return f"{x:.2f}" if x >= 0.1 or x == 0 else f"{x:.2g}" if x < 1e-3 else f"{x:.3f}"
 
 
-def _bar(name: str, value: float, cls: str) -> str:
+def _bar(name: str, value: float, cls: str) -> tuple[str, str, str, str]:
+    """One probability as a bar: its name, width in %, class and the number shown."""
     width = max(0.0, min(1.0, value)) * 100
-    return (
-        f'<div class="sv-play-row"><span class="sv-play-name">{esc(name)}</span>'
-        f'<span class="sv-play-bar"><span class="sv-play-fill {cls}" '
-        f'style="width: {width:.1f}%"></span></span>'
-        f'<span class="sv-play-val">{esc(prob(value))}</span></div>'
-    )
+    return name, f"{width:.1f}", cls, prob(value)
 
 
-def _meter(game: Game) -> str:
+def _meter(game: Game) -> tuple[str | None, str | None, str | None, str]:
     """The unit interval: the keep zone [0, a(x)) and the draw u once revealed, the
-    visitor's number marked; before the reveal only a question mark."""
+    visitor's number marked; before the reveal only a question mark. The zone's width,
+    the visitor's mark and u's, in %, and a(x) shown."""
     d, g = game.drafts[game.at], game.guesses[game.at] if game.at < len(game.guesses) else None
-    marks = ""
-    if g is not None and g.keep is not None:
-        marks += f'<span class="sv-play-you" style="left: {g.keep * 100:.1f}%">you</span>'
+    you = f"{g.keep * 100:.1f}" if g is not None and g.keep is not None else None
     if game.phase == "guess" or g is None:
-        return (
-            f'<div class="sv-play-row"><span class="sv-play-name">a(x)</span>'
-            f'<span class="sv-play-meter sv-play-hidden">?{marks}</span>'
-            f'<span class="sv-play-val">?</span></div>'
-        )
+        return None, you, None, "?"
     a = game.keep(game.at)
-    if d.u is not None:
-        marks += f'<span class="sv-play-u" style="left: {d.u * 100:.1f}%">u</span>'
-    return (
-        f'<div class="sv-play-row"><span class="sv-play-name">a(x)</span>'
-        f'<span class="sv-play-meter"><span class="sv-play-zone" style="width: {a * 100:.1f}%">'
-        f"</span>{marks}</span>"
-        f'<span class="sv-play-val">{esc(num(a))}</span></div>'
-    )
+    u = f"{d.u * 100:.1f}" if d.u is not None else None
+    return f"{a * 100:.1f}", you, u, num(a)
 
 
 def draw_sentence(game: Game, i: int) -> str:
@@ -424,67 +409,56 @@ def _steps(game: Game) -> list[str]:
 
 def score_table(game: Game) -> str:
     """One row per played draft: token, p, q, what was said, a(x), the verdict, the point."""
-    head = (
-        "<tr><th>draft</th><th>p(x)</th><th>q(x)</th><th>you said</th><th>a(x)</th>"
-        "<th>verdict</th><th>point</th></tr>"
-    )
+    return _html("score_table", _score_rows(game))
+
+
+def _score_rows(game: Game) -> list[tuple[str, ...]]:
     rows = []
     shown = len(game.guesses) if game.phase in ("verdict", "done") else game.at
     for i in range(shown):
         d, g, a, kept = game.drafts[i], game.guesses[i], game.keep(i), game.kept(i)
         point = "✓" if g.right(a, kept) else "✗"
-        rows.append(
-            f"<tr><td>{_tok(d.text)}</td><td>{esc(prob(d.p))}</td><td>{esc(prob(d.q))}</td>"
-            f"<td>{esc(g.words)}</td><td>{esc(num(a))}</td>"
-            f'<td class="sv-{d.status}">{esc(d.status)}</td><td>{point}</td></tr>'
-        )
-    if not rows:
-        return ""
-    return f'<table class="sv-play-score">{head}{"".join(rows)}</table>'
+        rows.append((d.text, prob(d.p), prob(d.q), g.words, num(a), d.status, point))
+    return rows
 
 
 def board_html(game: Game | None) -> str:
     """The whole board for a game (None: how to start)."""
     if game is None:
-        return (
-            '<div class="sv-play sv-play-idle">Press <b>Deal</b> to play a round of your run '
-            "as the verifier: for each draft you see p and q, say how likely the rule keeps "
-            "it, then see the draw and the verdict.</div>"
-        )
+        return _html("idle")
     rnd, trace, rule = game.round, game.trace, game.rule
     n = len(rnd.drafted)  # proposed: how many get tested is for the verdicts to tell
     where = f"Round {round_number(rnd.index)} of {len(trace.rounds)} · {rule.label} · " + (
         "round done" if game.phase == "done" else f"draft {game.at + 1} of {n} proposed"
     )
     greedy = " (greedy: p and q are one-hot)" if trace.settings.is_greedy else ""
-    head = (
-        f'<div class="sv-play-head"><b>{esc(where)}</b>'
-        f'<div class="sv-play-rule">{esc("The rule: " + rule.sentence(trace.settings) + greedy)}'
-        "</div></div>"
-    )
-    body = ""
+    card = None
     if game.phase != "done":
         d = game.drafts[game.at]
-        card = (
-            f'<div class="sv-play-x">x = {_tok(d.text, "sv-play-big")}</div>'
-            f'<div class="sv-play-bars">{_bar("p(x)", d.p, "sv-play-p")}'
-            f"{_bar('q(x)', d.q, 'sv-play-q')}{_meter(game)}</div>"
-        )
-        said = "".join(f"<li>{esc(x)}</li>" for x in _steps(game))
-        body = f'<div class="sv-play-card">{card}<ul class="sv-play-said">{said}</ul></div>'
-    else:
-        body = f'<ul class="sv-play-said"><li>{esc(round_sentence(game))}</li></ul>'
-    note = f'<div class="sv-play-note">{esc(game.note)}</div>' if game.note else ""
+        card = {
+            "text": d.text,
+            "bars": [_bar("p(x)", d.p, "sv-play-p"), _bar("q(x)", d.q, "sv-play-q")],
+            "meter": _meter(game),
+            "steps": _steps(game),
+        }
     score = game.score()
     shown = score if game.phase in ("verdict", "done") else _score_before(game)
-    line = esc(shown.line()) if shown.played else ""
-    final = " sv-play-final" if game.phase == "done" else ""
-    total = f'<div class="sv-play-total{final}">{line}</div>' if line else ""
-    return (
-        f'<div class="sv-play" data-phase="{game.phase}" data-at="{game.at}" '
-        f'data-points="{score.points}" data-played="{score.played}">'
-        f"{head}{_context(game)}{body}{note}{total}{score_table(game)}</div>"
-    )
+    values = {
+        "phase": game.phase,
+        "at": game.at,
+        "points": score.points,
+        "played": score.played,
+        "where": where,
+        "rule": "The rule: " + rule.sentence(trace.settings) + greedy,
+        "context": _context(game),
+        "card": card,
+        "done": round_sentence(game) if card is None else "",
+        "note": game.note,
+        "total": shown.line() if shown.played else "",
+        "final": game.phase == "done",
+        "rows": _score_rows(game),
+    }
+    return _html("board", values)
 
 
 def _score_before(game: Game) -> Score:
@@ -504,13 +478,13 @@ def _drafted_count(rnd: Round) -> str:
 
 
 def lesson_line(game: Game) -> str:
-    """What the lesson says once a round is dealt (HTML, token texts escaped)."""
+    """What the lesson says once a round is dealt (an HTML paragraph, escaped)."""
     rnd = game.round
-    return (
-        f"<p>Round {round_number(rnd.index)} of your run is on the board in the Decision tab: "
-        f"{_drafted_count(rnd)}, judged under {esc(game.rule.label)}. For "
-        "each tested one, say "
+    said = (
+        f"Round {round_number(rnd.index)} of your run is on the board in the Decision tab: "
+        f"{_drafted_count(rnd)}, judged under {game.rule.label}. For each tested one, say "
         f"a(x) or press {KEYS['kept']} / {KEYS['rejected']}: the draw is revealed; "
         f"{KEYS['next']} shows the verdict, {KEYS['next']} again the next draft. A number "
-        f"scores within {CLOSE:g} of a(x); a call scores when the verdict agrees.</p>"
+        f"scores within {CLOSE:g} of a(x); a call scores when the verdict agrees."
     )
+    return _html("paragraph", said)
