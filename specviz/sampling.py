@@ -156,7 +156,7 @@ def verify(
     q: torch.Tensor,
     drafts: torch.Tensor,
     u: torch.Tensor | None,
-    rule: str = "rejection",
+    from_p: bool = False,
 ) -> Verdict:
     """Apply the acceptance rule to k drafted tokens.
 
@@ -164,14 +164,16 @@ def verify(
     q: [k, V] the rows each draft was drawn from, drafts: [k], u: [k] uniform in [0, 1)
     (None in greedy mode, where p and q are one-hot and the decision is deterministic).
     Accept x_i iff u_i < p(x_i)/q(x_i): P(accept) = min(1, p/q) and p(x_i) = 0 never passes.
-    The other rules are deliberately wrong, for demonstrating the distribution check.
+    from_p replaces a rejected draft by a draw from p instead of the residual (the
+    deliberately wrong resample-from-p, for demonstrating the distribution check; a rule
+    that keeps without a draw passes u None).
     """
     k = drafts.shape[0]
     idx = torch.arange(k, device=drafts.device)
     p_x = p[idx, drafts]  # [k]
     q_x = q[idx, drafts]  # [k] > 0: each draft was drawn from its row
     ratio = p_x / q_x
-    if rule == "accept-without-draw" or u is None:
+    if u is None:
         accept = ratio >= 1.0
     else:
         accept = u < ratio
@@ -180,7 +182,7 @@ def verify(
     n = int(rejected[0, 0]) if rejected.numel() else k
     if n == k:
         return Verdict(n, p_x, q_x, ratio, p[k], resampled=False)
-    dist = p[n] if rule == "resample-from-p" else residual(p[n], q[n])
+    dist = p[n] if from_p else residual(p[n], q[n])
     return Verdict(n, p_x, q_x, ratio, dist, resampled=True)
 
 

@@ -94,8 +94,8 @@ def test_wrong_rules_differ_from_the_exact_one():
     p = torch.tensor([[0.3, 0.7], [0.5, 0.5]])
     q = torch.tensor([[0.6, 0.4]])
     exact = verify(p, q, torch.tensor([0]), torch.tensor([0.9]))
-    from_p = verify(p, q, torch.tensor([0]), torch.tensor([0.9]), rule="resample-from-p")
-    no_draw = verify(p, q, torch.tensor([0]), torch.tensor([0.1]), rule="accept-without-draw")
+    from_p = verify(p, q, torch.tensor([0]), torch.tensor([0.9]), from_p=True)
+    no_draw = verify(p, q, torch.tensor([0]), None)  # keeps iff p >= q, as accept-without-draw
     assert exact.dist.tolist() == [0.0, 1.0] and from_p.dist.tolist() == pytest.approx([0.3, 0.7])
     assert no_draw.n_accepted == 0  # the exact rule would accept: u = 0.1 < 0.5
 

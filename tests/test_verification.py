@@ -65,7 +65,10 @@ def enumerate_rejection(p: torch.Tensor, q: torch.Tensor, rule: str) -> torch.Te
             continue
         for lo, hi in zip(cuts, cuts[1:], strict=False):
             u = torch.tensor([(lo + hi) / 2], dtype=p.dtype)
-            v = verify(pp, q[None], torch.tensor([x]), u, rule)
+            # each rule by its definition: accept-without-draw keeps iff p >= q (no u),
+            # resample-from-p replaces from p
+            drawn = None if rule == "accept-without-draw" else u
+            v = verify(pp, q[None], torch.tensor([x]), drawn, from_p=rule == "resample-from-p")
             for z, w in _emit(v, x, p).items():
                 out[z] += q[x] * (hi - lo) * w
     return out

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -29,12 +29,9 @@ from specviz.ui import pairs, zerogpu
 from specviz.ui.errors import model_failures
 from specviz.ui.frames import exact_note, live_frame, logged_frame
 from specviz.ui.state import Form, Session, View
-from specviz.ui.warm import running, warmed_pair
+from specviz.ui.warm import Models, running, warmed_pair
 from specviz.ui.worker import Worker
 from specviz.views import markup
-
-if TYPE_CHECKING:
-    from specviz.ui.context import AppContext
 
 StepKey = tuple[Any, ...]  # what a Step's run was started with (a change starts a new one)
 
@@ -51,22 +48,18 @@ class Runner(Protocol):
         """At start-up: load what must be loaded before the first event (None: nothing)."""
         ...
 
-    def run(
-        self, session: Session, form: Form, ctx: AppContext, settings: Settings
-    ) -> Iterator[View]:
+    def run(self, session: Session, form: Form, ctx: Models, settings: Settings) -> Iterator[View]:
         """Both runs streamed into the session (the baseline with compare), then every view."""
         ...
 
     def step(
-        self, session: Session, form: Form, ctx: AppContext, settings: Settings, key: StepKey
+        self, session: Session, form: Form, ctx: Models, settings: Settings, key: StepKey
     ) -> tuple[Round | None, View]:
         """One round more of the session's Step run (a new run when key changed): the round
         taken (None: the run ended without one) and the views the runner itself sets."""
         ...
 
-    def complete(
-        self, ctx: AppContext, form: Form, settings: Settings
-    ) -> tuple[Trace, Trace | None]:
+    def complete(self, ctx: Models, form: Form, settings: Settings) -> tuple[Trace, Trace | None]:
         """The speculative run and (with compare) the baseline, each to its end."""
         ...
 
@@ -82,9 +75,7 @@ class LocalRunner:
     def preload(self, dep: Deployment) -> ModelPair | None:
         return None  # the page's load event opens the pair
 
-    def run(
-        self, session: Session, form: Form, ctx: AppContext, settings: Settings
-    ) -> Iterator[View]:
+    def run(self, session: Session, form: Form, ctx: Models, settings: Settings) -> Iterator[View]:
         t_click = time.perf_counter()
         pair = warmed_pair(ctx, form)
         spec_run = Run(pair, form.prompt, settings)
@@ -111,7 +102,7 @@ class LocalRunner:
         yield logged_frame(session, spec_run.trace, ar_run.trace if ar_run else None, settings)
 
     def step(
-        self, session: Session, form: Form, ctx: AppContext, settings: Settings, key: StepKey
+        self, session: Session, form: Form, ctx: Models, settings: Settings, key: StepKey
     ) -> tuple[Round | None, View]:
         out: View = {}
         if session.stepper is None or session.step_key != key or session.mode != "step":
@@ -128,9 +119,7 @@ class LocalRunner:
             session.stepper = None
         return (upd.round if upd is not None else None), out
 
-    def complete(
-        self, ctx: AppContext, form: Form, settings: Settings
-    ) -> tuple[Trace, Trace | None]:
+    def complete(self, ctx: Models, form: Form, settings: Settings) -> tuple[Trace, Trace | None]:
         pair = warmed_pair(ctx, form)
 
         def both() -> tuple[Trace, Trace | None]:
@@ -175,9 +164,7 @@ class ZeroGpuRunner:
         self.compiles = zerogpu.compiled_ahead(pair)
         return pair
 
-    def run(
-        self, session: Session, form: Form, ctx: AppContext, settings: Settings
-    ) -> Iterator[View]:
+    def run(self, session: Session, form: Form, ctx: Models, settings: Settings) -> Iterator[View]:
         traces: dict[str, Trace] = {}
         last_speed = 0.0
         for event in self.events(ctx, form, settings, lambda: session.stop.is_set()):
@@ -195,7 +182,7 @@ class ZeroGpuRunner:
 
     def events(
         self,
-        ctx: AppContext,
+        ctx: Models,
         form: Form,
         settings: Settings,
         stopped: Callable[[], bool] | None = None,
@@ -224,7 +211,7 @@ class ZeroGpuRunner:
                 yield zerogpu.Done(tr.method, "stopped", text, summarize(tr, end))
 
     def step(
-        self, session: Session, form: Form, ctx: AppContext, settings: Settings, key: StepKey
+        self, session: Session, form: Form, ctx: Models, settings: Settings, key: StepKey
     ) -> tuple[Round | None, View]:
         """Replay the run to one round more than the session shows, in one GPU call."""
         if isinstance(ctx.loader, pairs.PairSource):
@@ -238,9 +225,7 @@ class ZeroGpuRunner:
         session.step_key = key
         return (trace.rounds[-1] if trace.rounds else None), {}
 
-    def complete(
-        self, ctx: AppContext, form: Form, settings: Settings
-    ) -> tuple[Trace, Trace | None]:
+    def complete(self, ctx: Models, form: Form, settings: Settings) -> tuple[Trace, Trace | None]:
         traces: dict[str, Trace] = {}
         for event in self.events(ctx, form, settings):
             zerogpu.apply(traces, event)

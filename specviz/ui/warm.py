@@ -6,8 +6,9 @@ handlers that time what they run.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
+from specviz.config import Settings
 from specviz.engine import warm_up
 from specviz.modelthread import MODEL_THREAD
 from specviz.pair import ModelPair
@@ -15,8 +16,18 @@ from specviz.ui.errors import model_failures
 from specviz.ui.pairs import pair_label
 from specviz.ui.state import Form
 
-if TYPE_CHECKING:
-    from specviz.ui.context import AppContext
+
+class Models(Protocol):
+    """What the runners and the warm-up use of the app's context (specviz.ui.context.
+    AppContext): the form's settings under the deployment's limits, the form's pair (loaded
+    once per process) and the loader that says what may load."""
+
+    loader: Any
+
+    def settings(self, form: Form) -> Settings: ...
+
+    def pair(self, form: Form) -> ModelPair: ...
+
 
 _warm_lock = threading.Lock()
 # The pairs that have run once in this process (held, so that no other object takes an id)
@@ -28,7 +39,7 @@ def running(form: Form) -> str:
     return f"running pair {pair_label(form)!r}"
 
 
-def warmed_pair(ctx: AppContext, form: Form) -> ModelPair:
+def warmed_pair(ctx: Models, form: Form) -> ModelPair:
     """The form's pair, loaded, and warmed (engine.warm_up) once per process."""
     settings = ctx.settings(form)
     pair = ctx.pair(form)

@@ -43,7 +43,7 @@ class Rejection(Verification):
     def decide_chain(self, p, q, drafts, gen, greedy):
         k = drafts.shape[0]
         u = torch.rand(k, generator=gen, device=p.device) if not greedy and k else None
-        v = verify(p, q, drafts, u, self.rule)
+        v = verify(p, q, drafts, u, from_p=self.fallback_source == "p")
         return self._with_keep(v, p, q, drafts), u
 
     def _with_keep(self, v: Verdict, p, q, drafts) -> Verdict:
@@ -107,7 +107,7 @@ class AcceptWithoutDraw(Rejection):
         # how the outcomes depart from min(1, p/q) for the same u
         k = drafts.shape[0]
         u = torch.rand(k, generator=gen, device=p.device) if not greedy and k else None
-        v = verify(p, q, drafts, None, self.rule)
+        v = verify(p, q, drafts, None)
         return self._with_keep(v, p, q, drafts), u
 
     def try_child(self, p_prime, q, x, draw):
