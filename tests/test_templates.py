@@ -197,3 +197,14 @@ def test_the_verifier_board_escapes_a_hostile_token_text() -> None:
     assert_escaped(vg.score_table(game))
     assert vg.lesson_line(game).startswith("<p>Round 1 of your run")
     assert "<script" not in vg.board_html(None)
+
+
+def test_the_tabs_progress_text_and_tables_escape() -> None:
+    assert markup.progress_html(3, 10) == (
+        '<progress value="3" max="10" style="width: 100%"></progress>'
+    )
+    assert markup.pre_html(HOSTILE, "sv-check") == f"<pre class='sv-check'>{ESCAPED}</pre>"
+    grid = markup.grid_html(["gamma", HOSTILE], [[HOSTILE, "1"]], "sv-table", HOSTILE)
+    assert grid.startswith("<table class='sv-table'><thead><tr><th>gamma</th>")
+    assert grid.count(ESCAPED) == 3 and grid.endswith(f"</tbody></table><p>{ESCAPED}</p>")
+    assert_escaped(grid)

@@ -52,13 +52,13 @@ def layout(v: dict[str, Any]) -> None:
 
 def progress_html(done: int, total: int, stage: str) -> str:
     """A progress bar and the stage in progress."""
-    bar = f'<progress value="{done}" max="{max(1, total)}" style="width: 100%"></progress>'
+    bar = markup.progress_html(done, max(1, total))
     return bar + markup.status_html(f"{stage}: {done} of {total} samples", "busy")
 
 
 def summary_html(result: CheckResult) -> str:
     """The check's summary as the tab shows it."""
-    return f"<pre class='sv-check'>{markup.esc(result.summary())}</pre>"
+    return markup.pre_html(result.summary(), "sv-check")
 
 
 def check_updates(

@@ -146,7 +146,7 @@ def checked_upload(path: Any) -> View:
 def progress_html(p: Progress | None, total: int) -> str:
     done = p.done if p is not None else 0
     text = "warming up ..." if p is None else p.line()
-    bar = f'<progress value="{done}" max="{total}" style="width: 100%"></progress>'
+    bar = markup.progress_html(done, total)
     return bar + markup.status_html(text, "busy")
 
 

@@ -99,13 +99,13 @@ def progress_html(event: SweepEvent | None, total: int) -> str:
             f"run {done} of {total} done (gamma {event.gamma}, temperature "
             f"{event.temperature:g}, {event.method}, repetition {event.rep + 1})"
         )
-    bar = f'<progress value="{done}" max="{total}" style="width: 100%"></progress>'
+    bar = markup.progress_html(done, total)
     return bar + markup.status_html(text, "busy")
 
 
 def results(rows: list[dict[str, Any]], status: str) -> View:
     """The chart and the table of the rows so far."""
-    table = f"<pre class='sv-sweep'>{markup.esc(format_table(rows))}</pre>" if rows else ""
+    table = markup.pre_html(format_table(rows), "sv-sweep") if rows else ""
     return {
         "sweep_plot": across_runs.sweep_figure(rows),
         "sweep_table": table,

@@ -64,27 +64,19 @@ def layout(v: dict[str, Any]) -> None:
 
 def progress_html(p: Progress) -> str:
     """A progress bar over the steps and the step under way."""
-    bar = f'<progress value="{p.done}" max="{max(1, p.total)}" style="width: 100%"></progress>'
+    bar = markup.progress_html(p.done, max(1, p.total))
     return bar + markup.status_html(f"step {p.done + 1} of {p.total}: {p.text()}", "busy")
 
 
 def table_html(rows: list[Row]) -> str:
     """The rows as a table, each verification's name saying whether it is lossy."""
-    head, cells = COLUMNS, [r.cells() for r in rows]
-    th = "".join(f"<th>{markup.esc(h)}</th>" for h in head)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{markup.esc(c)}</td>" for c in row) + "</tr>" for row in cells
-    )
     d = metrics.DEFINITIONS
     notes = (
         f"Speedup: {d['speedup']}. Mean TV(out, p): {d['out TV']}; 0 up to float error for a "
         "lossless verification. A lossy verification fails the check where its distortion is "
         "large enough for N samples to detect."
     )
-    return (
-        f"<table class='sv-table sv-verif'><thead><tr>{th}</tr></thead><tbody>{body}"
-        f"</tbody></table><p>{markup.esc(notes)}</p>"
-    )
+    return markup.grid_html(COLUMNS, [r.cells() for r in rows], "sv-table sv-verif", notes)
 
 
 def results(rows: list[Row], status: str) -> View:

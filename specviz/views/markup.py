@@ -21,7 +21,7 @@ from collections.abc import Callable
 from markupsafe import Markup
 
 from specviz.config import Settings
-from specviz.metrics import greedy_divergence
+from specviz.metrics import first_mismatch, greedy_divergence
 from specviz.trace import (
     TOKEN_STATUSES,
     Added,
@@ -382,11 +382,25 @@ def table_html(rows: list[tuple[str, str]], caption: str = "") -> str:
     return _html("table", rows, "sv-table", caption)
 
 
+def progress_html(done: int, total: int) -> str:
+    """A progress bar: done of total."""
+    return _html("progress", done, total)
+
+
+def pre_html(text: str, cls: str) -> str:
+    """Plain text in a fixed-width block, escaped."""
+    return _html("pre", text, cls)
+
+
+def grid_html(head: list[str], rows: list[list[str]], cls: str, note: str = "") -> str:
+    """A table with a header row, every cell escaped, and a note under it."""
+    return _html("grid", head, rows, cls, note)
+
+
 def greedy_check(spec: Trace, ar: Trace, decode: Callable[[list[int]], str] | None = None) -> str:
     """Plain text: do greedy speculative and greedy AR produce the same tokens?"""
     a, b = spec.token_ids, ar.token_ids
-    n = min(len(a), len(b))
-    first = next((i for i in range(n) if a[i] != b[i]), None)
+    n, first = min(len(a), len(b)), first_mismatch(a, b)
     if first is None and len(a) == len(b):
         return f"identical: speculative and autoregressive greedy text agree on all {n} tokens"
     if first is None:
