@@ -251,8 +251,7 @@ def greedy_statement(
     if ar is None:
         raise ValueError("the greedy comparison needs the baseline: tick Compare")
     a, b = spec.token_ids, ar.token_ids
-    n = min(len(a), len(b))
-    first = next((i for i in range(n) if a[i] != b[i]), None)
+    n, first = min(len(a), len(b)), metrics.first_mismatch(a, b)
     if first is None and len(a) == len(b):
         said = (
             f"<b>Equal</b>: the speculative text equals the autoregressive text token for "

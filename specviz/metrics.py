@@ -169,12 +169,17 @@ class Divergence:
     ar_gap: float | None
 
 
+def first_mismatch(a: list[int], b: list[int]) -> int | None:
+    """The first position where two token lists differ; None when one is a prefix of the
+    other (equal lists included)."""
+    return next((i for i in range(min(len(a), len(b))) if a[i] != b[i]), None)
+
+
 def greedy_divergence(spec: Trace, ar: Trace) -> Divergence | None:
     """The first output position where two greedy runs' tokens differ, with the target's
     top-2 logit gap there in both; None when one text is a prefix of the other. A gap near
     0 is a near tie, which different numerics (bf16, another computation graph) can flip."""
-    a, b = spec.token_ids, ar.token_ids
-    first = next((i for i in range(min(len(a), len(b))) if a[i] != b[i]), None)
+    first = first_mismatch(spec.token_ids, ar.token_ids)
     if first is None:
         return None
 
