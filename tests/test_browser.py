@@ -164,10 +164,9 @@ def cli_default(name: str):
     return vars(parser.parse_args(["generate", "--prompt", "x"]))[name]
 
 
-def test_an_untouched_run_uses_the_cli_defaults(real_page, capsys, tmp_path) -> None:
+def test_an_untouched_run_uses_the_cli_defaults(real_page, capsys) -> None:
     page = real_page
     press_run(page)  # nothing touched: the controls as the page first sends them
-    page.screenshot(path=str(tmp_path / "untouched.png"), full_page=True)
     trace = exported_trace(page)
     reference = cli_trace(capsys)
     # every setting, field by field: the next control whose browser value differs from

@@ -104,13 +104,13 @@ def real_short_url(offline_pair):
 def test_clicking_ahead_keeps_each_statement_on_its_own_step(browser, short_url, ui_pair) -> None:
     """Step 1's button, Next while it runs, then step 2's button (queued behind it): step
     1's statement lands on step 1, step 2's on step 2, and nothing shows an error. Each
-    target call takes 0.25 s or more meanwhile, so that step 1 is still running when step
+    target call takes 0.15 s or more meanwhile, so that step 1 is still running when step
     2's button is pressed.
 
     Set SPECVIZ_SCREENSHOT_DIR to also write lesson-click-ahead.png there (the end state)."""
     from specviz.modelthread import MODEL_THREAD
 
-    with slow_target(ui_pair, 0.25), opened(browser, short_url, 1280, 720) as page:
+    with slow_target(ui_pair, 0.15), opened(browser, short_url, 1280, 720) as page:
         page.click("#sv-lesson-go")
         # the busy line is in the panel (gradio may hide an output while its event runs)
         page.wait_for_function(

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.browser
 TREE = "#sv-tree-view"
 
 
-def test_a_tree_round_is_drawn_and_a_node_opens_its_trial(browser, ui_url, tmp_path) -> None:
+def test_a_tree_round_is_drawn_and_a_node_opens_its_trial(browser, ui_url) -> None:
     with opened(browser, ui_url, 1280, 720) as page:
         field = page.locator("#sv-tree textarea, #sv-tree input").first
         field.fill("2,2")
@@ -41,7 +41,6 @@ def test_a_tree_round_is_drawn_and_a_node_opens_its_trial(browser, ui_url, tmp_p
         assert "p′ = " in text and "q = " in text and "among its siblings" in text
         page.locator(TREE).scroll_into_view_if_needed()
         shot(page, "tree-1280x720.png")
-        page.screenshot(path=str(tmp_path / "tree.png"))
         # the Theory tab compares the tree with a chain of the same verify width
         open_tab(page, "Theory")
         compare = page.locator("#sv-tree-compare")

@@ -34,7 +34,7 @@ def phase(page, name: str, at: int) -> None:
     page.wait_for_selector(f'{BOARD}[data-phase="{name}"][data-at="{at}"]', timeout=30_000)
 
 
-def test_one_round_played_with_clicks_and_keys(browser, ui_url, tmp_path) -> None:
+def test_one_round_played_with_clicks_and_keys(browser, ui_url) -> None:
     with opened(browser, ui_url, 1280, 720, "?view=present") as page:
         # a hot draft against the target's 0.7 makes a rejection in some round near certain
         generate(page, "The capital of France is", 16, draft_temperature="1.8")
@@ -56,7 +56,6 @@ def test_one_round_played_with_clicks_and_keys(browser, ui_url, tmp_path) -> Non
         phase(page, "guess", 0)
         page.locator("#sv-play-view").scroll_into_view_if_needed()
         shot(page, "play-guess-1280x720.png")
-        page.screenshot(path=str(tmp_path / "play-guess.png"))
         at = 0
         while True:  # each draft: a prediction, its draw, the verdict; keys and clicks mixed
             if at % 2 == 0:  # a number, said with the button
@@ -73,7 +72,6 @@ def test_one_round_played_with_clicks_and_keys(browser, ui_url, tmp_path) -> Non
             assert "Kept" in text or "Rejected" in text
             if at == 0:
                 shot(page, "play-1280x720.png")
-                page.screenshot(path=str(tmp_path / "play-verdict.png"))
             page.click("#sv-play-next")
             page.wait_for_function(
                 f"() => {{ const b = document.querySelector('{BOARD}');"
@@ -87,6 +85,5 @@ def test_one_round_played_with_clicks_and_keys(browser, ui_url, tmp_path) -> Non
         assert final.inner_text().startswith(f"Score {board.get_attribute('data-points')} of ")
         assert at >= 1 and f"of {at + 1}" in final.inner_text()
         assert board.locator(".sv-play-score tr").count() == at + 2  # header + one per draft
-        page.screenshot(path=str(tmp_path / "play-done.png"))
         shot(page, "play-done-1280x720.png")
         assert page.dialogs == []
