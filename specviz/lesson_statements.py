@@ -167,15 +167,10 @@ def _distributed(settings: Settings) -> str:
     deliberately wrong rule or a lossy verification decided it; and whether q was warped
     apart from p."""
     v = verification_for(settings)
-    if v.entry.wrong:
-        return (
-            f"The rule {esc(v.rule)} is deliberately wrong, so nothing promises that the text "
-            "is distributed as the target's."
-        )
     if not v.lossless:
         return (
-            f"This run used {esc(v.label)} verification, which keeps drafts by a test on p and "
-            "does not correct for q: its text does not follow the target's sampling."
+            f"This run used {esc(v.label)} verification, {esc(v.promise_text())}: its text "
+            "does not follow the target's sampling."
         )
     why = (
         "only q changed, and the verification corrects any q"

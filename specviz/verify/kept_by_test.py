@@ -37,6 +37,12 @@ class KeptByTest(Verification):
     def draw_text(self, d: Drafted, a: float) -> str:
         return f"No draw: {self.label} keeps by its test {self.test_text}, so a(x) = {num(a)}."
 
+    def promise_text(self) -> str:
+        return (
+            "lossy: it keeps drafts by a test on p alone and does not correct for q, so out "
+            "differs from p"
+        )
+
     def keep_title(self, d: Drafted) -> str:
         return f"{self.label}: keep probability a(x), a test on p alone"
 

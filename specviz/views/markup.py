@@ -346,13 +346,10 @@ def exact_note_html(settings: Settings, drafter: str = "the draft") -> str:
     greedy = settings.is_greedy
     v = verification_for(settings)
     if not v.lossless and not greedy:
-        how = (
-            "it is a deliberately wrong rule" if v.entry.wrong else "it keeps drafts by a test on p"
-        )
         note = (
-            f"{v.label} verification: {how}, so this text does not follow the target's own "
-            "sampling; each decision's TV(out, p) says how much probability it moved away "
-            "from the target's (run summary, Decision tab)."
+            f"{v.label} verification, {v.promise_text()}: this text does not follow the "
+            "target's own sampling; each decision's TV(out, p) says how much probability it "
+            "moved away from the target's (run summary, Decision tab)."
         )
         return _html("exact_note", note)
     if greedy:
