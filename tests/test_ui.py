@@ -276,11 +276,19 @@ def test_building_the_app_loads_nothing() -> None:
     assert "--sv-accepted" in ui.launch_options()["css"]
 
 
-def test_six_tabs_that_wrap_and_a_presentation_view() -> None:
+def test_seven_tabs_that_wrap_and_a_presentation_view() -> None:
     demo = ui.build_app(loader=lambda p, d: None, pairs=["tiny"])
     blocks = list(demo.blocks.values())
     labels = [b.label for b in blocks if isinstance(b, gr.Tab)]
-    assert labels == ["Decision", "Speed", "Acceptance", "Theory", "Exactness", "Data"]
+    assert labels == [
+        "Decision",
+        "Speed",
+        "Acceptance",
+        "Theory",
+        "Exactness",
+        "Data",
+        "Prompt set",
+    ]
     assert [b.overflow_behavior for b in blocks if isinstance(b, gr.Tabs)] == ["wrap"]
     options = ui.launch_options()
     assert "get('view') === 'present'" in options["js"] and "ArrowRight" in options["js"]
