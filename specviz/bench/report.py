@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from markupsafe import Markup
+
 from specviz.bench.options import SAMPLE_TEMPERATURE, SAMPLE_TOP_P
 from specviz.bench.ratios import (
     ADAPTIVE_GAIN,
@@ -37,6 +39,7 @@ from specviz.bench.ratios import (
 )
 from specviz.bench.running import BenchResult
 from specviz.views.palette import SERIES
+from specviz.views.templating import render
 
 
 @dataclass(frozen=True)
@@ -383,10 +386,8 @@ def write_outputs(result: BenchResult, out: Path) -> list[Path]:
     body = "".join(
         f.to_html(full_html=False, include_plotlyjs=(i == 0)) for i, f in enumerate(figs)
     )
-    table = format_report(result).replace("&", "&amp;").replace("<", "&lt;")
-    html.write_text(
-        f"<!doctype html><meta charset='utf-8'><title>specviz bench</title><pre>{table}</pre>{body}"
-    )
+    page = render("bench_report.html.j2", table=format_report(result), figures=Markup(body))
+    html.write_text(page)
     paths.append(html)
     machine = out / "machine.csv"
     pd.DataFrame([{"key": k, "value": _cell(v)} for k, v in m.items()]).to_csv(machine, index=False)

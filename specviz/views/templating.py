@@ -3,14 +3,15 @@
 One :class:`jinja2.Environment`, built on first use and kept: autoescape on, undefined
 values an error (StrictUndefined), and every ``{{ value }}`` escaped by :func:`esc`
 (html.escape, quotes included, plus the characters that client-side template syntax reads:
-``{ } $ ```). A value that is already HTML (a :class:`markupsafe.Markup`, such as what
-:func:`render` returns) goes in as it is, and nothing else does.
+``{``, ``}``, ``$`` and the backtick). A value that is already HTML (a
+:class:`markupsafe.Markup`, such as what :func:`render` returns) goes in as it is, and
+nothing else does.
 
 A template's line breaks, with the indentation after them, are for the reader: they are
 dropped when the template is loaded, so the page gets the same compact HTML as if each
 template were written on one line (token texts keep their own newlines: they are values).
-So a template keeps each tag on one line, and writes a space between two tags where the
-page needs one. No gradio.
+So a template keeps each tag and each run of text on one line, and writes a space between
+two tags where the page needs one (``{{ " " }}`` at the start of a line). No gradio.
 """
 
 from __future__ import annotations
