@@ -189,10 +189,10 @@ def tree_decisions(
         p_primes=[(t.p_prime if t is not None and t.updated else None) for t in trial_of],
         fan=[len(tree.children(tree.parents[v])) for v in view],
     )
-    return drafted, added_record, tree_nodes(text, tree, p, verdict, u)
+    return drafted, added_record, node_records(text, tree, p, verdict, u)
 
 
-def tree_nodes(
+def node_records(
     text: Callable[[int], str],
     tree: TreeDraft,
     p: torch.Tensor,

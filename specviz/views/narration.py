@@ -21,7 +21,7 @@ from specviz.verify import verification_for
 from specviz.verify.words import source_text
 from specviz.views.markup import _pair_fmt, match_verdict, num, stop_sentence
 from specviz.views.templating import macro
-from specviz.views.tree_view import ordinal, shape_text
+from specviz.views.tree_view import ordinal, tree_name
 
 
 def _tokens(drafted: list[Drafted]) -> str:
@@ -132,7 +132,7 @@ def narrate_tree(rnd: Round, settings: Settings | None = None) -> list[str]:
     each depth the walk reached, the added token and the tokens emitted."""
     nodes = rnd.nodes or []
     depths = sorted({n.depth for n in nodes})
-    shape = shape_text(rnd)
+    shape = tree_name(rnd)
     per_depth = "; ".join(
         f"depth {d}: " + ", ".join(repr(n.text) for n in nodes if n.depth == d) for d in depths
     )

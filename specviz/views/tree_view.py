@@ -38,7 +38,6 @@ from specviz.views.palette import COLORS, show_whitespace
 from specviz.views.style import figure
 from specviz.views.templating import macro
 
-NODE_STATUSES = ("accepted", "rejected", "untried", "resampled", "bonus")
 STATUS_WORDS = {
     "accepted": "accepted path",
     "rejected": "rejected sibling",
@@ -73,7 +72,7 @@ def accepted_depth(rnd: Round) -> int:
     return sum(n.status == "accepted" for n in rnd.nodes or [])
 
 
-def shape_text(rnd: Round) -> str:
+def tree_name(rnd: Round) -> str:
     """The round's tree as the page names it: its shape ("tree 2,2"), or for a dynamic tree
     (a node budget, no fixed shape) "dynamic tree"."""
     if rnd.tree:
@@ -259,7 +258,7 @@ def caption(rnd: Round) -> str:
     """One line over the drawing: the shape and what the round kept."""
     emitted = rnd.emitted
     return (
-        f"Round {round_number(rnd.index)}, {shape_text(rnd)}: {tree_counts(rnd)}; one target call "
+        f"Round {round_number(rnd.index)}, {tree_name(rnd)}: {tree_counts(rnd)}; one target call "
         f"scored all {len(rnd.nodes or [])} nodes and the round kept {emitted} "
         f"token{'s' if emitted != 1 else ''}. Click a node to inspect its trial."
     )
@@ -442,7 +441,7 @@ def compare_rows(spec: Trace | None, ar: Trace | None) -> tuple[list[tuple[str, 
         return [], ""
     nodes = max(len(r.nodes or []) for r in rounds)
     depth = max(n.depth for r in rounds for n in r.nodes or [])
-    shape = shape_text(rounds[0])
+    shape = tree_name(rounds[0])
     width = nodes + 1
     tokens = sum(r.emitted for r in rounds) / len(rounds)
     per_depth = depth_acceptance(rounds)
