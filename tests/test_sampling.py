@@ -50,6 +50,23 @@ def test_draw_uses_only_the_given_generator():
     assert a == b
 
 
+def test_a_row_is_drawn_over_its_support_with_its_probabilities():
+    """One row (drawn over its nonzero tokens) and a batch of the same row (drawn over the
+    whole vocabulary) give the row's distribution: never a token of probability 0, and each
+    token's frequency within a few standard errors of its probability."""
+    row = torch.zeros(5000)
+    row[[3, 700, 4999]] = torch.tensor([0.6, 0.3, 0.1])
+    gen = torch.Generator().manual_seed(0)
+    n = 4000
+    one = torch.tensor([int(draw(row, gen, greedy=False)) for _ in range(n)])
+    batch = draw(row.expand(n, -1), gen, greedy=False)
+    for got in (one, batch):
+        freq = torch.bincount(got, minlength=5000).double() / n
+        assert set(got.tolist()) <= {3, 700, 4999}
+        assert torch.allclose(freq[[3, 700, 4999]], row[[3, 700, 4999]].double(), atol=0.03)
+    assert draw(row[None], gen, greedy=False).shape == (1,)
+
+
 def test_residual_is_normalised_positive_part():
     p, q = torch.tensor([0.5, 0.3, 0.2]), torch.tensor([0.2, 0.5, 0.3])
     assert torch.allclose(residual(p, q), torch.tensor([1.0, 0.0, 0.0]))
@@ -118,6 +135,24 @@ def test_the_top_p_cut_equals_a_full_sort_s(scale, top_p):
     got = outside_nucleus(probs, top_p)
     assert torch.equal(got, _outside_nucleus_by_full_sort(probs, top_p))
     assert (~got).sum(-1).min() >= 1
+
+
+@pytest.mark.parametrize("scale", [0.5, 40.0])
+def test_warp_keeps_the_nucleus_of_a_full_sort_and_renormalises_it(scale):
+    """Rows whose nuclei all end among the top candidates (scale 40: a few tokens each)
+    take warp's short path, the others (scale 0.5) the masked one: either way the kept
+    tokens are the full sort's and their probabilities are p renormalised over them."""
+    gen = torch.Generator().manual_seed(int(scale))
+    logits = torch.randn(5, 6000, generator=gen) * scale
+    w = Warp(0.7, 0, 0.9)
+    probs = torch.softmax(logits / 0.7, -1)
+    drop = _outside_nucleus_by_full_sort(probs, 0.9)
+    want = probs.masked_fill(drop, 0.0)
+    want = want / want.sum(-1, keepdim=True)
+    got = warp(logits, w)
+    assert torch.equal(got > 0, ~drop)
+    assert torch.allclose(got, want, rtol=1e-6, atol=1e-7)
+    assert torch.allclose(warp(logits[2], w), got[2], rtol=1e-6, atol=1e-7)  # one row alike
 
 
 # --- exact match ------------------------------------------------------------------------

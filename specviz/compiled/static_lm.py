@@ -127,7 +127,11 @@ class StaticLM:
             w = self.width(m)
             ids = torch.tensor([new + [0] * (w - m)], dtype=torch.long, device=self.device)
             out = self.compiler(self.name, self.model, ids, self.cache)[m - keep : m]  # [keep, V]
-            self._move(start + m)  # the padding's keys lie beyond the position: never read
+            # the padding's keys lie beyond the position: never read. A torch.compile'd
+            # forward advances every layer's position in its graph (transformers' static
+            # layers), so an unpadded call leaves it where it belongs
+            if w > m or not isinstance(self.compiler, Compiler):
+                self._move(start + m)
         logits = out[:, : self.vocab_size].to(self.out_device)
         self.busy_s += finished(logits) - t0
         self.tokens.extend(new)
