@@ -1,6 +1,7 @@
-"""The Prompt set tab in a real browser (Debian's chromium through Playwright, on the
-offline pair): one small upload run to its end, its figures and files; a malformed file
-refused with one line on the page while the app keeps serving."""
+"""The Prompt set tab in a real browser (Debian's chromium through Playwright) on ui_url:
+tiny networks over the offline pair's tokenizer (the offline pair itself while
+SPECVIZ_SCREENSHOT_DIR is set). One small upload runs to its end, with its figures and
+files; a malformed file is refused with one line on the page while the app keeps serving."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def clear_upload(page) -> None:
     page.click("#sv-report-file button[aria-label='Clear']")
 
 
-def test_an_upload_runs_to_a_report_and_a_bad_file_is_refused(browser, app_url, tmp_path):
+def test_an_upload_runs_to_a_report_and_a_bad_file_is_refused(browser, ui_url, tmp_path):
     good = tmp_path / "two.jsonl"
     lines = [
         {"prompt": "Translate into French: good morning.", "category": "translation"},
@@ -42,7 +43,7 @@ def test_an_upload_runs_to_a_report_and_a_bad_file_is_refused(browser, app_url, 
     good.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "fine"}\n{"prompt": "unclosed\n')
-    with opened(browser, app_url, 1400, 1000) as page:
+    with opened(browser, ui_url, 1400, 1000) as page:
         page.fill("#sv-max-new input[type=number]", "4")
         page.press("#sv-max-new input[type=number]", "Enter")
         open_tab(page, "Prompt set")
