@@ -71,7 +71,7 @@ def tabs_all_show(page) -> None:
     """Every tab's button is on the page, within its width; no "More tabs" menu."""
     page.locator("#sv-tabs").scroll_into_view_if_needed()
     names = [t.inner_text() for t in page.locator("#sv-tabs [role=tab]").all()]
-    assert names == ["Decision", "Speed", "Acceptance", "Theory", "Exactness", "Data"]
+    assert names == ["Decision", "Speed", "Acceptance", "Theory", "Exactness", "Data", "Prompt set"]
     width = page.viewport_size["width"]
     for tab in page.locator("#sv-tabs [role=tab]").all():
         box = tab.bounding_box()
