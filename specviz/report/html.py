@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import plotly.graph_objects as go
+from markupsafe import Markup
 
 from specviz import metrics
 from specviz.report import figures
@@ -14,6 +15,7 @@ from specviz.report.records import Record
 from specviz.report.stats import DEFINITIONS, OVERALL, trace_file
 from specviz.views.markup import esc
 from specviz.views.palette import show_whitespace
+from specviz.views.templating import render
 
 OPEN_TRACE = (
     "Each link opens a run's JSON trace. To inspect it decision by decision, start the app "
@@ -190,35 +192,30 @@ def page(report: dict[str, Any], records: list[Record]) -> str:
         if done < total and about.get("shard") in (None, "0/1")
         else ""
     )
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<title>specviz prompt set report</title>
-<style>{CSS}</style>
-<script type="text/javascript">{get_plotlyjs()}</script>
-</head><body>
-<h1>Prompt set report</h1>
-<p>{done} prompts ({esc(about.get("source") or "")}); verification
-{esc(det.get("verification") or "")}; {esc(shown)}. The speculative run and the
-autoregressive baseline of each prompt ran with the same seed (settings seed + the
-prompt's index) in one process.</p>
-{partial}
-<table>{model_rows}</table>
-<h2>Per category</h2>
-{overview_table(report)}
-<p>speedup, predicted, c and best gamma are measured with a clock (report.json's "timing"
-part); every other number depends on the decisions alone ("deterministic" part).</p>
-<div class="grid"><div>{_fig(figs["acceptance"])}</div><div>{_fig(figs["speedup"])}</div>
-</div>
-{_fig(figs["conditional"])}
-{_fig(figs["histogram"])}
-{_fig(figs["kinds"])}
-{compare_html(report)}
-{_fig(figs["compare"]) if "compare" in figs else ""}
-<h2>The {len(det["costliest"])} costliest decisions</h2>
-<p>{esc(DEFINITIONS["cost"])}. {OPEN_TRACE}</p>
-{costliest_html(report)}
-<h2>Every prompt</h2>
-{runs_html(records)}
-<h2>Definitions</h2><dl>{defs}</dl>
-</body></html>
-"""
+    return str(
+        render(
+            "report_page.html.j2",
+            css=Markup(CSS),
+            plotly_js=Markup(get_plotlyjs()),
+            done=done,
+            source=about.get("source") or "",
+            verification=det.get("verification") or "",
+            shown=shown,
+            partial=Markup(partial),
+            model_rows=Markup(model_rows),
+            overview=Markup(overview_table(report)),
+            fig_acceptance=Markup(_fig(figs["acceptance"])),
+            fig_speedup=Markup(_fig(figs["speedup"])),
+            fig_conditional=Markup(_fig(figs["conditional"])),
+            fig_histogram=Markup(_fig(figs["histogram"])),
+            fig_kinds=Markup(_fig(figs["kinds"])),
+            compare=Markup(compare_html(report)),
+            fig_compare=Markup(_fig(figs["compare"]) if "compare" in figs else ""),
+            n_costliest=len(det["costliest"]),
+            cost_definition=DEFINITIONS["cost"],
+            open_trace=Markup(OPEN_TRACE),
+            costliest=Markup(costliest_html(report)),
+            runs=Markup(runs_html(records)),
+            definitions=Markup(defs),
+        )
+    )
