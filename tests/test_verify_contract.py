@@ -28,7 +28,7 @@ import torch
 from specviz.config import Settings
 from specviz.engine import generate
 from specviz.lesson_statements import first_rejection, rejection_statement
-from specviz.trace import Round, Trace, decision_at, round_number
+from specviz.trace import Drafted, Round, Trace, decision_at, round_number
 from specviz.verify import ENTRIES, verification_for, verification_of_entry
 from specviz.verify.base import normalised, total_variation
 from specviz.verify.words import SHORT_SOURCES
@@ -220,3 +220,17 @@ def test_out_on_siblings_matches_the_enumerated_procedure(entry, b):
     p, q = torch.tensor([0.5, 0.3, 0.2]).double(), torch.tensor([0.2, 0.2, 0.6]).double()
     if entry.rule == "same-target-for-siblings" and b == 2:
         assert float(total_variation(v.out_siblings(p, q, 2), p)) == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("entry", [e for e in ENTRIES if e.tree], ids=lambda e: e.rule)
+def test_a_later_siblings_shown_keep_reads_p_prime(entry):
+    """A later sibling's a(x), as a reveal shows it, is the object's own sibling keep at the
+    updated target p′, never at p: here p(x) = 0.3 < q(x) = 0.4 < p′(x) = 0.6, so every
+    rule's keep differs between the two (min(1, p/q), p(x), [p ≥ q])."""
+    v = verification_of_entry(entry, PARAMS)
+    p_prime, q = torch.tensor([[0.6, 0.4]]), torch.tensor([[0.4, 0.6]])
+    d = Drafted(0, "a", 0.3, 0.4, 0.0, 0.5, "accepted", None, [], p_prime=0.6)
+    at_p_prime = float(v.sibling_keep(p_prime.double(), q.double())[0, 0])
+    at_p = float(v.sibling_keep(torch.tensor([[0.3, 0.7]]).double(), q.double())[0, 0])
+    assert at_p_prime != at_p
+    assert v.shown_keep(d) == pytest.approx(at_p_prime)
