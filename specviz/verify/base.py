@@ -205,18 +205,19 @@ class Verification(ABC):
         """How it decides, in one sentence with its parameters."""
 
     def promise_text(self) -> str:
-        """What its output is distributed as, in one sentence."""
+        """What its output is distributed as: a clause that follows its label ("typical
+        (lossy) verification, which keeps ...")."""
         if self.lossless:
             return (
-                "lossless: whatever q is, every emitted token is distributed as the target's "
-                "own sampling would give it"
+                "which is lossless: whatever q is, every emitted token is distributed as the "
+                "target's own sampling would give it"
             )
         if self.entry.wrong:
             return (
-                "a deliberately wrong rule: its output is not distributed as the target's p "
-                "(the distribution check exists to catch it)"
+                "whose output is not distributed as the target's p (the distribution check "
+                "exists to catch it)"
             )
-        return "lossy: it keeps drafts the target would not emit as often, so out differs from p"
+        return "which keeps drafts the target would not emit as often, so out differs from p"
 
     def shown_keep(self, d: Drafted) -> float:
         """a(x) for a reveal, from the record's numbers: min(1, p/q), or min(1, p'/q) where

@@ -39,7 +39,7 @@ class KeptByTest(Verification):
 
     def promise_text(self) -> str:
         return (
-            "lossy: it keeps drafts by a test on p alone and does not correct for q, so out "
+            "which keeps drafts by a test on p alone and does not correct for q, so out "
             "differs from p"
         )
 
