@@ -340,9 +340,12 @@ def refine_copy(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
-def quantize_w8(model: torch.nn.Module, act_dtype: torch.dtype) -> torch.nn.Module:
-    """A copy of model with every Linear (the tied LM head included) in int8 weights; the
-    head's largest logits per row are refined in float32 (Int8WeightLinear.refine_top)."""
+def _quantized_copy(
+    model: torch.nn.Module, act_dtype: torch.dtype, linear: type[torch.nn.Module]
+) -> torch.nn.Module:
+    """A copy of model in act_dtype with every Linear (the tied LM head included) replaced by
+    linear(child, act_dtype, top): top is REFINE_TOP for the head (its largest logits per row
+    refined in float32 from the same weights), 0 elsewhere."""
     import copy
 
     q = copy.deepcopy(model).to(act_dtype)
@@ -352,25 +355,19 @@ def quantize_w8(model: torch.nn.Module, act_dtype: torch.dtype) -> torch.nn.Modu
         for name, child in list(module.named_children()):
             if isinstance(child, torch.nn.Linear):
                 top = REFINE_TOP if child is head else 0
-                setattr(module, name, Int8WeightLinear(child, act_dtype, top))
+                setattr(module, name, linear(child, act_dtype, top))
     return q.eval()
+
+
+def quantize_w8(model: torch.nn.Module, act_dtype: torch.dtype) -> torch.nn.Module:
+    """A copy of model with every Linear in int8 weights (Int8WeightLinear)."""
+    return _quantized_copy(model, act_dtype, Int8WeightLinear)
 
 
 def quantize_w4(model: torch.nn.Module, act_dtype: torch.dtype) -> torch.nn.Module:
-    """A copy of model with every Linear (the tied LM head included) in int4 weights
-    (Int4WeightLinear, groups of INT4_GROUP); the head's largest logits per row refined in
-    float32 from the same weights."""
-    import copy
-
-    q = copy.deepcopy(model).to(act_dtype)
-    q.config.tie_word_embeddings = False
-    head = q.get_output_embeddings()
-    for module in list(q.modules()):
-        for name, child in list(module.named_children()):
-            if isinstance(child, torch.nn.Linear):
-                top = REFINE_TOP if child is head else 0
-                setattr(module, name, Int4WeightLinear(child, act_dtype, top))
-    return q.eval()
+    """A copy of model with every Linear in int4 weights (Int4WeightLinear, groups of
+    INT4_GROUP)."""
+    return _quantized_copy(model, act_dtype, Int4WeightLinear)
 
 
 class DynamicInt8Head(torch.nn.Module):
