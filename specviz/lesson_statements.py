@@ -169,7 +169,7 @@ def _distributed(settings: Settings) -> str:
     v = verification_for(settings)
     if not v.lossless:
         return (
-            f"This run used {esc(v.label)} verification, {esc(v.promise_text())}: its text "
+            f"This run used {esc(v.called_run)}, {esc(v.promise_text())}: its text "
             "does not follow the target's sampling."
         )
     why = (

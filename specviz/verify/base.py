@@ -90,6 +90,13 @@ class Verification(ABC):
             return f"the wrong rule {self.rule}"
         return self.called_as or self.label
 
+    @property
+    def called_run(self) -> str:
+        """What decided a run, as a sentence's subject: "typical (lossy) verification", or
+        "rejection with the deliberately wrong rule resample-from-p" (a rule, not a
+        verification of its own)."""
+        return self.label if self.entry.wrong else f"{self.label} verification"
+
     def keep_title(self, d: Drafted) -> str:
         """The inspector's title over the bar of a(x) against the draw."""
         if self.draws == "u":

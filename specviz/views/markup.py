@@ -347,7 +347,7 @@ def exact_note_html(settings: Settings, drafter: str = "the draft") -> str:
     v = verification_for(settings)
     if not v.lossless and not greedy:
         note = (
-            f"{v.label} verification, {v.promise_text()}: this text does not follow the "
+            f"{v.called_run}, {v.promise_text()}: this text does not follow the "
             "target's own sampling; each decision's TV(out, p) says how much probability it "
             "moved away from the target's (run summary, Decision tab)."
         )
