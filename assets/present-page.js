@@ -1,4 +1,4 @@
-// Run once when the page loads (launch(js=...)): the presentation view from the URL, and its
+// Run once when the page loads (launch(js=...)): the presentation mode from the URL, and its
 // keys: Space or the right arrow presses Step, unless focus is in a field (__FIELDS__) or, for
 // Space, on something Space presses anyway (__PRESSABLE__). Filled in by specviz.ui.present.
 () => {

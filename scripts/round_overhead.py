@@ -47,9 +47,11 @@ def main() -> None:
             model += cum
         if "specviz" in path and name not in ("logits", "forward", "round", "_spec", "propose"):
             rows.append((cum, calls, f"{path.split('specviz/')[-1]}:{line} {name}"))
-    print(f"draft variant {pair.draft.variant}; {rounds} rounds; CPU per round: "
-          f"{cpu * 1e3 / rounds:.1f} ms, of which {model * 1e3 / rounds:.1f} ms in the models' "
-          f"calls and {(cpu - model) * 1e3 / rounds:.1f} ms outside them")
+    print(
+        f"draft variant {pair.draft.variant}; {rounds} rounds; CPU per round: "
+        f"{cpu * 1e3 / rounds:.1f} ms, of which {model * 1e3 / rounds:.1f} ms in the models' "
+        f"calls and {(cpu - model) * 1e3 / rounds:.1f} ms outside them"
+    )
     for cum, calls, where in sorted(rows, reverse=True)[: args.top]:
         print(f"{cum * 1e3 / rounds:7.2f} ms  {calls / rounds:5.1f} calls  {where}")
 

@@ -2,7 +2,8 @@
 
 Leviathan's formula prices a round at gamma draft steps plus one target step. On real
 hardware the verify call reads gamma + 1 positions and costs more than one step, and the
-engine spends time outside the models (warping rows, the rule, draws, cache crops). This
+engine spends time outside the models (warping rows, the verification's decision, draws,
+cache crops). This
 module measures each part on the current machine:
 
 - the target's one-token step, and its verify call at each width gamma + 1;
@@ -132,7 +133,7 @@ class StepCosts:
     def verify_steps(self, width: int) -> float:
         """v at a width, in target steps: measured, or linear between (and beyond) the
         measured widths; width 1 is one step by definition."""
-        pts = sorted({1: 1.0, **{v.width: v.steps for v in self.verify}}.items())
+        pts = sorted({1: 1.0, **{call.width: call.steps for call in self.verify}}.items())
         return _linear(pts, width)
 
     def overhead_steps(self, gamma: int) -> float:
@@ -163,7 +164,7 @@ class StepCosts:
     def from_dict(cls, d: dict[str, Any]) -> StepCosts:
         known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
         known.setdefault("draft_step2_ms", None)
-        known["verify"] = [VerifyCost(**v) for v in d.get("verify", [])]
+        known["verify"] = [VerifyCost(**call) for call in d.get("verify", [])]
         known["overhead_ms_by_gamma"] = {
             int(g): float(ms) for g, ms in d.get("overhead_ms_by_gamma", {}).items()
         }
@@ -237,7 +238,7 @@ class Holdback:
         t = self.term
         words = {"alpha": name, "verify": "verify cost", "c": "c"}
         rest = " and ".join(words[k] for k in TERMS if k in self.lifted and k != t)
-        ideal = {k: v.format(name=name) for k, v in IDEAL.items()}
+        ideal = {k: value.format(name=name) for k, value in IDEAL.items()}
         if self.lifts_above_one:
             return (
                 f"what holds it below 1 is {CAUSE[t]}: with {ideal[t]} the same {rest} "
@@ -627,13 +628,13 @@ class Roofline:
             "draft_floor_ms": None if self.draft_bytes is None else self.floor_ms(self.draft_bytes),
             "calls": [
                 {
-                    "call": c.call,
-                    "ms": c.ms,
-                    "bytes": c.nbytes,
-                    "floor_ms": c.floor_ms,
-                    "ratio": c.ratio,
+                    "call": call.call,
+                    "ms": call.ms,
+                    "bytes": call.nbytes,
+                    "floor_ms": call.floor_ms,
+                    "ratio": call.ratio,
                 }
-                for c in self.calls
+                for call in self.calls
             ],
         }
 
@@ -646,7 +647,10 @@ class Roofline:
             float(d.get("bandwidth_copy_gb_s", 0.0)),
             str(d.get("bandwidth_how", "")),
         )
-        calls = [RoofCall(c["call"], c["ms"], int(c["bytes"]), c["floor_ms"]) for c in d["calls"]]
+        calls = [
+            RoofCall(call["call"], call["ms"], int(call["bytes"]), call["floor_ms"])
+            for call in d["calls"]
+        ]
         draft = d.get("draft_bytes")
         return cls(bw, int(d["target_bytes"]), None if draft is None else int(draft), calls)
 
@@ -666,7 +670,8 @@ def roofline_of(
     tb = target_bytes + kv_target * context
     calls = [RoofCall("target step", sc.target_step_ms, tb, bw.floor_ms(tb))]
     calls += [
-        RoofCall(f"verify, {v.width} positions", v.ms, tb, bw.floor_ms(tb)) for v in sc.verify
+        RoofCall(f"verify, {call.width} positions", call.ms, tb, bw.floor_ms(tb))
+        for call in sc.verify
     ]
     if draft_bytes is not None:
         db = draft_bytes + kv_draft * context
@@ -691,7 +696,10 @@ def roofline_lines(roof: Roofline) -> list[str]:
             f"{roof.floor_ms(roof.draft_bytes):.2f} ms"
         )
     out.append("call                    measured ms  floor ms  measured / floor")
-    out += [f"{c.call:22s}  {c.ms:11.2f}  {c.floor_ms:8.2f}  {c.ratio:8.2f}x" for c in roof.calls]
+    out += [
+        f"{call.call:22s}  {call.ms:11.2f}  {call.floor_ms:8.2f}  {call.ratio:8.2f}x"
+        for call in roof.calls
+    ]
     return out
 
 

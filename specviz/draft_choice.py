@@ -9,8 +9,9 @@ Candidates (VARIANTS): int8 per-channel weights with bf16, fp16 or fp32 activati
 bf16 and fp16 copies, and two with kernels that run on any x86 CPU: dynamic int8 (int8
 weights and activations, torch.ao's quantize_dynamic through FBGEMM or oneDNN; eager only)
 and int4 weights in groups of 32 with bf16 or fp32 activations
-(torch._weight_int4pack_mm_for_cpu). Each one's q is what it computes, so the rule stays
-exact whichever is chosen. For each, after a warm-up, the median one-token step and
+(torch._weight_int4pack_mm_for_cpu). Each one's q is what it computes, so a lossless
+verification stays exact whichever is chosen. For each, after a warm-up, the median
+one-token step and
 two-token call (a round after a full accept opens with one) on TIMING_CONTEXT cached
 positions, and alpha (mean sum_x min(p(x), q(x)) over a fixed text, both distributions
 warped as the default settings warp them); beside them the target's one-token step and its
@@ -194,13 +195,13 @@ class DraftChoice:
 
     @property
     def chosen(self) -> Candidate:
-        return next(c for c in self.candidates if c.variant == self.variant)
+        return next(cand for cand in self.candidates if cand.variant == self.variant)
 
     def summary(self) -> str:
         """'w8-bf16 chosen by measurement: c 0.33, alpha 0.960' (or 'forced by ...')."""
-        c = self.chosen
+        cand = self.chosen
         how = f"forced by {ENV}" if self.forced else "chosen by measurement"
-        return f"{self.variant} {how}: c {c.c:.2f}, alpha {metrics.alpha_text(c.alpha)}"
+        return f"{self.variant} {how}: c {cand.c:.2f}, alpha {metrics.alpha_text(cand.alpha)}"
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -213,7 +214,7 @@ class DraftChoice:
         choice = cls(
             variant=str(d["variant"]),
             forced=bool(d["forced"]),
-            candidates=[Candidate(**c) for c in d["candidates"]],
+            candidates=[Candidate(**cand) for cand in d["candidates"]],
             target_step_ms=float(d["target_step_ms"]),
             verify_steps={int(w): float(s) for w, s in d["verify_steps"].items()},
             machine=dict(d["machine"]),
@@ -261,7 +262,7 @@ def candidate(
 def choose(candidates: list[Candidate]) -> Candidate:
     """The candidate with the largest prediction at JUDGE_GAMMA: what a visitor's untouched
     run gets (at a larger gamma a closer but dearer copy can rank first on paper)."""
-    return max(candidates, key=lambda c: c.predicted)
+    return max(candidates, key=lambda cand: cand.predicted)
 
 
 # --- the record in the cache ----------------------------------------------------------
@@ -401,7 +402,7 @@ def recorded(device: torch.device) -> DraftChoice | None:
     want = requested()
     rec = load_record(machine_key(device))
     if rec is not None and want != "auto":
-        known = {c.variant: c for c in rec.candidates}
+        known = {cand.variant: cand for cand in rec.candidates}
         if want not in known or known[want].alpha is None:  # measure it whole
             return None
         rec.variant, rec.forced = want, True

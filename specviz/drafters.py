@@ -1,9 +1,10 @@
-"""Drafters propose the tokens a round verifies; the rule (specviz.sampling) judges them.
+"""Drafters propose the tokens a round verifies; a verification (specviz.verify) judges them.
 
 A drafter returns the drafted ids and, for each, the exact distribution q it was drawn from,
 and why it stopped drafting (``Draft.stop``). The model drafter may stop at a token it is
 unsure of (``confidence``): whether it drafts position i + 1 depends on positions up to i
-only, and a drafted token is never withdrawn, so the rule's output stays exact. Two drafters:
+only, and a drafted token is never withdrawn, so a lossless verification's output
+stays exact. Two drafters:
 a small model (q is its warped softmax) and n-gram prompt lookup (q is one-hot on the copied
 token). Both are per-request objects: they own their state.
 """
@@ -98,7 +99,7 @@ class NgramDrafter:
     that most of the occurrences still in agreement with the draft so far were followed by,
     a tie going to the earliest occurrence. With one occurrence, or when they all agree,
     that is what followed the earliest one, as in transformers' prompt lookup. q is one-hot
-    on each drafted token, so the rule accepts it with probability p(x) and a rejection
+    on each drafted token, so the rejection rule accepts it with probability p(x) and a rejection
     resamples from p with x removed. No occurrence proposes nothing; the round is then a
     plain target step.
     """

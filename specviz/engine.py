@@ -110,7 +110,7 @@ class Run:
         return torch.Generator(device=self.device).manual_seed(self.settings.seed)
 
     def _target_lm(self) -> ModelCache:
-        """The target's cache. Its logits come to the pair's device, where the rule runs and
+        """The target's cache. Its logits come to the pair's device, where the verification runs and
         the generator lives, even when a device map spreads its layers over several."""
         return self.open_lm(self.pair.target, self._verify_widths())
 

@@ -41,7 +41,7 @@ SWEEP_GAMMAS = (1, 2, 4, 8)
 SWEEP_TOKENS = 16  # tokens per sweep run: the sweep stays short
 SWEEP_REPS = 1
 # The distribution check of step 6: the fewest samples the check accepts, one token per
-# continuation (one view, so no Bonferroni split), and a draft sharper than the target, so
+# continuation (one comparison, so no Bonferroni split), and a draft sharper than the target, so
 # that its rejections fall on tokens p makes likely: resampling from p then puts mass back
 # where the residual has none, which moves the first token's distribution further than a
 # hotter draft (as in step 2) does, and so within reach of few samples. How far it moves it
@@ -172,7 +172,7 @@ STEPS: tuple[Step, ...] = (
     Step(
         "A hotter draft",
         f"The draft samples at temperature {HOT_DRAFT:g} while the target keeps its own: q "
-        "moves away from p, so more drafts are rejected and resampled. The rule corrects "
+        "moves away from p, so more drafts are rejected and resampled. The rejection rule corrects "
         "any q: the text is still distributed as the target's.",
         f"Run with draft temperature {HOT_DRAFT:g}",
         RunAction(_hotter),
@@ -228,7 +228,7 @@ STEPS: tuple[Step, ...] = (
     Step(
         "Play the verifier",
         "Now you decide. The Decision tab deals a round of your own run: for each draft you "
-        "see p(x) and q(x), and say how likely the rule keeps it (a number a(x), or K for "
+        "see p(x) and q(x), and say how likely the verification keeps it (a number a(x), or K for "
         "likely kept, R for likely rejected). Your answer reveals the draw u and the true "
         "keep probability (min(1, p/q) under the rejection rule); N shows the verdict and "
         "what replaced a rejected draft, N again the next draft. The score counts your "

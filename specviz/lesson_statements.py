@@ -27,12 +27,12 @@ STATUSES = ("accepted", "rejected", "resampled", "bonus")
 def status_counts(trace: Trace) -> dict[str, int]:
     """How many tokens of each status a speculative trace shows (discarded drafts are not
     shown and not counted)."""
-    c: Counter[str] = Counter()
+    counts: Counter[str] = Counter()
     for r in trace.rounds:
-        c.update(d.status for d in r.drafted if d.status != "discarded")
+        counts.update(d.status for d in r.drafted if d.status != "discarded")
         if r.added is not None:
-            c[r.added.status] += 1
-    return {s: c[s] for s in STATUSES}
+            counts[r.added.status] += 1
+    return {s: counts[s] for s in STATUSES}
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ class RunNumbers:
 
 def run_key(trace: Trace) -> tuple[Any, ...]:
     """What must agree for two runs' figures to be compared: the prompt and the models."""
-    return (trace.prompt, tuple(sorted((k, str(v)) for k, v in trace.models.items())))
+    return (trace.prompt, tuple(sorted((k, str(value)) for k, value in trace.models.items())))
 
 
 def _x(speedup: float) -> str:
@@ -166,10 +166,11 @@ def _distributed(settings: Settings) -> str:
     """What the text is distributed as under these settings: the target's, unless a
     deliberately wrong rule or a lossy verification decided it; and whether q was warped
     apart from p."""
-    v = verification_for(settings)
-    if not v.lossless:
+    verification = verification_for(settings)
+    if not verification.lossless:
         return (
-            f"This run used {esc(v.called_run)}, {esc(v.promise_text())}: its text "
+            f"This run used {esc(verification.called_run)}, "
+            f"{esc(verification.promise_text())}: its text "
             "does not follow the target's sampling."
         )
     why = (
@@ -346,7 +347,7 @@ def sweep_statement(rows: Sequence[dict[str, Any]], verification: str = "rejecti
 
 
 def _min_p(result: Any) -> float:
-    return min(v.spec_test.p_value for v in result.views)
+    return min(comp.spec_test.p_value for comp in result.comparisons)
 
 
 def _p(x: float) -> str:
@@ -359,37 +360,37 @@ TV_ZERO = 1e-6
 
 
 # Wrong rules that accept exactly as the rejection rule does (only their fallback differs).
-def check_statement(wrong: Any, exact: Any) -> str:
+def check_statement(wrong: Any, right: Any) -> str:
     """Step 6: the wrong rule's and exact match's verdicts, smallest p-values and acceptance
     (both are specviz.analysis.distribution_check.CheckResult). When the wrong rule passes,
-    its predicted_tv (the exact TV between p and the first token's distribution under it)
-    says whether more samples would catch it; the chance failure rate of a correct rule is
+    its predicted_tv (the TV, computed, between p and the first token's distribution under it)
+    says whether more samples would catch it; the chance failure rate of a correct verification is
     the results' own significance level."""
 
     def verdict(result: Any) -> str:
-        v = "<b>fails</b>" if not result.passed else "<b>passes</b>"
+        said = "<b>fails</b>" if not result.passed else "<b>passes</b>"
         return (
-            f"{v} (smallest p-value {_p(_min_p(result))}, threshold "
+            f"{said} (smallest p-value {_p(_min_p(result))}, threshold "
             f"{result.threshold:.3g}; acceptance {result.spec_acceptance:.2f})"
         )
 
     # exact match keeps a draft when the target's own sample is that token; the wrong rules
     # whose acceptance measure is alpha keep with min(1, p/q), as the rejection rule does
-    match = verification_for(exact.settings).draws == "sample"
-    by = "exact-match verification" if match else esc(exact.verifier)
-    said = f"With {esc(wrong.rule)} the check {verdict(wrong)}; with {by} it {verdict(exact)}. "
+    match = verification_for(right.settings).draws == "sample"
+    by = "exact-match verification" if match else esc(right.verifier)
+    said = f"With {esc(wrong.rule)} the check {verdict(wrong)}; with {by} it {verdict(right)}. "
     if wrong.passed:
         said += _slipped(wrong)
-    if not exact.passed:
-        sig = exact.significance
+    if not right.passed:
+        sig = right.significance
         said += (
             f"{'Exact match' if match else 'That rule'} is exact: at significance {sig:g} a "
-            f"correct rule fails this check by chance in at most about {100 * sig:g}% of "
+            f"correct verification fails this check by chance in at most about {100 * sig:g}% of "
             "checks. "
         )
     wrong_v = verification_for({**wrong.settings, "rule": wrong.rule})
     if match and wrong_v.draws == "u" and wrong_v.measure[1] == "alpha":
-        said += _acceptances(exact.spec_acceptance, wrong.spec_acceptance, wrong_v)
+        said += _acceptances(right.spec_acceptance, wrong.spec_acceptance, wrong_v)
     return f"<p>{said}</p>"
 
 

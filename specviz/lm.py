@@ -7,7 +7,7 @@ read-only between requests; the cache belongs to one request.
 
 A target spread over several devices by a device map (accelerate's hooks move activations
 from block to block) returns its logits on the device of its last block; ``CachedLM`` hands
-them over on one chosen device, so that p and q meet where the rule runs.
+them over on one chosen device, so that p and q meet where the verification runs.
 
 For a drafted tree (specviz.tree), ``CachedLM.masked_logits`` feeds tokens after the cache
 with a custom attention mask and explicit position ids (several tokens at one position, each
@@ -71,7 +71,7 @@ class ModelCache(Protocol):
 
 
 class CachedLM:
-    """One request's view of a model: its KV cache and the tokens that cache holds.
+    """One request's handle on a model: its KV cache and the tokens that cache holds.
 
     Logits are cut to the tokenizer's vocabulary: output columns beyond it are embedding
     padding (151936 vs 152064 in one family), never real tokens, and are dropped for p and

@@ -1,7 +1,7 @@
 """Metrics as pure functions of traces, and Leviathan et al.'s formulas.
 
 Definitions (printed next to the numbers wherever they are shown):
-- acceptance rate = accepted drafts / verified drafts. A verified draft is one the rule
+- acceptance rate = accepted drafts / verified drafts. A verified draft is one the verification
   tested (accepted or rejected); drafts after a rejection are discarded, never tested.
 - alpha = mean over verified positions of sum_x min(p(x), q(x)): the expected acceptance
   probability of one draft under the rejection rule (Leviathan's beta, averaged).
@@ -9,7 +9,7 @@ Definitions (printed next to the numbers wherever they are shown):
   which accepts a draft x iff the target's own sample y ~ p equals it. Never above alpha.
 - kept mass = mean over verified positions of sum_x q(x) a(x), a the verification's own keep
   probability: its expected acceptance (alpha for the rejection rule, sum p q for exact match).
-- out TV = TV(out, p) at a verified position, out the verification's exact output
+- out TV = TV(out, p) at a verified position, out the verification's computed output
   distribution there (specviz.verify): 0 up to float error for the lossless
   verifications, the distortion a lossy one adds. Mean and max over verified positions.
 - mean accepted per round, with or without the added (resampled or bonus) token.
@@ -43,7 +43,9 @@ DEFINITIONS = {
     "alpha": "mean of sum_x min(p(x), q(x)) over verified draft positions",
     "sum p q": "mean of sum_x p(x) q(x) over verified draft positions",
     "kept mass": "mean of sum_x q(x) a(x) over verified draft positions, a the keep probability",
-    "out TV": "TV(out, p) per verified position, out the verification's exact output distribution",
+    "out TV": (
+        "TV(out, p) per verified position, out the verification's computed output distribution"
+    ),
     "tokens per call": "new tokens / target forward passes while decoding",
     "c": "ms per draft step / ms per target step",
     "speedup": "AR ms/token / speculative ms/token, same prompt, settings and seed",
@@ -52,8 +54,8 @@ DEFINITIONS = {
 
 def acceptance_rate(trace: Trace) -> float:
     """Accepted drafts / verified drafts."""
-    v = verified(trace)
-    return sum(d.status == "accepted" for d in v) / len(v) if v else 0.0
+    decisions = verified(trace)
+    return sum(d.status == "accepted" for d in decisions) / len(decisions) if decisions else 0.0
 
 
 def _mean(values: list[float | None]) -> float | None:
@@ -110,12 +112,12 @@ def out_tv_row(trace: Trace) -> tuple[str, str]:
     s = trace.stats
     if s.mean_out_tv is None or s.max_out_tv is None:
         return "TV(out, p)", "not measured"
-    v = verification_for(trace.settings)
+    verification = verification_for(trace.settings)
     what = (
         "lossless: float error only"
-        if v.lossless
+        if verification.lossless
         else "deliberately wrong: the distortion per decision"
-        if v.entry.wrong
+        if verification.entry.wrong
         else "lossy: the distortion per decision"
     )
     return (
@@ -135,8 +137,8 @@ def acceptance_rows(trace: Trace) -> list[tuple[str, str]]:
     expectation of the verification used, then the other one's (what it would have
     accepted of the same drafts)."""
     s, d = trace.stats, DEFINITIONS
-    v = verification_for(trace.settings)
-    rule = (
+    verification = verification_for(trace.settings)
+    alpha_row = (
         "alpha",
         f"{alpha_text(s.alpha)}  (expected acceptance under the rejection rule: {d['alpha']})",
     )
@@ -145,17 +147,17 @@ def acceptance_rows(trace: Trace) -> list[tuple[str, str]]:
         f"{alpha_text(s.match_alpha)}  (expected acceptance under exact match: {d['sum p q']})",
     )
     rows = [
-        ("verification", f"{v.label}  ({v.rule_text()})"),
+        ("verification", f"{verification.label}  ({verification.statement()})"),
         ("acceptance rate", f"{s.acceptance_rate:.3f}  ({d['acceptance rate']})"),
     ]
-    if v.measure[1] == "kept_mass":
+    if verification.measure[1] == "kept_mass":
         kept = (
             "kept mass",
-            f"{alpha_text(kept_mass(trace))}  (expected acceptance under {v.label}: "
+            f"{alpha_text(kept_mass(trace))}  (expected acceptance under {verification.label}: "
             f"{d['kept mass']})",
         )
         rows.append(kept)
-    rows += [match, rule] if v.measure[1] == "match_alpha" else [rule, match]
+    rows += [match, alpha_row] if verification.measure[1] == "match_alpha" else [alpha_row, match]
     return rows
 
 
@@ -234,7 +236,7 @@ def cost_ratio(spec: Trace, ar: Trace) -> float:
 def verify_steps(spec: Trace, ar: Trace) -> dict[int, float] | None:
     """The verify call's cost in target steps, measured by this pair of runs: {1: 1.0,
     gamma + 1: v}, v = median verify ms of the rounds that verified gamma drafts over the
-    baseline's ms per target step (the verify ms include the rule's own work). The first
+    baseline's ms per target step (the verify ms include the decision's own work). The first
     round and the first AR step are left out (they also read the prompt). None when the
     runs cannot tell."""
     import statistics

@@ -299,10 +299,10 @@ def refine_largest(
     float32 rows), plus the bias: the refinement both low-precision LM heads share."""
     k = min(top, y.shape[-1])
     idx = y.topk(k, dim=-1).indices  # [n, k]
-    exact = torch.einsum("ni,nki->nk", flat.float(), rows(idx))  # [n, k]
+    refined = torch.einsum("ni,nki->nk", flat.float(), rows(idx))  # [n, k]
     if bias is not None:
-        exact = exact + bias.float()[idx]
-    return y.float().scatter_(-1, idx, exact)
+        refined = refined + bias.float()[idx]
+    return y.float().scatter_(-1, idx, refined)
 
 
 class RefinedHead(torch.nn.Module):

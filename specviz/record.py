@@ -26,7 +26,7 @@ def round_decisions(
     u: torch.Tensor | None,  # [k] the rejection rule's uniforms; None when none were drawn
     added: int | None,
     verification: Verification,
-    # a tree's path view: per position, p'(x) where siblings were tried before it (else
+    # a tree's recorded path: per position, p'(x) where siblings were tried before it (else
     # None), and the children of the node it was tried at (the out formula's b)
     p_primes: list[float | None] | None = None,
     fan: list[int] | None = None,
@@ -36,7 +36,7 @@ def round_decisions(
     with its index, position and timings.
 
     A "full" trace also records, per drafted position, the overlap sum_x min(p, q), exact
-    match's sum_x p q and the top tokens, and per verified position the verification's exact
+    match's sum_x p q and the top tokens, and per verified position the verification's computed
     output distribution out (the verification's out, or out_siblings at a tree's node of b
     children) as TV(out, p), the mass it keeps of q,
     and out beside p and q in the top tokens (computed in float64 from the rows at hand:
@@ -52,21 +52,21 @@ def round_decisions(
     tops: list[list[dict[str, Any]]] = [[] for _ in range(k)]
     if full and k:
         overlaps, matches = torch.stack([overlap(p[:k], q), match_prob(p[:k], q)]).tolist()
-        m, rule = min(n + 1, k), verification  # the verified positions
+        m = min(n + 1, k)  # the verified positions
         # out, computed on the tokens that p or q gives mass in some verified row: every
-        # rule's out is q a + c f with f p or the residual, so it has no mass elsewhere, and
-        # the rows' sums and every rule's test (typical's entropy, top-k-match's k-th
+        # verification's out is q a + c f with f p or the residual, so it has no mass elsewhere, and
+        # the rows' sums and every verification's test (typical's entropy, top-k-match's k-th
         # largest p) come out as over the whole vocabulary, in a fraction of the work
         cols = ((p[:m] > 0) | (q[:m] > 0)).any(0).nonzero().squeeze(1)  # [S] ascending
         pc, qc = p[:m, cols], q[:m, cols]
-        out = rule.out(pc, qc)  # [m, S] float64
+        out = verification.out(pc, qc)  # [m, S] float64
         for i, b in enumerate((fan or [])[:m]):
             if b > 1:  # a node of b children: the siblings' formula
-                out[i] = rule.out_siblings(pc[i], qc[i], b)
+                out[i] = verification.out_siblings(pc[i], qc[i], b)
         out_tvs[:m] = total_variation(out, normalised(pc)).tolist()
-        kept[:m] = rule.kept_mass(pc, qc).tolist()
+        kept[:m] = verification.kept_mass(pc, qc).tolist()
         score = torch.maximum(p[:k], q)
-        if not rule.lossless:  # out may put mass where neither p nor q leads
+        if not verification.lossless:  # out may put mass where neither p nor q leads
             score[:m, cols] = torch.maximum(score[:m, cols], out.to(score.dtype))
         third = ("out", out, cols)
         tops = tops_of(score, p[:k], q, draft_ids, settings.top_n, "q", text, third)
@@ -149,9 +149,9 @@ def tops_of(
     ids = torch.topk(score, min(top_n, score.shape[-1]), dim=-1).indices  # [m, n]
     ids = torch.cat([ids, torch.tensor(chosen, device=ids.device)[:, None]], dim=1)
     a, b, ids_l = first.gather(1, ids).tolist(), second.gather(1, ids).tolist(), ids.tolist()
-    c: list[list[float]] = []
+    third_vals: list[list[float]] = []
     if third is not None:
-        c = _at_tokens(third[1], third[2], ids[: third[1].shape[0]]).tolist()
+        third_vals = _at_tokens(third[1], third[2], ids[: third[1].shape[0]]).tolist()
     rows = []
     for r, row in enumerate(ids_l):
         chosen_listed = row[-1] in row[:-1]
@@ -163,8 +163,8 @@ def tops_of(
             ):
                 continue
             entry = {"id": t, "text": text(t), "p": a[r][j], second_key: b[r][j]}
-            if r < len(c):
-                entry[third[0]] = c[r][j]  # type: ignore[index]
+            if r < len(third_vals):
+                entry[third[0]] = third_vals[r][j]  # type: ignore[index]
             entries.append(entry)
         rows.append(entries)
     return rows

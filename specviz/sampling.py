@@ -1,6 +1,6 @@
 """Pure torch: logits to distributions, draws with an explicit generator, and the
-verifications' decisions: the rejection rule, exact match, and the rules that keep a draft
-by a test on p alone (the lossy rules of specviz.verify, through :func:`verify_kept`).
+verifications' decisions: the rejection rule, exact match, and the verifications that keep a draft
+by a test on p alone (the lossy verifications of specviz.verify, through :func:`verify_kept`).
 
 Notation as in both papers: p is the target's distribution, q the draft's. Every function
 here is stateless; randomness only ever comes from the ``torch.Generator`` passed in, so
@@ -136,7 +136,8 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
 
 def overlap(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """sum_x min(p(x), q(x)) per row: the probability that the rule accepts a draw from q."""
+    """sum_x min(p(x), q(x)) per row: the probability that the rejection rule accepts a
+    draw from q."""
     return torch.minimum(p, q).sum(-1)
 
 
@@ -161,7 +162,7 @@ class Verdict:
     # Exact match only: [k+1] the target's own samples y_i ~ p_i, drawn before the decision
     # (y_n is the added token). None under the rejection rule.
     samples: torch.Tensor | None = None
-    # [k] a(x_i) as the verification computed it; None: the rule's own (see accept_prob)
+    # [k] a(x_i) as the verification computed it; None: the verification's own (see accept_prob)
     keep_prob: torch.Tensor | None = None
     # where the added token comes from (a key of specviz.verify.words.SOURCES); None: the
     # verification's chain fallback after a rejection, "bonus" after a full accept
@@ -191,7 +192,7 @@ def verify(
     u: torch.Tensor | None,
     from_p: bool = False,
 ) -> Verdict:
-    """Apply the acceptance rule to k drafted tokens.
+    """Apply the rejection rule to k drafted tokens.
 
     p: [k+1, V] target rows (row i scores drafts[i]; row k gives the bonus),
     q: [k, V] the rows each draft was drawn from, drafts: [k], u: [k] uniform in [0, 1)

@@ -15,7 +15,7 @@ traces were written (the exact-match ones, match_prob) are optional when loading
 A round that drafted a tree (specviz.tree) also records its shape and every node
 (:class:`Node`: parent index, depth, its trial among its siblings). Such a trace is written
 under schema version 2; a trace without tree rounds is written under version 1, exactly as
-before, and both versions load. A tree round's ``drafted`` is its path view: one entry per
+before, and both versions load. A tree round's ``drafted`` is its recorded path: one entry per
 depth it reached (the accepted nodes, then the first child tried where every child was
 rejected, then that child's first descendants, discarded), so every positional reader works
 on it unchanged; the nodes hold the rest.
@@ -62,7 +62,7 @@ class Drafted:
     status: str  # accepted | rejected | discarded
     overlap: float | None  # sum_x min(p(x), q(x)) over the vocabulary; None: not measured
     # [{"id", "text", "p", "q"}], most likely under p or q first; a verified draft's
-    # entries also hold "out", the verification's exact output distribution there
+    # entries also hold "out", the verification's computed output distribution there
     top: list[dict[str, Any]]
     # sum_x p(x) q(x): exact match's acceptance probability here; None: not measured
     match_prob: float | None = None
@@ -70,7 +70,7 @@ class Drafted:
     # id; at a rejection it is the added token); None under the rejection rule or discarded
     target_sample: int | None = None
     target_text: str | None = None
-    # TV(out, p): how far the verification's exact output distribution at this position
+    # TV(out, p): how far the verification's computed output distribution at this position
     # (specviz.verify) lies from p; float error for a lossless verification. None:
     # not measured (a "minimal" trace, a discarded draft, an older trace)
     out_tv: float | None = None
@@ -139,14 +139,15 @@ class Round:
 
     @property
     def trials(self) -> int:
-        """Drafts the rule tested: every tried node of a tree, the verified drafts of a chain."""
+        """Drafts the verification tested: every tried node of a tree, the verified drafts of
+        a chain."""
         if self.nodes is None:
             return len(self.verified)
         return sum(n.trial is not None for n in self.nodes)
 
     @property
     def verified(self) -> list[Drafted]:
-        """The drafts the rule tested (accepted or rejected), in order: a prefix of drafted,
+        """The drafts the verification tested (accepted or rejected), in order: a prefix of drafted,
         since the drafts after a rejection are discarded untested."""
         return [d for d in self.drafted if d.status != "discarded"]
 
@@ -174,7 +175,7 @@ class Stats:
     rounds: int = 0
     target_calls: int = 0  # target forwards; the first one also reads the prompt
     drafted: int = 0  # drafted tokens, discarded ones included
-    verified: int = 0  # drafted tokens the rule tested: accepted + rejected
+    verified: int = 0  # drafted tokens the verification tested: accepted + rejected
     accepted: int = 0
     acceptance_rate: float = 0.0  # accepted / verified
     # mean overlap sum_x min(p, q) over verified positions; None when not measured (trace
@@ -327,7 +328,7 @@ def verified(trace: Trace) -> list[Drafted]:
 
 @dataclass
 class Decision:
-    """What the rule decided at one output position of one round."""
+    """What the verification decided at one output position of one round."""
 
     round: Round
     pos: int
@@ -390,8 +391,8 @@ def _get(d: dict[str, Any], key: str, kind: type, where: str) -> Any:
 
 
 def _ints(values: list[Any], where: str) -> list[int]:
-    for v in values:
-        _expect(v, int, where)
+    for value in values:
+        _expect(value, int, where)
     return list(values)
 
 
@@ -417,7 +418,7 @@ def _point(x: Any) -> list[float]:
     _expect(x, list, "trace.timeline entry")
     if len(x) != 2:
         raise ValueError("trace.timeline entries must be [seconds, tokens]")
-    return [float(_expect(v, float, "trace.timeline value")) for v in x]
+    return [float(_expect(value, float, "trace.timeline value")) for value in x]
 
 
 def _top(entries: Any, second: str, where: str) -> list[dict[str, Any]]:
@@ -431,7 +432,7 @@ def _top(entries: Any, second: str, where: str) -> list[dict[str, Any]]:
             "p": _num(e, "p", where),
             second: _num(e, second, where),
         }
-        if "out" in e:  # the exact output distribution, recorded for verified drafts
+        if "out" in e:  # the computed output distribution, recorded for verified drafts
             entry["out"] = _num(e, "out", where)
         out.append(entry)
     return out

@@ -5,7 +5,7 @@ run's settings carry a tree (a fixed shape, or a dynamic tree's node budget). Ea
 draft the tree depth by depth (specviz.tree.draft_tree, or draft_budget_tree), score every
 node with one target call, walk the verdict down from the root (specviz.tree.verify_tree,
 asking the run's verification), add the resampled or bonus token, then gather the accepted
-path in both caches. The round's record holds the path view in ``drafted`` (what every
+path in both caches. The round's record holds the recorded path in ``drafted`` (what every
 positional reader uses) and every node in ``nodes``.
 """
 
@@ -118,18 +118,18 @@ class TreeRounds:
         return new, rnd, logits[rows[: len(new)]]
 
 
-def path_view(tree: TreeDraft, verdict: TreeVerdict) -> list[int]:
-    """The nodes of the path view: the accepted path; where every child was rejected, the
-    first child tried, then its first descendants (discarded, as a chain's drafts after a
-    rejection)."""
-    view = list(verdict.path)
+def recorded_path(tree: TreeDraft, verdict: TreeVerdict) -> list[int]:
+    """The nodes a tree round records as a chain's drafts: the accepted path; where every
+    child was rejected, the first child tried, then its first descendants (discarded, as a
+    chain's drafts after a rejection)."""
+    path = list(verdict.path)
     if verdict.resampled:
         j = tree.children(verdict.stop)[0]
-        view.append(j)
+        path.append(j)
         while kids := tree.children(j):
             j = kids[0]
-            view.append(j)
-    return view
+            path.append(j)
+    return path
 
 
 def tree_decisions(
@@ -142,23 +142,23 @@ def tree_decisions(
     added: int | None,
     verification: Verification,
 ) -> tuple[list[Drafted], Added | None, list[Node]]:
-    """The round's records: the path view's decisions (built as a chain's, by
+    """The round's records: the path path's decisions (built as a chain's, by
     specviz.record, with each tried node's p' and turn), the added token, and every node
     with its trial."""
-    view = path_view(tree, verdict)
-    rows = [tree.parents[v] + 1 for v in view] + [(view[-1] if view else ROOT) + 1]
-    p_view = p[rows]  # [k + 1, V]
-    q_view = torch.stack([tree.q(v) for v in view]) if view else torch.empty(0, p.shape[-1])
-    ids = [tree.ids[v] for v in view]
-    idx = torch.arange(len(view))
+    path = recorded_path(tree, verdict)
+    rows = [tree.parents[node] + 1 for node in path] + [(path[-1] if path else ROOT) + 1]
+    p_path = p[rows]  # [k + 1, V]
+    q_path = torch.stack([tree.q(node) for node in path]) if path else torch.empty(0, p.shape[-1])
+    ids = [tree.ids[node] for node in path]
+    idx = torch.arange(len(path))
     drafts = torch.tensor(ids, dtype=torch.long)
-    p_x, q_x = p_view[idx, drafts], q_view[idx, drafts]
+    p_x, q_x = p_path[idx, drafts], q_path[idx, drafts]
     tried = {t.node: t for t in verdict.trials}
     # a(x) as the trial computed it from p'; an untried (discarded) node's from its own p
-    accept = verification.keep_prob(p_view[: len(view)], q_view)[idx, drafts].to(p.dtype)
-    for i, v in enumerate(view):
-        if v in tried:
-            accept[i] = tried[v].accept_prob
+    accept = verification.keep_prob(p_path[: len(path)], q_path)[idx, drafts].to(p.dtype)
+    for i, node in enumerate(path):
+        if node in tried:
+            accept[i] = tried[node].accept_prob
     samples = None
     if verdict.samples is not None:
         samples = verdict.samples[rows]
@@ -173,21 +173,21 @@ def tree_decisions(
         accept,
         source=verdict.source,
     )
-    u_view = None if u is None else u[torch.tensor(view, dtype=torch.long)]
+    u_path = None if u is None else u[torch.tensor(path, dtype=torch.long)]
     # where each tried node's siblings came first: the updated target it was tried against
-    trial_of = [tried.get(v) for v in view]
+    trial_of = [tried.get(node) for node in path]
     drafted, added_record = round_decisions(
         settings,
         text,
         ids,
-        p_view,
-        q_view,
+        p_path,
+        q_path,
         chain,
-        u_view,
+        u_path,
         added,
         verification,
         p_primes=[(t.p_prime if t is not None and t.updated else None) for t in trial_of],
-        fan=[len(tree.children(tree.parents[v])) for v in view],
+        fan=[len(tree.children(tree.parents[node])) for node in path],
     )
     return drafted, added_record, node_records(text, tree, p, verdict, u)
 

@@ -1,6 +1,6 @@
 """The sample sizes of tests/test_distribution.py, from power: for every case and each wrong
 rule (and the broken exact match of the model-drafter exact-match cases), estimate the
-noncentrality per sample, (chi-square - df) / n, from NEST wrong-rule samples in each view
+noncentrality per sample, (chi-square - df) / n, from NEST wrong-rule samples in each comparison
 as the test pools it, then find the smallest N at which that wrong rule fails the exact
 test (p <= EXACT_P in some view) and the wrong-rule test (p < WRONG_P) with probability
 POWER. Run from the repository root: `python -m tests.distribution_power`.

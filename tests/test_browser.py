@@ -228,7 +228,7 @@ def test_shading_race_log_calibration_and_reload(page) -> None:
     wait_text(page, "#sv-calib-summary", "verified drafts with a drawn u over 1 run(s)")
     for chart in ("#sv-log-chart", "#sv-calib"):
         page.wait_for_selector(f"{chart} .js-plotly-plot", timeout=30_000)
-    assert "exact rule" in page.inner_text("#sv-calib")
+    assert "calibrated" in page.inner_text("#sv-calib")
     # a second, shorter run; then run 1 loads back, still shaded
     page.fill("#sv-max-new input[type=number]", "8")
     page.press("#sv-max-new input[type=number]", "Enter")

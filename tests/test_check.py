@@ -149,9 +149,9 @@ def test_a_tiny_other_bin_keeps_its_exact_mass(pair):
     views = distribution_check.compare(pair, probs, spec, ar, length=2)
     other = views[1]
     assert other.labels[-1] == binning.OTHER and len(other.labels) == 5
-    assert other.exact[-1] == pytest.approx(rare, rel=1e-3) and 0 < other.exact[-1] < 1e-6
+    assert other.p[-1] == pytest.approx(rare, rel=1e-3) and 0 < other.p[-1] < 1e-6
     assert other.spec_test.p_value > 0.0 and math.isfinite(other.spec_test.statistic)
-    assert views[0].exact[-1] == pytest.approx(e, rel=1e-6)  # first token: complete anyway
+    assert views[0].p[-1] == pytest.approx(e, rel=1e-6)  # first token: complete anyway
 
 
 def test_continuations_enumerate_the_whole_tree(pair):
@@ -178,10 +178,10 @@ def test_eos_ends_a_continuation_early():
 def test_exact_rule_passes(exact_result):
     r = exact_result
     assert r.passed, r.summary()
-    assert [v.name for v in r.views] == ["first token", "continuation of 2 tokens"]
-    for v in r.views:
+    assert [v.name for v in r.comparisons] == ["first token", "continuation of 2 tokens"]
+    for v in r.comparisons:
         assert sum(v.spec) == N and sum(v.ar) == N
-        assert sum(v.exact) == pytest.approx(1.0, abs=1e-5)
+        assert sum(v.p) == pytest.approx(1.0, abs=1e-5)
         assert v.labels[-1] == binning.OTHER
         assert v.spec_test.p_value > 0.05 and v.ar_test.p_value > 0.05
     assert 0.1 < r.spec_acceptance < 0.9  # the rule really was exercised
@@ -196,8 +196,8 @@ def test_exact_rule_passes(exact_result):
 def test_each_broken_rule_fails(pair, rule, length):
     r = distribution_check.run_check(pair, PROMPT, Settings(gamma=2), n=N, length=length, rule=rule)
     assert not r.passed, r.summary()
-    assert len(r.views) == length
-    first = r.views[0]
+    assert len(r.comparisons) == length
+    first = r.comparisons[0]
     assert first.spec_test.p_value < 1e-6
     assert first.ar_test.p_value > 0.05  # the autoregressive control is unaffected
     assert first.tv_spec > 0.1 and r.predicted_tv > 0.2
@@ -221,11 +221,11 @@ def test_exact_match_passes_and_a_broken_one_fails(monkeypatch, broken):
     assert r.settings["verification"] == "exact-match" and r.verifier == "exact match"
     assert r.summary().startswith(("FAIL" if broken else "PASS") + ": exact match, N = 1000")
     assert r.predicted_tv == pytest.approx(0.0, abs=1e-6)  # what exact match itself gives
-    assert all(v.ar_test.p_value > 0.05 for v in r.views)  # the control
+    assert all(v.ar_test.p_value > 0.05 for v in r.comparisons)  # the control
     if broken:
-        assert not r.passed and max(v.spec_test.p_value for v in r.views) < 1e-10
+        assert not r.passed and max(v.spec_test.p_value for v in r.comparisons) < 1e-10
     else:
-        assert r.passed and all(v.spec_test.p_value > 0.05 for v in r.views), r.summary()
+        assert r.passed and all(v.spec_test.p_value > 0.05 for v in r.comparisons), r.summary()
         assert 0.05 < r.spec_acceptance < 0.5  # drafts accepted, and many mismatches
 
 
@@ -258,8 +258,8 @@ def test_ngram_drafter_passes(pair):
 def test_greedy_is_a_single_outcome(pair):
     r = distribution_check.run_check(pair, PROMPT, Settings(greedy=True, gamma=2), n=N, length=2)
     assert r.passed
-    for v in r.views:
-        assert v.spec[0] == N and v.ar[0] == N and v.exact[0] == pytest.approx(1.0)
+    for v in r.comparisons:
+        assert v.spec[0] == N and v.ar[0] == N and v.p[0] == pytest.approx(1.0)
 
 
 def test_progress_is_reported(exact_run):
@@ -351,10 +351,10 @@ def test_bad_input_is_a_value_error(pair, kwargs, match):
 
 def test_figure_and_json(exact_result):
     fig = check_figure.check_figure(exact_result)
-    assert len(fig.data) == 3 * len(exact_result.views)
-    assert {t.name for t in fig.data} == {"speculative", "autoregressive", "exact p"}
+    assert len(fig.data) == 3 * len(exact_result.comparisons)
+    assert {t.name for t in fig.data} == {"speculative", "autoregressive", "target p"}
     d = json.loads(json.dumps(exact_result.to_dict(), allow_nan=False))
-    assert d["passed"] is True and len(d["views"]) == 2
+    assert d["passed"] is True and len(d["comparisons"]) == 2
 
 
 def test_cli_check_on_the_tiny_pair(pair, monkeypatch, capsys):
@@ -390,8 +390,8 @@ def test_the_lessons_wrong_rule_fails_on_the_offline_pair_within_the_budget(offl
         )
 
     r = MODEL_THREAD.call(check)
-    assert not r.passed and r.views[0].spec_test.p_value < r.threshold, r.summary()
-    assert r.views[0].ar_test.p_value > 0.01  # the control
+    assert not r.passed and r.comparisons[0].spec_test.p_value < r.threshold, r.summary()
+    assert r.comparisons[0].ar_test.p_value > 0.01  # the control
     w, prompt_len = r.work, len(offline_pair.encode_prompt(DEFAULT_PROMPT))
     assert w["target_calls"] <= 1 + n and w["target_fed"] <= prompt_len + n * gamma, w
     assert w["draft_calls"] <= 1 + n * (gamma - 1), w

@@ -152,15 +152,15 @@ def test_each_model_runs_its_own_graph(one_thread):
         static.close()
 
 
-def test_the_compiled_view_shares_the_weights_and_keeps_the_model_s_attention(pairs):
+def test_the_compiled_twin_shares_the_weights_and_keeps_the_model_s_attention(pairs):
     eager, compiled = pairs
     model = eager.target.model
     generate(compiled, PROMPT, _greedy())
-    view = compiler_for(BACKEND)._models[model].view
-    assert view is not model and view.config._attn_implementation == "eager"
+    twin = compiler_for(BACKEND)._models[model].twin
+    assert twin is not model and twin.config._attn_implementation == "eager"
     assert model.config._attn_implementation == "sdpa"  # the eager path is left as it was
     ours = {p.data_ptr() for p in model.parameters()}
-    assert {p.data_ptr() for p in view.parameters()} == ours
+    assert {p.data_ptr() for p in twin.parameters()} == ours
 
 
 def test_a_distribution_case_follows_the_target_on_the_compiled_path(one_thread):

@@ -1,7 +1,7 @@
 """The page's layout in a real browser (Debian's chromium through Playwright, on conftest's
 ui_url: tiny networks over the offline pair's tokenizer, or the offline pair itself while
 the screenshots are written): the tab row at 1280x720, one round number after Steps, the
-presentation view at 1024x768 with its keys, a phone at 390x844.
+presentation mode at 1024x768 with its keys, a phone at 390x844.
 
 Set SPECVIZ_SCREENSHOT_DIR to also write the layout screenshots there
 (app-1280x720.png, present-1024x768.png, phone-390x844.png).
@@ -111,10 +111,10 @@ def test_three_steps_one_round_number(browser, ui_url) -> None:
         assert page.dialogs == []
 
 
-def test_presentation_view_fits_a_round_on_1024x768_and_steps_by_key(browser, ui_url) -> None:
-    with opened(browser, ui_url, 1024, 768, "?view=present") as page:
+def test_presentation_mode_fits_a_round_on_1024x768_and_steps_by_key(browser, ui_url) -> None:
+    with opened(browser, ui_url, 1024, 768, "?mode=present") as page:
         assert page.is_checked("#sv-present-toggle input")  # the URL ticks the toggle
-        assert "sv-present-view" in page.evaluate("document.documentElement.className")
+        assert "sv-present-mode" in page.evaluate("document.documentElement.className")
         for n in range(1, 5):
             step(page, n)
         step(page, 5, key="ArrowRight")
@@ -135,9 +135,9 @@ def test_presentation_view_fits_a_round_on_1024x768_and_steps_by_key(browser, ui
         page.keyboard.press("ArrowRight")
         page.wait_for_timeout(1500)
         assert "round 6 done" in page.inner_text("#sv-status")
-        page.uncheck("#sv-present-toggle input")  # back to the default view, URL too
-        page.wait_for_function("!document.documentElement.classList.contains('sv-present-view')")
-        assert not re.search(r"view=present", page.url)
+        page.uncheck("#sv-present-toggle input")  # back to the normal layout, URL too
+        page.wait_for_function("!document.documentElement.classList.contains('sv-present-mode')")
+        assert not re.search(r"mode=present", page.url)
         assert page.dialogs == []
 
 

@@ -9,7 +9,7 @@ import html
 import pytest
 
 from specviz import lesson
-from specviz.analysis.binning import make_view
+from specviz.analysis.binning import compare_outcomes
 from specviz.analysis.distribution_check import CheckResult
 from specviz.config import Limits
 from specviz.lesson import STEPS, Lesson
@@ -195,7 +195,7 @@ def check_result(rule: str, spec_counts: list[int], acceptance: float, verificat
     exact = {(0,): 0.5, (1,): 0.5}
     spec = [(0,)] * spec_counts[0] + [(1,)] * spec_counts[1]
     ar = [(0,)] * 100 + [(1,)] * 100
-    view = make_view("first token", exact, spec, ar, lambda o: str(o[0]))
+    view = compare_outcomes("first token", exact, spec, ar, lambda o: str(o[0]))
     return CheckResult(
         prompt="p",
         settings={"verification": verification},
@@ -203,7 +203,7 @@ def check_result(rule: str, spec_counts: list[int], acceptance: float, verificat
         n=200,
         length=1,
         significance=0.01,
-        views=[view],
+        comparisons=[view],
         spec_acceptance=acceptance,
         predicted_tv=None,
         elapsed_s=1.0,
@@ -215,7 +215,7 @@ def test_the_check_statement() -> None:
     exact = check_result("rejection", [98, 102], 0.30, "exact-match")
     assert not wrong.passed and exact.passed
     said = lesson.check_statement(wrong, exact)
-    p_wrong = wrong.views[0].spec_test.p_value
+    p_wrong = wrong.comparisons[0].spec_test.p_value
     assert f"resample-from-p the check <b>fails</b> (smallest p-value {p_wrong:.2g}" in said
     assert "exact-match verification it <b>passes</b>" in said
     assert "acceptance 0.45" in said and "acceptance 0.30" in said

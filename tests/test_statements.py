@@ -446,7 +446,7 @@ def test_step_five_uses_the_acceptance_and_c_it_names(
 def check(rule, passed, tv, acceptance, verification, significance=0.01, n=200):
     """A stand-in CheckResult: the fields and properties check_statement reads."""
     p = 0.5 if passed else 1e-9
-    view = SimpleNamespace(spec_test=SimpleNamespace(p_value=p))
+    comparison = SimpleNamespace(spec_test=SimpleNamespace(p_value=p))
     return SimpleNamespace(
         rule=rule,
         passed=passed,
@@ -460,7 +460,7 @@ def check(rule, passed, tv, acceptance, verification, significance=0.01, n=200):
         else f"the wrong rule {rule}",
         significance=significance,
         threshold=significance,
-        views=[view],
+        comparisons=[comparison],
         n=n,
     )
 

@@ -150,27 +150,27 @@ def test_inspector_reads_the_stored_trace(loader) -> None:
         for i, d in enumerate(r.drafted)
         if d.status == "rejected"
     )
-    out = ui.inspect_view(session.spec, *rejected)
+    out = ui.inspect_changes(session.spec, *rejected)
     assert "rejected: u =" in out["verdict"] and "resampled" in out["verdict"]
     names = [t.name for t in out["insp_plot"].data]
     assert "p (target)" in names and "q (draft)" in names
-    assert ui.inspect_view(session.spec, None, 0)["insp_round"] == 1  # shown from 1
+    assert ui.inspect_changes(session.spec, None, 0)["insp_round"] == 1  # shown from 1
     with pytest.raises(ValueError):
-        ui.inspect_view(session.spec, 0, 999)
+        ui.inspect_changes(session.spec, 0, 999)
     # a typed round is numbered from 1, as the page shows it
-    from specviz.ui.inspector_tab import typed_view
+    from specviz.ui.inspector_tab import typed_changes
 
-    typed = typed_view(session.spec, rejected[0] + 1, rejected[1])
+    typed = typed_changes(session.spec, rejected[0] + 1, rejected[1])
     assert typed["insp_round"] == rejected[0] + 1 and typed["verdict"] == out["verdict"]
     last = len(session.spec.rounds)
     with pytest.raises(
         ValueError, match=f"round 0 does not exist: this run has rounds 1 to {last}$"
     ):
-        typed_view(session.spec, 0, 0)
+        typed_changes(session.spec, 0, 0)
     with pytest.raises(ValueError, match="round 1 placed no token at position 999"):
-        typed_view(session.spec, 1, 999)
+        typed_changes(session.spec, 1, 999)
     with pytest.raises(ValueError):
-        ui.inspect_view(None, 0, 0)
+        ui.inspect_changes(None, 0, 0)
 
 
 def test_the_verification_control_reaches_the_trace_summary_and_inspector(loader) -> None:
@@ -185,7 +185,7 @@ def test_the_verification_control_reaches_the_trace_summary_and_inspector(loader
         for i, d in enumerate(r.drafted)
         if d.status == "rejected"
     )
-    verdict = html.unescape(ui.inspect_view(session.spec, *rejected)["verdict"])
+    verdict = html.unescape(ui.inspect_changes(session.spec, *rejected)["verdict"])
     assert "exact match: the target sampled '<" in verdict and "': rejected" in verdict
     assert "keeps the target's own sample" in verdict
     with pytest.raises(ValueError, match="verification must be one of rejection, exact-match"):
@@ -292,7 +292,7 @@ def test_seven_tabs_that_wrap_and_a_presentation_view() -> None:
     assert [b.overflow_behavior for b in blocks if isinstance(b, gr.Tabs)] == ["wrap"]
     options = ui.launch_options()
     assert "get('view') === 'present'" in options["js"] and "ArrowRight" in options["js"]
-    assert ".sv-present-view" in options["css"]
+    assert ".sv-present-mode" in options["css"]
 
 
 # --- end to end through gradio_client --------------------------------------------------

@@ -1,5 +1,5 @@
 """Play the verifier in a real browser (Debian's chromium through Playwright, on conftest's
-ui_url: tiny networks over the offline pair's tokenizer), in the presentation view at
+ui_url: tiny networks over the offline pair's tokenizer), in the presentation mode at
 1280x720: Run, the Decision tab's mode switch, one round played with clicks and keys, and
 its score on the board.
 
@@ -35,7 +35,7 @@ def phase(page, name: str, at: int) -> None:
 
 
 def test_one_round_played_with_clicks_and_keys(browser, ui_url) -> None:
-    with opened(browser, ui_url, 1280, 720, "?view=present") as page:
+    with opened(browser, ui_url, 1280, 720, "?view=present") as page:  # the older URL spelling
         # a hot draft against the target's 0.7 makes a rejection in some round near certain
         generate(page, "The capital of France is", 16, draft_temperature="1.8")
         open_tab(page, "Decision")

@@ -244,12 +244,12 @@ def test_lossy_rules_keep_by_their_threshold(verification: str, field: str) -> N
         d = drafted("x", "accepted" if decided else "rejected", float(row[x]), 0.3, None)
         d.accept_prob = 1.0 if decided else 0.0  # what a threshold rule records
         assert vg.keep_probability(d, {"verification": verification}) == float(decided)
-    rule = vg.keep_rule({"verification": verification})
+    rule = vg.keep_test({"verification": verification})
     assert rule.lossy and rule.draw is None and "(lossy)" in rule.label
     assert field in rule.sentence({"verification": verification})
     top3 = {"verification": "top-k-match", "match_top_k": 3}
-    assert "3 most likely" in vg.keep_rule(top3).sentence(top3)
-    assert not any(vg.keep_rule({"verification": n}).lossy for n in ("rejection", "exact-match"))
+    assert "3 most likely" in vg.keep_test(top3).sentence(top3)
+    assert not any(vg.keep_test({"verification": n}).lossy for n in ("rejection", "exact-match"))
 
 
 # --- the handlers, on the tiny pair --------------------------------------------------
@@ -272,9 +272,9 @@ def run(ctx, session, **changes) -> None:
 def test_the_handlers_play_a_round_of_the_sessions_run(ctx, one_thread) -> None:
     session = new_session()
     with pytest.raises(ValueError, match="no speculative run yet"):
-        verifier_tab.deal_view(session, None)
+        verifier_tab.deal_changes(session, None)
     run(ctx, session, own_draft_temperature=True, draft_temperature=3.0, compare=False)
-    out = verifier_tab.deal_view(session, 0)  # the empty box sends 0
+    out = verifier_tab.deal_changes(session, 0)  # the empty box sends 0
     game = out["play_state"]
     assert game.trace is session.spec and out["play_round"] == game.index + 1
     assert out["play_view"].visible is True and out["insp_view"].visible is False
@@ -283,41 +283,41 @@ def test_the_handlers_play_a_round_of_the_sessions_run(ctx, one_thread) -> None:
     for i, d in enumerate(game.drafts):
         a = vg.keep_probability(d, session.spec.settings)
         out = (
-            verifier_tab.say_view(out["play_state"], a)
+            verifier_tab.say_changes(out["play_state"], a)
             if i % 2
-            else verifier_tab.call_view(out["play_state"], a >= 0.5)
+            else verifier_tab.call_changes(out["play_state"], a >= 0.5)
         )
         assert out["play_next"].value == "Show the verdict (N)" and not out["play_kept"].interactive
         assert f"u = {d.u:.3f}" in html.unescape(out["play_board"])
-        out = verifier_tab.next_view(out["play_state"])
+        out = verifier_tab.next_changes(out["play_state"])
         verdict = "Kept" if d.status == "accepted" else "Rejected"
         assert out["play_state"].phase == "verdict" and verdict in out["play_board"]
         last = i == len(game.drafts) - 1
         assert out["play_next"].value == ("Finish the round (N)" if last else "Next draft (N)")
-        out = verifier_tab.next_view(out["play_state"])
+        out = verifier_tab.next_changes(out["play_state"])
     game = out["play_state"]
     assert game.phase == "done" and out["play_next"].value == "Next round (N)"
     numbers = len(game.drafts) // 2
     assert game.score().numbers == numbers and game.score().close == numbers  # exact answers
     assert f'data-played="{len(game.drafts)}"' in out["play_board"]
-    chosen = verifier_tab.deal_view(session, vg.playable_rounds(session.spec)[-1] + 1)
+    chosen = verifier_tab.deal_changes(session, vg.playable_rounds(session.spec)[-1] + 1)
     assert chosen["play_state"].index == vg.playable_rounds(session.spec)[-1]
-    mode = verifier_tab.mode_view(verifier_tab.INSPECT)
+    mode = verifier_tab.mode_changes(verifier_tab.INSPECT)
     assert mode["insp_view"].visible and not mode["play_view"].visible
 
 
 def test_the_handlers_refuse_in_one_line(ctx, one_thread) -> None:
-    say = user_errors(verifier_tab.say_view)
+    say = user_errors(verifier_tab.say_changes)
     with pytest.raises(gr.Error, match="deal a round first"):
         say(None, 0.5)
     session = new_session()
     run(ctx, session, compare=False)
-    game = verifier_tab.deal_view(session, None)["play_state"]
+    game = verifier_tab.deal_changes(session, None)["play_state"]
     with pytest.raises(gr.Error) as err:
         say(game, 2)
     assert "from 0 to 1" in err.value.message and "\n" not in err.value.message
     with pytest.raises(gr.Error, match="does not exist"):
-        user_errors(verifier_tab.deal_view)(session, 999)
+        user_errors(verifier_tab.deal_changes)(session, 999)
 
 
 def test_the_lesson_step_deals_a_round_of_the_sessions_run(ctx, one_thread) -> None:

@@ -31,7 +31,7 @@ def main() -> None:
             needed(
                 max(0.0, (v.spec_test.statistic - v.spec_test.dof) / NEST), v.spec_test.dof, alpha
             )
-            for v in r.views
+            for v in r.comparisons
         )
         row = {
             "tree": shape,

@@ -1,10 +1,10 @@
-"""One view of the distribution check: outcomes binned by how often p makes them, the
+"""One comparison in the distribution check: outcomes binned by how often p makes them, the
 speculative and autoregressive counts per bin, and the tests on them (specviz.analysis.chisquare).
 
 Outcomes whose expected count is at least ``MIN_EXPECTED`` get a bin each, the rest share
 an "other" bin (folded into the smallest bin when its own expected count is too small for
 Pearson's approximation). specviz.analysis.distribution_check draws the samples and builds
-the views.
+the comparisons.
 """
 
 from __future__ import annotations
@@ -27,27 +27,28 @@ OTHER = "other"
 Outcome = tuple[int, ...]
 
 
-def choose_bins(exact: dict[Outcome, float], n: int, min_expected: float = MIN_EXPECTED) -> list:
+def choose_bins(target: dict[Outcome, float], n: int, min_expected: float = MIN_EXPECTED) -> list:
     """Outcomes expected at least min_expected times in n draws, most likely first."""
-    keep = [o for o, p in exact.items() if n * p >= min_expected]
-    return sorted(keep, key=lambda o: (-exact[o], o))
+    keep = [o for o, p in target.items() if n * p >= min_expected]
+    return sorted(keep, key=lambda o: (-target[o], o))
 
 
 def bin_counts(samples: Sequence[Outcome], bins: Sequence[Outcome]) -> list[int]:
     """Counts per bin, with one final "other" count for everything else."""
-    c = Counter(samples)
-    listed = [c.get(b, 0) for b in bins]
+    counts = Counter(samples)
+    listed = [counts.get(b, 0) for b in bins]
     return [*listed, len(samples) - sum(listed)]
 
 
 @dataclass
-class CheckView:
-    """One comparison: bins of outcomes, exact p, the two samples' counts and the tests."""
+class Comparison:
+    """One comparison: bins of outcomes, their target probability p, the two samples'
+    counts and the tests."""
 
     name: str
     labels: list[str]  # one per bin, the last is "other"
     outcomes: list[list[int] | None]  # token ids per bin; None for "other"
-    exact: list[float]  # p of each bin
+    p: list[float]  # the target probability of each bin
     spec: list[int]  # speculative counts per bin
     ar: list[int]  # autoregressive counts per bin
     tv_spec: float  # TV(speculative frequencies, p) over the bins
@@ -58,34 +59,34 @@ class CheckView:
     two_sample: ChiSquare  # speculative against autoregressive
 
 
-def make_view(
+def compare_outcomes(
     name: str,
-    exact: dict[Outcome, float],
+    target: dict[Outcome, float],
     spec: Sequence[Outcome],
     ar: Sequence[Outcome],
     label: Callable[[Outcome], str],
     rest: float = 0.0,
     min_expected: float = MIN_EXPECTED,
-) -> CheckView:
+) -> Comparison:
     """Bin both samples by the outcomes that p makes frequent and run the tests.
 
-    exact maps outcomes to p; rest is the exact total p of the outcomes it does not list
+    target maps outcomes to p; rest is the total p of the outcomes it does not list
     (0 for the first token, where every outcome with p > 0 is listed). "other" gets rest
     plus the listed outcomes too rare for a bin of their own.
     """
     n = max(len(spec), len(ar))
-    bins = choose_bins(exact, n, min_expected)
-    listed = [exact[b] for b in bins]
+    bins = choose_bins(target, n, min_expected)
+    listed = [target[b] for b in bins]
     binned = set(bins)
-    other = rest + sum(p for o, p in exact.items() if o not in binned)
+    other = rest + sum(p for o, p in target.items() if o not in binned)
     probs = [*listed, other]
     cs, ca = bin_counts(spec, bins), bin_counts(ar, bins)
     fs, fa = frequencies(cs), frequencies(ca)
-    return CheckView(
+    return Comparison(
         name=name,
         labels=[label(b) for b in bins] + [OTHER],
         outcomes=[list(b) for b in bins] + [None],
-        exact=probs,
+        p=probs,
         spec=cs,
         ar=ca,
         tv_spec=total_variation(fs, probs),

@@ -3,7 +3,8 @@
 Drafts. Every verified draft with a drawn u has a predicted acceptance probability
 min(1, p/q) (``Drafted.accept_prob``) and an outcome (accepted or rejected). Binned by that
 prediction, the observed acceptance frequency of a bin should equal the bin's mean
-prediction: the exact rule sits on the diagonal. Only drafts the rule tested count: a draft
+prediction: a rule that keeps with exactly its stated probability sits on the diagonal.
+Only drafts the rule tested count: a draft
 is tested when every earlier draft of its round was accepted, which depends on the earlier
 u's only, so each tested draft is accepted with exactly its own min(1, p/q). Greedy
 decisions (no u) are deterministic and left out, and so are exact-match rounds (no u

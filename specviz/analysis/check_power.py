@@ -1,10 +1,10 @@
 """The distribution check's power against a known wrong distribution, computed.
 
-When a verification's exact first-token distribution ``out`` is known
-(specviz.verify), the chance that the check's first-token view rejects "the samples
+When a verification's computed first-token distribution ``out`` is known
+(specviz.verify), the chance that the check's first-token comparison rejects "the samples
 follow p" at N samples follows from simulation alone: bin p as the check bins it
 (specviz.analysis.binning), draw N-sample counts from out over the same bins many times,
-and count how often Pearson's statistic passes the view's critical value. No model call.
+and count how often Pearson's statistic passes the comparison's critical value. No model call.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def binned(p: torch.Tensor, out: torch.Tensor, n: int) -> tuple[torch.Tensor, to
 def first_token_power(
     p: torch.Tensor, out: torch.Tensor, n: int, level: float, seed: int = 0, draws: int = DRAWS
 ) -> float:
-    """P(the first-token view rejects p at this level) when its n samples follow out,
+    """P(the first-token comparison rejects p at this level) when its n samples follow out,
     estimated from `draws` simulated checks (seeded: the same inputs give the same value)."""
     pb, ob = binned(p, out, n)
     ob = ob.clamp_min(0.0)

@@ -1,5 +1,5 @@
 """Small statistics without SciPy: Pearson's chi-square (goodness of fit and two samples,
-and the pooled goodness of fit of outcome counts against an exact distribution), its
+and the pooled goodness of fit of outcome counts against a known distribution), its
 survival function from torch's regularised incomplete gamma, its critical value, total
 variation, frequencies. The distribution check, the distribution tests and the power
 calculation behind their sample sizes use them."""
@@ -40,20 +40,20 @@ def chi2_sf(x: float, dof: int) -> float:
 
 
 def goodness_of_fit(counts: Sequence[int], probs: Sequence[float]) -> ChiSquare:
-    """Pearson's test of observed counts against exact bin probabilities (summing to 1).
+    """Pearson's test of observed counts against the bins' known probabilities (summing to 1).
 
     A bin with probability 0 that was observed makes the statistic infinite (p-value 0): an
     impossible outcome happened. Empty bins with probability 0 are dropped.
     """
     n = sum(counts)
     stat, bins = 0.0, 0
-    for c, p in zip(counts, probs, strict=True):
+    for count, p in zip(counts, probs, strict=True):
         if p <= 0.0:
-            if c > 0:
+            if count > 0:
                 return ChiSquare(math.inf, max(bins, 1), 0.0)
             continue
         e = n * p
-        stat += (c - e) ** 2 / e
+        stat += (count - e) ** 2 / e
         bins += 1
     dof = bins - 1
     return ChiSquare(stat, dof, chi2_sf(stat, dof))
@@ -84,7 +84,7 @@ def total_variation(p: Sequence[float], q: Sequence[float]) -> float:
 def frequencies(counts: Sequence[int]) -> list[float]:
     """Counts divided by their sum (all zeros when there are none)."""
     n = sum(counts)
-    return [c / n if n else 0.0 for c in counts]
+    return [count / n if n else 0.0 for count in counts]
 
 
 def critical_value(dof: int, level: float) -> float:
@@ -98,15 +98,18 @@ def critical_value(dof: int, level: float) -> float:
 
 
 def pooled_statistic(
-    counts: Mapping[Hashable, int], exact: Mapping[Hashable, float], n: int
+    counts: Mapping[Hashable, int], probs: Mapping[Hashable, float], n: int
 ) -> tuple[float, int]:
-    """Pearson's statistic of n samples' outcome counts against exact outcome probabilities,
+    """Pearson's statistic of n samples' outcome counts against the outcomes' known probabilities,
     and its degrees of freedom: outcomes expected fewer than 5 times are pooled into one
     cell (and that pool into the smallest other cell if it is itself expected below 5)."""
-    order = sorted(exact, key=lambda s: -exact[s])
-    cells = [[exact[s] * n, counts.get(s, 0)] for s in order]
-    big = [c for c in cells if c[0] >= 5]
-    pool = [sum(c[0] for c in cells if c[0] < 5), sum(c[1] for c in cells if c[0] < 5)]
+    order = sorted(probs, key=lambda s: -probs[s])
+    cells = [[probs[s] * n, counts.get(s, 0)] for s in order]
+    big = [cell for cell in cells if cell[0] >= 5]
+    pool = [
+        sum(cell[0] for cell in cells if cell[0] < 5),
+        sum(cell[1] for cell in cells if cell[0] < 5),
+    ]
     if pool[0] >= 5:
         big.append(pool)
     elif pool[0] > 0:
@@ -115,11 +118,11 @@ def pooled_statistic(
 
 
 def pooled_chi_square(
-    counts: Mapping[Hashable, int], exact: Mapping[Hashable, float], n: int
+    counts: Mapping[Hashable, int], probs: Mapping[Hashable, float], n: int
 ) -> tuple[float, float]:
-    """(statistic, p-value) of pooled_statistic; an outcome with exact probability 0 that
+    """(statistic, p-value) of pooled_statistic; an outcome of probability 0 that
     was sampled makes the statistic infinite and the p-value 0."""
-    if any(o for s, o in counts.items() if exact.get(s, 0.0) == 0.0):
+    if any(o for s, o in counts.items() if probs.get(s, 0.0) == 0.0):
         return math.inf, 0.0
-    stat, dof = pooled_statistic(counts, exact, n)
+    stat, dof = pooled_statistic(counts, probs, n)
     return stat, chi2_sf(stat, dof)

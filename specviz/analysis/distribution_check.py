@@ -2,19 +2,19 @@
 
 For one prompt and one set of settings, draw N short continuations with speculative
 sampling and N with plain autoregressive sampling, both through the engine, and compare
-each empirical distribution with the exact target probabilities:
+each empirical distribution with the target's probabilities:
 
 - the first token, whose distribution p is enumerated from one target forward after the
   warp (temperature, top-k, top-p) that the engine applies;
 - the whole continuation of ``length`` tokens, whose frequent outcomes are enumerated
   exactly by expanding the tree of continuations (a prefix whose probability is below the
-  binning threshold cannot have a frequent child, so the expansion is exact and bounded).
+  binning threshold cannot have a frequent child, so the expansion is complete and bounded).
 
 Outcomes whose expected count is at least ``MIN_EXPECTED`` get a bin each, the rest share
 an "other" bin (specviz.analysis.binning). Each comparison reports the total-variation distance
 over those bins and a chi-square goodness-of-fit p-value against p (plus a two-sample test
 speculative against autoregressive). The check passes when every speculative p-value is at
-least the significance level divided by the number of views (Bonferroni). The exact p comes
+least the significance level divided by the number of comparisons (Bonferroni). The target's p comes
 from a cache of its own (eager, whatever path the runs take), so that it does not share a
 fault with the runs it judges; the autoregressive samples are the control.
 
@@ -24,7 +24,7 @@ reaches ``length`` tokens; the outcome is that output's first ``length`` tokens 
 one is EOS). The runs' token budget is ``length`` plus the largest draft a round may make
 (``Limits.max_gamma``), so no round before the stop has its draft cut by the budget: every
 round drafts to its full depth (gamma, or whatever the settings draft), the deeper
-positions included. This keeps the test exact:
+positions included. So the test compares the right distribution:
 
 - Run the same rounds with no budget at all: the output is an endless stream Y1, Y2, ...
   (or one ending at EOS), and by the theorem of both papers its first ``length`` tokens
@@ -62,7 +62,7 @@ from typing import Any
 
 import torch
 
-from specviz.analysis.binning import MIN_EXPECTED, CheckView, make_view
+from specviz.analysis.binning import MIN_EXPECTED, Comparison, compare_outcomes
 from specviz.analysis.prompt_cache import PromptCache
 from specviz.config import (
     RULES,
@@ -86,7 +86,7 @@ SIGNIFICANCE = 0.01
 Outcome = tuple[int, ...]
 
 
-# --- exact target probabilities ----------------------------------------------------------
+# --- the target's probabilities ------------------------------------------------------------
 
 
 class TargetProbs:
@@ -144,7 +144,7 @@ class CheckResult:
     n: int
     length: int
     significance: float
-    views: list[CheckView]
+    comparisons: list[Comparison]
     spec_acceptance: float  # accepted / verified drafts over all speculative samples
     predicted_tv: float | None  # TV(first-token distribution under this rule, p); model drafter
     elapsed_s: float
@@ -161,13 +161,13 @@ class CheckResult:
 
     @property
     def threshold(self) -> float:
-        """Per-view significance level (Bonferroni over the views)."""
-        return self.significance / max(1, len(self.views))
+        """Per-comparison significance level (Bonferroni over the comparisons)."""
+        return self.significance / max(1, len(self.comparisons))
 
     @property
     def passed(self) -> bool:
-        """True when no view rejects 'speculative samples follow p'."""
-        return all(v.spec_test.p_value >= self.threshold for v in self.views)
+        """True when no comparison rejects 'speculative samples follow p'."""
+        return all(comp.spec_test.p_value >= self.threshold for comp in self.comparisons)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -175,25 +175,29 @@ class CheckResult:
         return json_safe(d)
 
     def summary(self) -> str:
-        """A few lines: the verdict and each view's numbers."""
+        """A few lines: the verdict and each comparison's numbers."""
         verdict = "PASS" if self.passed else "FAIL"
         lines = [
             f"{verdict}: {self.verifier}, N = {self.n} speculative and {self.n} "
-            f"autoregressive samples of {self.length} token(s); a view fails below "
+            f"autoregressive samples of {self.length} token(s); a comparison fails below "
             f"p-value {self.threshold:.3g}"
         ]
-        for v in self.views:
+        for comp in self.comparisons:
             lines.append(
-                f"  {v.name}: TV(spec, p) = {v.tv_spec:.3f}, TV(AR, p) = {v.tv_ar:.3f}; "
-                f"chi-square p-value spec {v.spec_test.p_text}, AR {v.ar_test.p_text}, "
-                f"spec vs AR {v.two_sample.p_text} ({len(v.labels)} bins)"
+                f"  {comp.name}: TV(spec, p) = {comp.tv_spec:.3f}, TV(AR, p) = {comp.tv_ar:.3f}; "
+                f"chi-square p-value spec {comp.spec_test.p_text}, AR {comp.ar_test.p_text}, "
+                f"spec vs AR {comp.two_sample.p_text} ({len(comp.labels)} bins)"
             )
         lines.append(f"  speculative acceptance rate: {self.spec_acceptance:.3f}")
         if self.predicted_tv is not None:
-            measured = f"; measured TV(spec, p) = {self.views[0].tv_spec:.3f}" if self.views else ""
+            measured = (
+                f"; measured TV(spec, p) = {self.comparisons[0].tv_spec:.3f}"
+                if self.comparisons
+                else ""
+            )
             lines.append(
                 f"  {self.verifier} moves the first token's distribution by TV = "
-                f"{self.predicted_tv:.3f} (exact, from p and the draft's q){measured}"
+                f"{self.predicted_tv:.3f} (computed from p and the draft's q){measured}"
             )
         return "\n".join(lines)
 
@@ -203,9 +207,9 @@ def json_safe(x: Any) -> Any:
     if isinstance(x, float) and not math.isfinite(x):
         return None
     if isinstance(x, dict):
-        return {k: json_safe(v) for k, v in x.items()}
+        return {k: json_safe(value) for k, value in x.items()}
     if isinstance(x, (list, tuple)):
-        return [json_safe(v) for v in x]
+        return [json_safe(value) for value in x]
     return x
 
 
@@ -332,14 +336,18 @@ class Sampler:
         """What the models did so far: forwards and positions fed (the prompt's prefill
         included) and rows handed out again, per model."""
         out: dict[str, int] = {}
-        for role, c in sorted(self.caches.items()):
-            out |= {f"{role}_calls": c.calls, f"{role}_fed": c.fed, f"{role}_reused": c.served}
+        for role, cache in sorted(self.caches.items()):
+            out |= {
+                f"{role}_calls": cache.calls,
+                f"{role}_fed": cache.fed,
+                f"{role}_reused": cache.served,
+            }
         return out
 
     def close(self) -> None:
         """Release both models' caches (once the samples are drawn)."""
-        for c in self.caches.values():
-            c.release()
+        for cache in self.caches.values():
+            cache.release()
         self.caches.clear()
 
 
@@ -379,15 +387,15 @@ def iter_check(
     try:
         yield Progress(0, 2 * n, "sampling")
         for i in range(n):
-            spec, ar, (a, v) = sampler.draw(i)
+            spec, ar, (a, n_verified) = sampler.draw(i)
             spec_s.append(spec)
             ar_s.append(ar)
-            accepted, verified = accepted + a, verified + v
+            accepted, verified = accepted + a, verified + n_verified
             yield Progress(2 * (i + 1), 2 * n, "sampling")
         q_logits, work = sampler.prompt_q(), sampler.work()
     finally:
         sampler.close()
-    yield Progress(2 * n, 2 * n, "exact probabilities")
+    yield Progress(2 * n, 2 * n, "target probabilities")
     probs = TargetProbs(pair, prompt_ids, base.target_warp())
     yield CheckResult(
         prompt=prompt,
@@ -396,7 +404,7 @@ def iter_check(
         n=n,
         length=length,
         significance=significance,
-        views=compare(pair, probs, spec_s, ar_s, length),
+        comparisons=compare(pair, probs, spec_s, ar_s, length),
         spec_acceptance=accepted / verified if verified else 0.0,
         predicted_tv=_predicted_tv(pair, prompt_ids, base, probs, rule, q_logits),
         elapsed_s=time.perf_counter() - t0,
@@ -412,8 +420,8 @@ def compare(
     spec: Sequence[Outcome],
     ar: Sequence[Outcome],
     length: int,
-) -> list[CheckView]:
-    """The views: the first token, and the whole continuation when length > 1."""
+) -> list[Comparison]:
+    """The comparisons: the first token, and the whole continuation when length > 1."""
 
     def label(o: Outcome) -> str:
         return "".join(pair.token_text(t) for t in o)
@@ -421,11 +429,15 @@ def compare(
     n = max(len(spec), len(ar))
     p0 = probs.row(())
     first = {(int(i),): float(p0[i]) for i in p0.nonzero().flatten().tolist()}
-    views = [make_view("first token", first, [s[:1] for s in spec], [s[:1] for s in ar], label)]
+    comparisons = [
+        compare_outcomes("first token", first, [s[:1] for s in spec], [s[:1] for s in ar], label)
+    ]
     if length > 1:
         cont, rest = continuations(probs, length, pair.eos_ids, MIN_EXPECTED / n)
-        views.append(make_view(f"continuation of {length} tokens", cont, spec, ar, label, rest))
-    return views
+        comparisons.append(
+            compare_outcomes(f"continuation of {length} tokens", cont, spec, ar, label, rest)
+        )
+    return comparisons
 
 
 @torch.inference_mode()
@@ -460,7 +472,7 @@ def first_token_out(
     probs: TargetProbs,
     q_logits: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """p and the exact distribution [V] (float64) of a round's first token when one draft
+    """p and the computed distribution [V] (float64) of a round's first token when one draft
     x ~ q is drafted, under the verification (and rule) of s (model drafter): the rule
     object's out(p, q) (specviz.verify)."""
     p, q = first_token_rows(pair, prompt_ids, s, probs, q_logits)

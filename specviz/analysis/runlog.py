@@ -41,15 +41,15 @@ def changed_settings(settings: Settings) -> dict[str, Any]:
     """The settings that differ from Settings()'s defaults (the method aside)."""
     defaults = Settings().to_dict()
     return {
-        k: v
-        for k, v in settings.to_dict().items()
-        if k != "method" and (k not in defaults or v != defaults[k])
+        k: value
+        for k, value in settings.to_dict().items()
+        if k != "method" and (k not in defaults or value != defaults[k])
     }
 
 
 def describe_changes(changed: dict[str, Any]) -> str:
     """`gamma=8, temperature=1.0`, or `defaults` when nothing changed."""
-    return ", ".join(f"{k}={v}" for k, v in changed.items()) or "defaults"
+    return ", ".join(f"{k}={value}" for k, value in changed.items()) or "defaults"
 
 
 def _short(prompt: str) -> str:

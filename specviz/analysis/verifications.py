@@ -91,9 +91,9 @@ def iter_compare(
     warm_up(pair, prompt, settings, raw=raw)
     ar = generate(pair, prompt, settings.with_(method="ar"), raw=raw)
     done += 1
-    for v in VERIFICATIONS:
-        s = settings.with_(method="spec", verification=v)
-        name = verification_label(v)
+    for verification in VERIFICATIONS:
+        s = settings.with_(method="spec", verification=verification)
+        name = verification_label(verification)
         yield Progress(done, total, f"{name}: generating")
         spec = generate(pair, prompt, s, raw=raw)
         done += 1
@@ -111,8 +111,8 @@ def iter_compare(
             passed = result.passed
             done += 1
         yield Row(
-            verification=v,
-            lossy=v in LOSSY_VERIFICATIONS,
+            verification=verification,
+            lossy=verification in LOSSY_VERIFICATIONS,
             acceptance_rate=spec.stats.acceptance_rate,
             tokens_per_call=spec.stats.tokens_per_call,
             speedup=metrics.speedup(ar, spec),

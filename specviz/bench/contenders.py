@@ -231,12 +231,12 @@ def assistant_config(model: torch.nn.Module, **values: Any) -> Iterator[None]:
     gc = model.generation_config
     saved = {k: getattr(gc, k, None) for k in values}
     try:
-        for k, v in values.items():
-            setattr(gc, k, v)
+        for k, value in values.items():
+            setattr(gc, k, value)
         yield
     finally:
-        for k, v in saved.items():
-            setattr(gc, k, v)
+        for k, value in saved.items():
+            setattr(gc, k, value)
 
 
 def hf_kwargs(mode: str, tokens: int, pad_id: int) -> dict[str, Any]:

@@ -45,7 +45,7 @@ class BenchOptions:
             base = dataclasses.replace(
                 base, gammas=QUICK_GAMMAS, max_new_tokens=QUICK_TOKENS, kinds=QUICK_KINDS
             )
-        changes = {k: v for k, v in changes.items() if v is not None}
+        changes = {k: value for k, value in changes.items() if value is not None}
         opts = dataclasses.replace(base, **changes)
         opts.validate()
         return opts

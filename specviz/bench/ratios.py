@@ -361,7 +361,7 @@ def summarize_ratios(ratios: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _geomean(vals: list[float]) -> float:
-    return math.exp(statistics.fmean(math.log(v) for v in vals))
+    return math.exp(statistics.fmean(math.log(value) for value in vals))
 
 
 def _mean_overhead(vals: list[float]) -> float:

@@ -117,10 +117,10 @@ def format_report(result: BenchResult) -> str:
     )
 
 
-def _fmt(item: str, v: float | None) -> str:
-    if v is None:
+def _fmt(item: str, value: float | None) -> str:
+    if value is None:
         return "n/a"
-    return f"{v * 100:+.1f} %" if item in OVERHEADS else f"{v:.2f}"
+    return f"{value * 100:+.1f} %" if item in OVERHEADS else f"{value:.2f}"
 
 
 def format_table(result: BenchResult) -> str:
@@ -158,7 +158,7 @@ def contender_frame(result: BenchResult) -> Any:
     """Median ms/token and tokens per target call of each contender per prompt and mode."""
     import pandas as pd
 
-    df = pd.DataFrame([{k: v for k, v in r.items() if k != "tokens"} for r in result.rows])
+    df = pd.DataFrame([{k: value for k, value in r.items() if k != "tokens"} for r in result.rows])
     if df.empty:
         return df
     agg = {"ms_per_token": "median", "tokens_per_forward": "median", "new_tokens": "median"}
@@ -227,14 +227,15 @@ def _first_token_line(f: dict[str, Any]) -> str:
     )
 
 
-def _compile_line(c: dict[str, Any]) -> str:
-    restart = c.get("restart_s")
+def _compile_line(entry: dict[str, Any]) -> str:
+    restart = entry.get("restart_s")
     again = "not measured" if restart is None else f"{restart:.1f} s"
-    if "restart_error" in c:
-        again = f"failed ({c['restart_error']})"
+    if "restart_error" in entry:
+        again = f"failed ({entry['restart_error']})"
+    empty = " (its compile cache was empty)" if entry.get("cache_was_empty") else ""
     return (
-        f"compiling ({c['backend']}, {c['shapes']} shapes): {c['first_s']:.1f} s in this "
-        f"process{' (its compile cache was empty)' if c.get('cache_was_empty') else ''}; "
+        f"compiling ({entry['backend']}, {entry['shapes']} shapes): "
+        f"{entry['first_s']:.1f} s in this process{empty}; "
         f"a restarted process with the compile cache: {again}"
     )
 
@@ -376,7 +377,7 @@ def write_outputs(result: BenchResult, out: Path) -> list[Path]:
     paths = [out / "runs.csv", out / "ratios.csv", out / "summary.csv", out / "bench.json"]
     m = result.machine
     where = {"cpu": m["cpu"], "draft_variant": m.get("draft_variant")}
-    runs = [{k: v for k, v in r.items() if k != "tokens"} | where for r in result.rows]
+    runs = [{k: value for k, value in r.items() if k != "tokens"} | where for r in result.rows]
     pd.DataFrame(runs).to_csv(paths[0], index=False)
     pd.DataFrame(result.ratios).to_csv(paths[1], index=False)
     pd.DataFrame(result.summary).to_csv(paths[2], index=False)
@@ -390,7 +391,9 @@ def write_outputs(result: BenchResult, out: Path) -> list[Path]:
     html.write_text(page)
     paths.append(html)
     machine = out / "machine.csv"
-    pd.DataFrame([{"key": k, "value": _cell(v)} for k, v in m.items()]).to_csv(machine, index=False)
+    pd.DataFrame([{"key": k, "value": _cell(value)} for k, value in m.items()]).to_csv(
+        machine, index=False
+    )
     paths.append(machine)
     paths += write_pngs(figs, out)
     return paths
@@ -411,6 +414,6 @@ def write_pngs(figs: list[Any], out: Path) -> list[Path]:
     return paths
 
 
-def _cell(v: Any) -> Any:
+def _cell(value: Any) -> Any:
     """A machine field for a CSV cell: lists comma-joined."""
-    return ",".join(map(str, v)) if isinstance(v, (list, tuple)) else v
+    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value

@@ -124,9 +124,9 @@ def warm_up_contenders(
     ids = pair.encode_prompt(bp.text)
     for mode in opts.modes:
         cs = all_contenders(pair, mode, opts)
-        for i, c in enumerate(cs, start=1):
-            say(f"warm-up {mode} {i}/{len(cs)}: {c.name}")
-            c.run(ids, bp.text, opts.seed, opts.warmup_tokens)
+        for i, contender in enumerate(cs, start=1):
+            say(f"warm-up {mode} {i}/{len(cs)}: {contender.name}")
+            contender.run(ids, bp.text, opts.seed, opts.warmup_tokens)
     say("warm-up done")
 
 
@@ -144,28 +144,28 @@ def _measure(
     for rep in range(opts.reps):
         k = rep * len(cs) // opts.reps
         order = cs[k:] + cs[:k]
-        for i, c in enumerate(order[::-1] if rep % 2 else order, start=1):
-            s = c.run(ids, bp.text, opts.seed + rep, opts.max_new_tokens)
-            rows.append(_row(c, s, bp, mode, rep, len(ids)))
+        for i, contender in enumerate(order[::-1] if rep % 2 else order, start=1):
+            s = contender.run(ids, bp.text, opts.seed + rep, opts.max_new_tokens)
+            rows.append(_row(contender, s, bp, mode, rep, len(ids)))
             say(
                 f"{bp.name} {mode} repetition {rep + 1}/{opts.reps}, run {i}/{len(cs)}: "
-                f"{c.name} {s.ms_per_token:.1f} ms/token"
+                f"{contender.name} {s.ms_per_token:.1f} ms/token"
             )
     _mark_agreement(rows, mode)
     return rows
 
 
 def _row(
-    c: Contender, s: Sample, bp: BenchPrompt, mode: str, rep: int, prompt_tokens: int
+    contender: Contender, s: Sample, bp: BenchPrompt, mode: str, rep: int, prompt_tokens: int
 ) -> dict[str, Any]:
     row: dict[str, Any] = {
         "prompt": bp.name,
         "kind": bp.kind,
         "mode": mode,
-        "contender": c.name,
-        "side": c.side,
-        "type": c.kind,
-        "gamma": c.gamma,
+        "contender": contender.name,
+        "side": contender.side,
+        "type": contender.kind,
+        "gamma": contender.gamma,
         "rep": rep,
         "prompt_tokens": prompt_tokens,
         "new_tokens": len(s.tokens),
@@ -250,7 +250,7 @@ def memory_and_loads(pair: ModelPair, opts: BenchOptions) -> dict[str, Any]:
     if opts.load_probe and pair.name == "default":
         for cold in (True, False):
             probe = load_in_subprocess(cold=cold, device=pair.device.type)
-            d.update({f"{'cold' if cold else 'warm'}_{k}": v for k, v in probe.items()})
+            d.update({f"{'cold' if cold else 'warm'}_{k}": value for k, value in probe.items()})
     return d
 
 

@@ -111,20 +111,20 @@ def _sweep_progress(event: Any) -> None:
 
 
 def _add_calibration_parser(sub: Any) -> None:
-    c = sub.add_parser(
+    cmd = sub.add_parser(
         "calibration",
         help="reliability diagram of the acceptance rule from JSON traces",
     )
-    c.add_argument(
+    cmd.add_argument(
         "traces",
         nargs="+",
         metavar="TRACE",
         help="files of one JSON trace each, or JSON lines (generate --json); - reads stdin",
     )
-    c.add_argument("--bins", type=int, default=10, help="equal-width bins of [0, 1]")
-    c.add_argument("--min-n", type=int, default=40, help="judge bins with at least N")
-    c.add_argument("--json", action="store_true", help="print {bins: [...]} as JSON on stdout")
-    c.set_defaults(func=cmd_calibration)
+    cmd.add_argument("--bins", type=int, default=10, help="equal-width bins of [0, 1]")
+    cmd.add_argument("--min-n", type=int, default=40, help="judge bins with at least N")
+    cmd.add_argument("--json", action="store_true", help="print {bins: [...]} as JSON on stdout")
+    cmd.set_defaults(func=cmd_calibration)
 
 
 def cmd_calibration(args: argparse.Namespace) -> int:

@@ -26,13 +26,13 @@ def rule_name(text: str) -> str:
 
 
 def add_parser(sub: Any) -> None:
-    c = sub.add_parser(
+    cmd = sub.add_parser(
         "check", help="check that speculative sampling leaves the output distribution unchanged"
     )
-    c.add_argument("--prompt", default=DEFAULT_PROMPT)
-    c.add_argument("--n", type=int, default=400, help="samples per method (at least 200)")
-    c.add_argument("--length", type=int, default=2, help="tokens per continuation, 1..3")
-    c.add_argument(
+    cmd.add_argument("--prompt", default=DEFAULT_PROMPT)
+    cmd.add_argument("--n", type=int, default=400, help="samples per method (at least 200)")
+    cmd.add_argument("--length", type=int, default=2, help="tokens per continuation, 1..3")
+    cmd.add_argument(
         "--break-rule",
         default="rejection",
         type=rule_name,
@@ -40,11 +40,11 @@ def add_parser(sub: Any) -> None:
         help="a deliberately wrong rejection rule, to see the check catch it "
         "(rejection: the papers' rule; exact is its old name)",
     )
-    c.add_argument("--raw", action="store_true", help="do not apply the chat template")
-    c.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
-    c.add_argument("--out", default=None, help="directory for check.json and check.html")
-    add_run_args(c)
-    c.set_defaults(func=cmd_check)
+    cmd.add_argument("--raw", action="store_true", help="do not apply the chat template")
+    cmd.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    cmd.add_argument("--out", default=None, help="directory for check.json and check.html")
+    add_run_args(cmd)
+    cmd.set_defaults(func=cmd_check)
 
 
 def cmd_check(args: argparse.Namespace) -> int:

@@ -20,22 +20,22 @@ from specviz.config import DEFAULT_PROMPT
 
 
 def add_parser(sub: Any) -> None:
-    c = sub.add_parser(
+    cmd = sub.add_parser(
         "costs", help="where a round's time goes: step, verify and overhead costs measured"
     )
-    c.add_argument("--gammas", default="1,2,4,8", help="comma-separated, e.g. 1,2,4,8")
-    c.add_argument("--prompt", default=DEFAULT_PROMPT)
-    c.add_argument("--reps", type=int, default=9, help="timed calls per width (median)")
-    c.add_argument(
+    cmd.add_argument("--gammas", default="1,2,4,8", help="comma-separated, e.g. 1,2,4,8")
+    cmd.add_argument("--prompt", default=DEFAULT_PROMPT)
+    cmd.add_argument("--reps", type=int, default=9, help="timed calls per width (median)")
+    cmd.add_argument(
         "--tokens",
         type=int,
         default=None,
         help="tokens of the runs that time the overhead (default: --max-new-tokens); steps "
         "are timed at the prompt plus half as many positions",
     )
-    c.add_argument("--json", action="store_true", help="print the costs as JSON on stdout")
-    add_run_args(c)
-    c.set_defaults(func=cmd_costs)
+    cmd.add_argument("--json", action="store_true", help="print the costs as JSON on stdout")
+    add_run_args(cmd)
+    cmd.set_defaults(func=cmd_costs)
 
 
 def cmd_costs(args: argparse.Namespace) -> int:
@@ -74,11 +74,12 @@ def cmd_costs(args: argparse.Namespace) -> int:
     print(f"alpha (from the timing runs)     {metrics.alpha_text(sc.alpha)}")
     print()
     print("gamma  verify ms  steps  overhead ms  Leviathan  refined")
-    for v in sc.verify:
-        g = v.width - 1
+    for call in sc.verify:
+        g = call.width - 1
         a = sc.alpha if sc.alpha is not None else 1.0
         print(
-            f"{g:5d}  {v.ms:9.2f}  {v.steps:5.2f}  {sc.overhead_ms_by_gamma.get(g, 0.0):11.2f}"
+            f"{g:5d}  {call.ms:9.2f}  {call.steps:5.2f}"
+            f"  {sc.overhead_ms_by_gamma.get(g, 0.0):11.2f}"
             f"  {metrics.expected_speedup(a, g, sc.c):8.2f}x  {sc.predicted(a, g):6.2f}x"
         )
     if sc.roofline is not None:

@@ -179,5 +179,5 @@ def print_trace(trace: Trace, color: bool) -> None:
         ("stop", trace.stop_reason),
     ]
     width = max(len(k) for k, _ in rows)
-    for k, v in rows:
-        print(f"{k:<{width}}  {v}")
+    for k, value in rows:
+        print(f"{k:<{width}}  {value}")

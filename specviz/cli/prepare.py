@@ -30,11 +30,11 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     print(prepare_offline())
     choice = prepare_offline_pair(args.device, remeasure=args.remeasure, say=say)
     print(f"offline draft: {choice.summary()}")
-    for c in choice.candidates:
+    for cand in choice.candidates:
         print(
-            f"  {c.variant:8s} step {c.step_ms:6.1f} ms (2 tokens {c.step2_ms:6.1f})  "
-            f"c {c.c:.2f}  alpha {metrics.alpha_text(c.alpha):>12s}  predicted "
-            f"{c.predicted:.2f}x at gamma {draft_choice.JUDGE_GAMMA}, "
-            f"{c.predicted_best:.2f}x at gamma {c.gamma}"
+            f"  {cand.variant:8s} step {cand.step_ms:6.1f} ms (2 tokens {cand.step2_ms:6.1f})  "
+            f"c {cand.c:.2f}  alpha {metrics.alpha_text(cand.alpha):>12s}  predicted "
+            f"{cand.predicted:.2f}x at gamma {draft_choice.JUDGE_GAMMA}, "
+            f"{cand.predicted_best:.2f}x at gamma {cand.gamma}"
         )
     return 0

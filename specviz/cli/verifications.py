@@ -27,18 +27,18 @@ if TYPE_CHECKING:
 
 
 def add_parser(sub: Any) -> None:
-    c = sub.add_parser(
+    cmd = sub.add_parser(
         "verifications",
         help="run every verification (lossless and lossy) on one prompt and compare them",
     )
-    c.add_argument("--prompt", default=DEFAULT_PROMPT)
-    c.add_argument("--n", type=int, default=400, help="samples per method in each check")
-    c.add_argument("--length", type=int, default=1, help="tokens per checked continuation")
-    c.add_argument("--no-check", action="store_true", help="skip the distribution checks")
-    c.add_argument("--raw", action="store_true", help="do not apply the chat template")
-    c.add_argument("--json", action="store_true", help='print {"rows": [...]} on stdout')
-    add_run_args(c)
-    c.set_defaults(func=cmd_verifications)
+    cmd.add_argument("--prompt", default=DEFAULT_PROMPT)
+    cmd.add_argument("--n", type=int, default=400, help="samples per method in each check")
+    cmd.add_argument("--length", type=int, default=1, help="tokens per checked continuation")
+    cmd.add_argument("--no-check", action="store_true", help="skip the distribution checks")
+    cmd.add_argument("--raw", action="store_true", help="do not apply the chat template")
+    cmd.add_argument("--json", action="store_true", help='print {"rows": [...]} on stdout')
+    add_run_args(cmd)
+    cmd.set_defaults(func=cmd_verifications)
 
 
 def cmd_verifications(args: argparse.Namespace) -> int:

@@ -24,7 +24,7 @@ the measurements):
 - dynamo's guards: checked on every call, nearly all on the model's weights and modules. Only
   the guards on the call's own tensors are kept (``_input_guards``); each model has a
   forward of its own, so no model can run another's graph;
-- attention: SDPA is one opaque call per layer; the compiled forwards run a view of the
+- attention: SDPA is one opaque call per layer; the compiled forwards run a twin of the
   model (its own modules, the same weight tensors) with transformers' eager attention,
   which inductor fuses with its neighbours. The prefill keeps the model's SDPA;
 - the weights' layout: on the CPU, inductor compiles with freezing, so each linear layer

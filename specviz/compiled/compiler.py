@@ -59,35 +59,35 @@ class Compiler:
         """Seconds per (model, width, cache length) compiled in this process."""
         return {
             (id(m), w, n): s
-            for m, c in list(self._models.items())
-            for (w, n), s in c.shapes.items()
+            for m, compiled in list(self._models.items())
+            for (w, n), s in compiled.shapes.items()
         }
 
     def ready(self, model: torch.nn.Module, width: int, length: int) -> bool:
         """Whether this model has been compiled for this width and cache length."""
-        c = self._models.get(model)
-        return c is not None and (width, length) in c.shapes
+        compiled = self._models.get(model)
+        return compiled is not None and (width, length) in compiled.shapes
 
     def _entry(self, model: torch.nn.Module) -> _Compiled:
-        c = self._models.get(model)
-        if c is None:
+        compiled = self._models.get(model)
+        if compiled is None:
             with self.lock:
-                c = self._models.get(model)
-                if c is None:
-                    c = self._models[model] = _Compiled.of(model, self.backend)
-        return c
+                compiled = self._models.get(model)
+                if compiled is None:
+                    compiled = self._models[model] = _Compiled.of(model, self.backend)
+        return compiled
 
     def __call__(
         self, name: str, model: torch.nn.Module, ids: torch.Tensor, cache: StaticCache
     ) -> torch.Tensor:
         """Logits [B, V] for ids [1, B] on cache, compiling the shape on its first call."""
         shape = (int(ids.shape[1]), int(cache.layers[0].max_cache_len))
-        c = self._entry(model)
-        if shape in c.shapes:
-            return _call(c.fn, c.view, ids, cache)
+        compiled = self._entry(model)
+        if shape in compiled.shapes:
+            return _call(compiled.fn, compiled.twin, ids, cache)
         with self.lock:
-            if shape in c.shapes:
-                return _call(c.fn, c.view, ids, cache)
+            if shape in compiled.shapes:
+                return _call(compiled.fn, compiled.twin, ids, cache)
             est = estimate(self.backend, (name, *shape), model)
             self.report(
                 f"compiling {name} for {shape[0]} positions ({self.backend}), about {est:.0f} s"
@@ -96,8 +96,8 @@ class Compiler:
             with _inductor_config(self.backend, ids.device), warnings.catch_warnings():
                 # inductor's autotuner reads a storage size through a deprecated call
                 warnings.filterwarnings("ignore", message="TypedStorage is deprecated")
-                out = _call(c.fn, c.view, ids, cache)
-            c.shapes[shape] = dt = time.perf_counter() - t0
+                out = _call(compiled.fn, compiled.twin, ids, cache)
+            compiled.shapes[shape] = dt = time.perf_counter() - t0
             record(self.backend, (name, *shape), dt)
             self.report(f"compiled {name} for {shape[0]} positions in {dt:.1f} s")
             return out
@@ -105,10 +105,11 @@ class Compiler:
 
 @dataclass
 class _Compiled:
-    """One model's compiled forward, the view of the model it runs, and its shapes."""
+    """One model's compiled forward, the twin of the model it runs (modules of its own over
+    the same weight tensors), and its shapes."""
 
     fn: Callable[..., torch.Tensor]
-    view: torch.nn.Module
+    twin: torch.nn.Module
     shapes: dict[tuple[int, int], float]  # (width, cache length): seconds to compile
 
     @classmethod
@@ -120,7 +121,7 @@ class _Compiled:
         fn = torch.compile(
             _own_forward(), backend=backend, fullgraph=True, dynamic=False, options=options
         )
-        return cls(fn, _view(model, weights), {})
+        return cls(fn, _twin(model, weights), {})
 
 
 def _own_forward() -> Callable[..., torch.Tensor]:
@@ -130,16 +131,16 @@ def _own_forward() -> Callable[..., torch.Tensor]:
     return types.FunctionType(_forward.__code__.replace(), _forward.__globals__, "_forward")
 
 
-def _view(model: torch.nn.Module, weights: dict[int, torch.Tensor]) -> torch.nn.Module:
+def _twin(model: torch.nn.Module, weights: dict[int, torch.Tensor]) -> torch.nn.Module:
     """The module tree the compiled forwards run: the model's own parameters and buffers
     (shared, never copied) in modules of their own, whose config asks for transformers'
     eager attention. Inductor fuses that attention (a query row against a static cache of
     a few hundred keys) with its neighbours, where SDPA stays one opaque call per layer;
     the eager path, which keeps SDPA, shares the weights and nothing else. weights: the
     model's parameters and buffers by id."""
-    view = copy.deepcopy(model, dict(weights))  # the memo: each weight copies to itself
-    view.set_attn_implementation("eager")
-    return view
+    twin = copy.deepcopy(model, dict(weights))  # the memo: each weight copies to itself
+    twin.set_attn_implementation("eager")
+    return twin
 
 
 def _input_guards(weights: dict[int, torch.Tensor]) -> Callable[[list[Any]], list[bool]]:
@@ -175,7 +176,9 @@ def _inductor_config(backend: str, device: torch.device) -> Any:
         "autotune_num_choices_displayed": 0,
         "max_autotune_report_choices_stats": False,
     }
-    return inductor_config.patch({k: v for k, v in settings.items() if hasattr(inductor_config, k)})
+    return inductor_config.patch(
+        {k: value for k, value in settings.items() if hasattr(inductor_config, k)}
+    )
 
 
 def _forward(model: torch.nn.Module, ids: torch.Tensor, cache: StaticCache) -> torch.Tensor:

@@ -105,7 +105,7 @@ class Settings:
         help="the sampling temperature of p and q, 0 for greedy",
     )
     # Temperature of the draft's q only (None: the target's). Under a lossless verification
-    # the output stays exact: the rule corrects any q; the acceptance changes, either way.
+    # the output stays exact: it corrects any q; the acceptance changes, either way.
     draft_temperature: float | None = setting(
         None,
         "draft temperature",
@@ -294,7 +294,7 @@ class Settings:
         if self.tree is None:
             if self.rule in TREE_ONLY_RULES and self.tree_budget is None:
                 raise ValueError(
-                    f"rule {self.rule!r} differs from the exact rule only on a tree: "
+                    f"rule {self.rule!r} differs from the rejection rule only on a tree: "
                     "give a tree (--tree)"
                 )
             return
@@ -356,7 +356,7 @@ class Settings:
         (it was written before the field existed) takes its default, an old name is mapped
         ("exact" was the rejection rule's name), and a key no field has is dropped."""
         known = {f for f in cls.__dataclass_fields__ if f != "limits"}
-        values = {k: v for k, v in d.items() if k in known}
+        values = {k: value for k, value in d.items() if k in known}
         rule = values.get("rule")
         if isinstance(rule, str) and rule in OLD_RULE_NAMES:
             values["rule"] = OLD_RULE_NAMES[rule]

@@ -192,7 +192,7 @@ def expected_speedup(alpha: float, gamma: int, c: float, verify: float = 1.0) ->
 def projection(cs: dict[str, float], verify: list[dict]) -> list[dict]:
     """Best gamma (1..8) and its speedup per alpha and c: plain, and with the verify call
     priced as measured (gamma + 1 positions)."""
-    rel = {v["positions"]: v["relative"] for v in verify}
+    rel = {call["positions"]: call["relative"] for call in verify}
     rows = []
     for label, c in cs.items():
         for a in ALPHAS:

@@ -9,7 +9,7 @@ the engine runs it:
   and compiled, in ms per token (marginal between a short and a long run);
 - exactness on the device: greedy speculative against greedy autoregressive on both paths,
   a sampled trace eager against compiled, and the distribution check
-  (specviz.analysis.distribution_check) on the compiled path, with the exact rule and with
+  (specviz.analysis.distribution_check) on the compiled path, with the rejection rule and with
   a deliberately wrong one.
 
 The steps and the runs share one cache length, so the shapes the steps compile serve the
@@ -187,7 +187,7 @@ CHECK_PROMPT = "3 1"
 def exactness(plan: Plan, t_start: float) -> dict:
     """Exactness on the plan's device, in fp32: greedy speculative = greedy autoregressive
     on both paths; a sampled trace's content eager against compiled; the distribution check
-    on the compiled path (it must pass with the exact rule and fail with a wrong one)."""
+    on the compiled path (it must pass with the rejection rule and fail with a wrong one)."""
     fp32 = dataclasses.replace(plan, dtype=torch.float32)
     target = build(EXACT, fp32, 0, zero_norm=False, sharpness=0.4)
     draft = close_draft(target, noise=0.5, seed=99)
@@ -218,7 +218,7 @@ def exactness(plan: Plan, t_start: float) -> dict:
             row["compiled_equals_eager"] = ids["compiled"] == ids["eager"]
         rows.append(row)
     res["greedy"] = rows
-    res["greedy_exact"] = all(v for r in rows for k, v in r.items() if k.endswith("_ar"))
+    res["greedy_exact"] = all(value for r in rows for k, value in r.items() if k.endswith("_ar"))
     if compiled:
         res["sampled_trace"] = same_content(pair, compiled)
         res["check"] = distribution_checks(compiled, plan)
@@ -260,7 +260,7 @@ def distribution_checks(compiled: ModelPair, plan: Plan) -> list[dict]:
                 "rule": rule,
                 "n": n,
                 "passed": r.passed,
-                "min_p_value": min(v.spec_test.p_value for v in r.views),
+                "min_p_value": min(comp.spec_test.p_value for comp in r.comparisons),
                 "threshold": r.threshold,
                 "acceptance": r.spec_acceptance,
                 "predicted_tv": r.predicted_tv,

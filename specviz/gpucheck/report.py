@@ -97,7 +97,7 @@ def _f(x: Any, nd: int = 2) -> str:
 
 def _table(head: list[str], rows: list[list[Any]]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    return "\n".join(lines + ["| " + " | ".join(_f(v) for v in r) + " |" for r in rows])
+    return "\n".join(lines + ["| " + " | ".join(_f(value) for value in r) + " |" for r in rows])
 
 
 def format_table(res: dict) -> str:
@@ -146,10 +146,10 @@ def _steps(res: dict) -> str:
 
 
 def _verify(res: dict) -> str:
-    v = res["steps"]["verify"]
-    rows = [["ms", *[r["ms"] for r in v]], ["/ step", *[r["relative"] for r in v]]]
+    calls = res["steps"]["verify"]
+    rows = [["ms", *[r["ms"] for r in calls]], ["/ step", *[r["relative"] for r in calls]]]
     return "A verify call over k + 1 positions, relative to one target step:\n" + _table(
-        ["k + 1", *[str(r["positions"]) for r in v]], rows
+        ["k + 1", *[str(r["positions"]) for r in calls]], rows
     )
 
 
@@ -256,11 +256,12 @@ def _exactness(res: dict) -> str:
             f"{'equal' if t['verdicts_equal'] else 'DIFFER'} over {t['rounds']} rounds; "
             f"recorded p and q within {max(t['max_abs_dp'], t['max_abs_dq']):.1e}"
         )
-    for c in e.get("check", []):
+    for check in e.get("check", []):
         lines.append(
-            f"Distribution check on the compiled path, rule {c['rule']}, N = {c['n']}: "
-            f"{'PASS' if c['passed'] else 'FAIL'} (smallest p-value {c['min_p_value']:.2g}, "
-            f"threshold {c['threshold']:.2g}; acceptance {c['acceptance']:.2f})"
+            f"Distribution check on the compiled path, rule {check['rule']}, N = {check['n']}: "
+            f"{'PASS' if check['passed'] else 'FAIL'} "
+            f"(smallest p-value {check['min_p_value']:.2g}, "
+            f"threshold {check['threshold']:.2g}; acceptance {check['acceptance']:.2f})"
         )
     if e["compiled"] not in COMPILE_BACKENDS:
         lines.append(f"compiled path skipped: {e['compiled']}")

@@ -17,7 +17,7 @@ def _groups(report: dict[str, Any]) -> list[tuple[str, dict[str, Any], dict[str,
     """(name, deterministic figures, timing figures) per category, then overall."""
     det, tim = report["deterministic"], report["timing"]
     # category names are the file's text: Plotly reads some markup in labels, so it goes
-    out = [(plain(c), d, tim["categories"][c]) for c, d in det["categories"].items()]
+    out = [(plain(cat), d, tim["categories"][cat]) for cat, d in det["categories"].items()]
     return out + [(OVERALL, det[OVERALL], tim[OVERALL])]
 
 
@@ -25,8 +25,8 @@ def _err(values: list[float | None], lo: list[float], hi: list[float]) -> dict[s
     return {
         "type": "data",
         "symmetric": False,
-        "array": [h - (v or 0.0) for v, h in zip(values, hi, strict=True)],
-        "arrayminus": [(v or 0.0) - lw for v, lw in zip(values, lo, strict=True)],
+        "array": [h - (value or 0.0) for value, h in zip(values, hi, strict=True)],
+        "arrayminus": [(value or 0.0) - lw for value, lw in zip(values, lo, strict=True)],
     }
 
 
@@ -128,7 +128,7 @@ def histogram_figure(report: dict[str, Any]) -> go.Figure:
     """The accepted-length histogram per category, as a share of its rounds."""
     fig = figure()
     for n, (name, d, _) in enumerate(_groups(report)):
-        h = {int(k): v for k, v in d["histogram"].items()}
+        h = {int(k): value for k, value in d["histogram"].items()}
         total = sum(h.values())
         if not total:
             continue
@@ -217,7 +217,10 @@ def compare_figure(report: dict[str, Any]) -> go.Figure:
     if not cmp:
         return empty_figure("no second drafter (--compare-with)")
     names = [*map(plain, cmp["categories"]), OVERALL]
-    rows = [*(cmp["categories"][c]["paired"] for c in cmp["categories"]), cmp[OVERALL]["paired"]]
+    rows = [
+        *(cmp["categories"][cat]["paired"] for cat in cmp["categories"]),
+        cmp[OVERALL]["paired"],
+    ]
     fig = figure()
     for n, key in enumerate(("tokens_per_call", "acceptance")):
         y = [r[key]["mean"] for r in rows]

@@ -174,17 +174,17 @@ def page(report: dict[str, Any], records: list[Record]) -> str:
     figs = figures.all_figures(report)
     models = about.get("models") or {}
     model_rows = "".join(
-        f"<tr><td class='l'>{esc(k)}</td><td class='l'>{esc(v)}</td></tr>"
-        for k, v in models.items()
+        f"<tr><td class='l'>{esc(k)}</td><td class='l'>{esc(value)}</td></tr>"
+        for k, value in models.items()
     )
     settings = det.get("settings") or {}
     shown = ", ".join(
-        f"{k} {v}"
-        for k, v in settings.items()
+        f"{k} {value}"
+        for k, value in settings.items()
         if k in ("gamma", "temperature", "top_p", "top_k", "max_new_tokens", "seed", "drafter")
     )
     prompts = det.get("prompts") or {}
-    defs = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in DEFINITIONS.items())
+    defs = "".join(f"<dt>{esc(k)}</dt><dd>{esc(value)}</dd>" for k, value in DEFINITIONS.items())
     done, total = det["prompts_done"], prompts.get("count", det["prompts_done"])
     partial = (
         f"<p><b>Partial report: {done} of {total} prompts.</b> Run the same command again "

@@ -402,7 +402,7 @@ def merge(dirs: list[Path], out: Path, say: Callable[[str], None] | None = None)
     for d, m in zip(dirs, manifests, strict=True):
         ident = dict(m["identity"])
         shard = Shard.parse(ident.pop("shard"))
-        diff = first_difference({k: v for k, v in first.items() if k != "shard"}, ident)
+        diff = first_difference({k: value for k, value in first.items() if k != "shard"}, ident)
         diff = diff or first_difference(manifests[0].get("loaded"), m.get("loaded"))
         if diff:
             raise ValueError(f"{d} is a shard of another report ({diff})")

@@ -19,11 +19,11 @@ Definitions (also in DEFINITIONS, printed in the report):
   P(accept k | accepted 1..k-1). Intervals: Wilson's 95% score interval.
 - the accepted-length histogram counts rounds by drafts accepted (0..gamma).
 - a decision's cost: at a rejected draft x, p(x), the target's own probability of the token
-  the rule threw away (what the text would have kept with that probability had the target
+  the verification threw away (what the text would have kept with that probability had the target
   sampled it itself). The 20 costliest are the rejected drafts of largest p(x) (ties: by
   prompt, round, position). Greedy p is one-hot, so a greedy rejection costs 0 and none is
   listed. Each also records 1 - overlap = 1 - sum_x min(p, q), the probability that the
-  rule rejects at that position at all.
+  verification rejects at that position at all.
 - kind of token: the drafted token's text alone (TOKEN_KINDS, :func:`token_kind`).
 """
 
@@ -67,7 +67,7 @@ DEFINITIONS = {
     "verified at k (a draft at k is verified only after 1..k-1 were accepted); "
     "Wilson 95% interval",
     "histogram": "rounds by the number of drafts they accepted",
-    "cost": "p(x) of a rejected draft x: the target's probability of the token the rule "
+    "cost": "p(x) of a rejected draft x: the target's probability of the token the verification "
     "threw away; 1 - overlap is the probability of a rejection at that position",
     "token kind": "the drafted token's text: whitespace only; punctuation only; digits "
     "(after optional leading space); code symbols (any of " + "".join(sorted(CODE_CHARS)) + ", "
@@ -126,12 +126,14 @@ def token_kind(text: str) -> str:
 def categories_of(records: list[Record]) -> list[str]:
     """The categories present: the built-in ones in their order, then others as they come."""
     present = list(dict.fromkeys(r.prompt.category for r in records))
-    return [c for c in CATEGORIES if c in present] + [c for c in present if c not in CATEGORIES]
+    return [cat for cat in CATEGORIES if cat in present] + [
+        cat for cat in present if cat not in CATEGORIES
+    ]
 
 
 def groups(records: list[Record]) -> dict[str, list[Record]]:
     """Each category's records, in categories_of's order."""
-    return {c: [r for r in records if r.prompt.category == c] for c in categories_of(records)}
+    return {cat: [r for r in records if r.prompt.category == cat] for cat in categories_of(records)}
 
 
 # --- the deterministic part --------------------------------------------------------------
@@ -265,7 +267,7 @@ def costliest(records: list[Record], n: int = COSTLIEST) -> list[dict[str, Any]]
 
 
 def _median(values: list[float]) -> float | None:
-    values = [v for v in values if v]
+    values = [value for value in values if value]
     return statistics.median(values) if values else None
 
 
@@ -311,7 +313,7 @@ def bootstrap(diffs: list[float], seed: int = BOOTSTRAP_SEED) -> dict[str, Any]:
     x = np.asarray(diffs, dtype=np.float64)
     rng = np.random.default_rng(seed)
     means = x[rng.integers(0, len(x), size=(BOOTSTRAP_RESAMPLES, len(x)))].mean(axis=1)
-    lo, hi = (float(v) for v in np.percentile(means, [2.5, 97.5]))
+    lo, hi = (float(value) for value in np.percentile(means, [2.5, 97.5]))
     return {
         "n": len(diffs),
         "mean": float(x.mean()),

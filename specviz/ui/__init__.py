@@ -8,7 +8,7 @@ Modules, each with one job (imports point down this list, never up):
     lesson_panel  the guided lesson's panel: each step's action through the handlers below
     live          Run, Step and Stop: both runs streamed, a finished Run logged
     token_view    the token view, overlap shading and its legend, the Step narration box
-    present       the presentation view: toggle, ?view=present, Space or → takes a Step
+    present       the presentation mode: toggle, ?mode=present, Space or → takes a Step
     race          the race replay of a compared run's measured timings (Speed tab)
     inspector_tab, runs_tab, theory_tab, sweep_tab, check_tab, verifications_tab, io_tab
                   one module per section with handlers, layout and events together; the
@@ -43,7 +43,7 @@ from specviz.ui.content import PRESET_FIELDS, PRESETS, apply_preset
 from specviz.ui.context import AppContext, app_context
 from specviz.ui.controls import pair_updates
 from specviz.ui.errors import failure, user_errors
-from specviz.ui.frames import final_frame, inspect_view, runs_views
+from specviz.ui.frames import final_frame, inspect_changes, runs_changes
 from specviz.ui.io_tab import (
     MAX_IMPORT_BYTES,
     export_files,
@@ -92,7 +92,7 @@ __all__ = [
     "generate_endpoint",
     "has_gpu",
     "import_updates",
-    "inspect_view",
+    "inspect_changes",
     "launch_options",
     "load_run",
     "log_file",
@@ -104,7 +104,7 @@ __all__ = [
     "read_trace",
     "replay_updates",
     "run_updates",
-    "runs_views",
+    "runs_changes",
     "serve",
     "shade_update",
     "step_update",

@@ -1,6 +1,6 @@
 """The distribution check (in the Exactness tab, under the greedy check): N speculative and
-N autoregressive continuations of the prompt, at the current settings, against the exact
-target probabilities; a deliberately wrong rule can be chosen to watch the same check catch
+N autoregressive continuations of the prompt, at the current settings, against the target's
+probabilities; a deliberately wrong rule can be chosen to watch the same check catch
 it (specviz.analysis.distribution_check does the work).
 
 The check runs on the model thread through a Worker, one sample at a time, so that Stop, or
@@ -23,7 +23,7 @@ from specviz.ui.errors import model_failures
 from specviz.ui.frames import FRAME_S
 from specviz.ui.page import HIDDEN, Page
 from specviz.ui.pairs import pair_label
-from specviz.ui.state import Form, Session, View, as_int
+from specviz.ui.state import Changes, Form, Session, as_int
 from specviz.ui.warm import warmed_pair
 from specviz.ui.worker import Worker
 from specviz.views import markup
@@ -31,23 +31,23 @@ from specviz.views import markup
 CHECK_MAX_SAMPLES = 2000  # the distribution check: most samples per method
 
 
-def layout(v: dict[str, Any]) -> None:
+def layout(views: dict[str, Any]) -> None:
     """The check's components, into the page's components by name."""
     gr.Markdown(
         "Draw N short continuations of the prompt with speculative and with "
-        "autoregressive sampling (current settings) and compare both with the exact "
-        "target probabilities. *Break the rule* to watch the same check catch a "
+        "autoregressive sampling (current settings) and compare both with the "
+        "target's probabilities. *Break the rule* to watch the same check catch a "
         "wrong algorithm."
     )
     with gr.Row():
-        v["check_n"] = gr.Slider(200, CHECK_MAX_SAMPLES, 400, step=100, label="samples N")
-        v["check_len"] = gr.Slider(1, 3, 2, step=1, label="tokens per continuation")
-        v["check_rule"] = gr.Dropdown(
+        views["check_n"] = gr.Slider(200, CHECK_MAX_SAMPLES, 400, step=100, label="samples N")
+        views["check_len"] = gr.Slider(1, 3, 2, step=1, label="tokens per continuation")
+        views["check_rule"] = gr.Dropdown(
             list(RULES), value="rejection", label="rule (anything but rejection is wrong)"
         )
-    v["check_run"] = gr.Button("Run the check", elem_id="sv-check-run")
-    v["check_summary"] = gr.HTML(js_on_load=None, elem_id="sv-check-summary")
-    v["check_plot"] = gr.Plot(label="empirical against exact", elem_id="sv-check-plot")
+    views["check_run"] = gr.Button("Run the check", elem_id="sv-check-run")
+    views["check_summary"] = gr.HTML(js_on_load=None, elem_id="sv-check-summary")
+    views["check_plot"] = gr.Plot(label="empirical against the target's p", elem_id="sv-check-plot")
 
 
 def progress_html(done: int, total: int, stage: str) -> str:
@@ -68,7 +68,7 @@ def check_updates(
     length: Any,
     rule: str,
     stop: threading.Event | None = None,
-) -> Generator[View, None, CheckResult | None]:
+) -> Generator[Changes, None, CheckResult | None]:
     """The distribution check for the form's prompt and settings, on the model thread: its
     choices and progress as it draws, then its figure and summary. Returns the CheckResult
     (None when `stop` was set, or the handler closed, before it finished). A set stop event
@@ -80,7 +80,7 @@ def check_updates(
         raise ValueError(f"samples must be in 200..{CHECK_MAX_SAMPLES}, got {n!r}")
     settings = ctx.settings(form)
     distribution_check.validate(n, length, rule)
-    choices: View = {"check_n": n, "check_len": length, "check_rule": rule}
+    choices: Changes = {"check_n": n, "check_len": length, "check_rule": rule}
     yield {**choices, "check_summary": progress_html(0, 2 * n, "warming up")}
     pair = warmed_pair(ctx, form)
     items: list[distribution_check.Progress | distribution_check.CheckResult] = []
@@ -105,16 +105,16 @@ def check_updates(
 
 
 def wire(page: Page) -> None:
-    v, sess = page.components, page.session
+    views, sess = page.components, page.session
 
-    def run(s: Session, n: Any, length: Any, rule: str, *values: Any) -> Iterator[View]:
+    def run(s: Session, n: Any, length: Any, rule: str, *values: Any) -> Iterator[Changes]:
         return check_updates(page.ctx, page.form(values), n, length, rule, s.new_stop())
 
-    choices = [v["check_n"], v["check_len"], v["check_rule"]]
-    v["check_run"].click(
+    choices = [views["check_n"], views["check_len"], views["check_rule"]]
+    views["check_run"].click(
         page.stream(run),
         [sess, *choices, *page.inputs],
-        [*choices, v["check_plot"], v["check_summary"]],
+        [*choices, views["check_plot"], views["check_summary"]],
         api_name="check",
         show_progress="minimal",
         **page.model_queue,

@@ -121,7 +121,7 @@ draws a bonus token from p. Every round adds between 1 and gamma + 1 tokens.
   The projection tab is a formula, not a measurement.
 
 **Definitions.** """
-    + "; ".join(f"*{k}* = {v}" for k, v in metrics.DEFINITIONS.items())
+    + "; ".join(f"*{k}* = {value}" for k, value in metrics.DEFINITIONS.items())
     + "."
 )
 

@@ -22,7 +22,7 @@ from specviz.ui.errors import user_errors
 from specviz.ui.page import INTERNAL, Page
 from specviz.ui.pairs import CUSTOM, compiled_by_default, pair_label
 from specviz.ui.runners import Runner
-from specviz.ui.state import PROMPT_CHARS_PER_TOKEN, Form, View
+from specviz.ui.state import PROMPT_CHARS_PER_TOKEN, Changes, Form
 from specviz.ui.warm import warmed_pair
 from specviz.views import markup
 
@@ -32,10 +32,12 @@ def layout(pairs: list[str], dep: Deployment, runner: Runner) -> dict[str, Any]:
     presentation toggle, the help text), then the settings (compare, compile, models,
     sampling). Every control starts at Form's default, which is the CLI's."""
     limits, f = dep.limits, Form()
-    c: dict[str, Any] = {}
+    controls: dict[str, Any] = {}
     with gr.Column(elem_id="sv-quick"):
-        c["preset"] = gr.Dropdown(list(PRESETS), value=None, label="preset", elem_id="sv-preset")
-        c["prompt"] = gr.Textbox(
+        controls["preset"] = gr.Dropdown(
+            list(PRESETS), value=None, label="preset", elem_id="sv-preset"
+        )
+        controls["prompt"] = gr.Textbox(
             f.prompt,
             label="prompt",
             lines=4,
@@ -44,28 +46,28 @@ def layout(pairs: list[str], dep: Deployment, runner: Runner) -> dict[str, Any]:
             elem_id="sv-prompt",
         )
         with gr.Row(elem_id="sv-buttons"):
-            c["run"] = gr.Button("Run", variant="primary", elem_id="sv-run", min_width=60)
-            c["step"] = gr.Button("Step", elem_id="sv-step", min_width=60)
-            c["stop"] = gr.Button("Stop", variant="stop", elem_id="sv-stop", min_width=60)
-        c["present"] = gr.Checkbox(
+            controls["run"] = gr.Button("Run", variant="primary", elem_id="sv-run", min_width=60)
+            controls["step"] = gr.Button("Step", elem_id="sv-step", min_width=60)
+            controls["stop"] = gr.Button("Stop", variant="stop", elem_id="sv-stop", min_width=60)
+        controls["present"] = gr.Checkbox(
             False,
-            label="presentation view (Space or → takes a Step)",
+            label="presentation mode (Space or → takes a Step)",
             elem_id="sv-present-toggle",
         )
         with gr.Accordion("How to read this", open=False, elem_id="sv-help"):
             gr.Markdown(HOW_TO_READ)
     with gr.Column(elem_id="sv-settings"):
-        settings(c, pairs, dep, runner)
-    return c
+        settings(controls, pairs, dep, runner)
+    return controls
 
 
-def settings(c: dict[str, Any], pairs: list[str], dep: Deployment, runner: Runner) -> None:
+def settings(controls: dict[str, Any], pairs: list[str], dep: Deployment, runner: Runner) -> None:
     """Compare, the compiled path, the models and the sampling controls, into c by name."""
     limits, f = dep.limits, Form()
-    c["compare"] = gr.Checkbox(
+    controls["compare"] = gr.Checkbox(
         f.compare, label="compare with autoregressive decoding (measured speedup)"
     )
-    c["compile"] = gr.Checkbox(
+    controls["compile"] = gr.Checkbox(
         compiled_by_default(),  # Form's None: the machine's default, as the CLI's
         label="compiled path (compiled ahead of time at start-up, static KV cache)"
         if runner.name == "zerogpu"
@@ -74,27 +76,29 @@ def settings(c: dict[str, Any], pairs: list[str], dep: Deployment, runner: Runne
         visible=runner.compiles,  # on ZeroGPU: where the start-up compiled ahead of time
     )
     with gr.Accordion("models", open=True):
-        c["pair"] = gr.Dropdown(pairs, value=pairs[0], label="pair (draft -> target)")
-        c["dtype"] = gr.Dropdown(["auto", "float32", "bfloat16"], value=f.dtype, label="dtype")
+        controls["pair"] = gr.Dropdown(pairs, value=pairs[0], label="pair (draft -> target)")
+        controls["dtype"] = gr.Dropdown(
+            ["auto", "float32", "bfloat16"], value=f.dtype, label="dtype"
+        )
         with gr.Row(visible=dep.custom_models):
-            c["custom_draft"] = gr.Textbox(
+            controls["custom_draft"] = gr.Textbox(
                 "", label="custom draft id (pair: custom)", placeholder="owner/name", max_length=200
             )
-            c["custom_target"] = gr.Textbox(
+            controls["custom_target"] = gr.Textbox(
                 "", label="custom target id", placeholder="owner/name", max_length=200
             )
-        setting_widgets(c, limits, "models")
-        c["models"] = gr.HTML(
+        setting_widgets(controls, limits, "models")
+        controls["models"] = gr.HTML(
             markup.status_html("models load when the page opens"),
             js_on_load=None,
             elem_id="sv-models",
         )
     with gr.Accordion("sampling", open=True):
-        setting_widgets(c, limits, "sampling")
+        setting_widgets(controls, limits, "sampling")
 
 
 def setting_widgets(
-    c: dict[str, Any], limits: Limits, group: str, cls: type[Settings] = Settings
+    controls: dict[str, Any], limits: Limits, group: str, cls: type[Settings] = Settings
 ) -> None:
     """The widgets of the settings in one section of the app (config.offered("app"), by
     their Meta's group), into c by form field, each at its Form default: an optional
@@ -106,9 +110,9 @@ def setting_widgets(
         visible = True
         if s.meta.switch is not None:
             box = s.meta.switch
-            c[box.name] = gr.Checkbox(starts[box.name], label=box.label, elem_id=box.elem_id)
+            controls[box.name] = gr.Checkbox(starts[box.name], label=box.label, elem_id=box.elem_id)
             visible = bool(starts[box.name])
-        c[s.name] = widget(s, starts[s.name], limits, visible)
+        controls[s.name] = widget(s, starts[s.name], limits, visible)
 
 
 def widget(s: Setting, value: Any, limits: Limits, visible: bool = True) -> Any:
@@ -137,7 +141,7 @@ def widget(s: Setting, value: Any, limits: Limits, visible: bool = True) -> Any:
     return gr.Number(value, precision=0 if s.kind is int else None, **bounds, **common)
 
 
-def pair_updates(ctx: AppContext, form: Form) -> Iterator[View]:
+def pair_updates(ctx: AppContext, form: Form) -> Iterator[Changes]:
     """Load (and warm) a pair with visible progress, then show where each model runs."""
     pair = pair_label(form)
     if form.pair == CUSTOM and not (form.custom_draft.strip() and form.custom_target.strip()):
@@ -162,28 +166,28 @@ def pair_updates(ctx: AppContext, form: Form) -> Iterator[View]:
 
 def wire(page: Page) -> None:
     """A preset fills the controls; a new pair (or the page opening) loads and warms it."""
-    c = page.controls
-    c["preset"].change(
+    controls = page.controls
+    controls["preset"].change(
         user_errors(apply_preset),
-        [c["preset"]],
-        [c[f] for f in PRESET_FIELDS],
+        [controls["preset"]],
+        [controls[f] for f in PRESET_FIELDS],
         api_name="preset",
         **page.quiet,
     )
     for s in offered("app"):  # an optional number's switch reveals its widget
         if s.meta.switch is not None:
-            c[s.meta.switch.name].change(
+            controls[s.meta.switch.name].change(
                 lambda on: gr.update(visible=bool(on)),
-                [c[s.meta.switch.name]],
-                [c[s.name]],
+                [controls[s.meta.switch.name]],
+                [controls[s.name]],
                 queue=False,
                 show_progress="hidden",
                 **INTERNAL,
             )
     load = page.stream(lambda *values: pair_updates(page.ctx, page.form(values)))
     options = {**page.live, **INTERNAL}
-    for comp in (c["pair"], c["dtype"]):
+    for comp in (controls["pair"], controls["dtype"]):
         comp.change(load, page.inputs, page.outputs, **options)
-    for comp in (c["custom_draft"], c["custom_target"]):
+    for comp in (controls["custom_draft"], controls["custom_target"]):
         comp.submit(load, page.inputs, page.outputs, **options)
     page.blocks.load(load, page.inputs, page.outputs, **options)

@@ -22,7 +22,7 @@ from specviz.analysis.runlog import LOG_COLUMNS
 from specviz.config import Settings
 from specviz.costs import guard_sentence
 from specviz.trace import Trace, decision_at, round_number
-from specviz.ui.state import Session, View
+from specviz.ui.state import Changes, Session
 from specviz.views import across_runs, figures, markup, theory_figures, timing, tree_view
 
 NO_ALPHA = "alpha was not measured (a minimal trace, or no verified drafts): no theory curve"
@@ -66,7 +66,7 @@ def set_shade(session: Session, on: bool) -> None:
 FRAME_S = 0.5
 
 
-def live_frame(session: Session, last: float, gap: float = FRAME_S) -> tuple[View, float]:
+def live_frame(session: Session, last: float, gap: float = FRAME_S) -> tuple[Changes, float]:
     """The cheap update while a run streams (new spans, new rows, the speedup chart, a
     status line), at most once per gap seconds; last is when the previous one was made.
     Where a round's time goes is drawn when the run ends (and after each Step)."""
@@ -75,7 +75,7 @@ def live_frame(session: Session, last: float, gap: float = FRAME_S) -> tuple[Vie
         return {}, last
     new = sync_rounds(session)
     spec, ar = session.spec, session.ar
-    out: View = {}
+    out: Changes = {}
     if new:
         out["tokens"] = markup.tokens_html(session.spans, spec.prompt if spec else "")
         out["rounds"] = markup.rounds_html(session.rows)
@@ -104,13 +104,13 @@ def _progress(spec: Trace | None, ar: Trace | None) -> str:
     return text or "generating ..."
 
 
-def final_frame(session: Session, gamma: int) -> View:
+def final_frame(session: Session, gamma: int) -> Changes:
     """Every view, from the session's traces alone."""
     sync_rounds(session)
     spec, ar = session.spec, session.ar
     main = spec or ar
     guard = speed_guard(spec, ar)
-    out: View = {
+    out: Changes = {
         "tokens": markup.trace_tokens_html(main)
         if spec is None
         else markup.tokens_html(session.spans, spec.prompt),
@@ -129,17 +129,17 @@ def final_frame(session: Session, gamma: int) -> View:
         "tree_compare": tree_compare_html(spec, ar),
     }
     if main is not None:
-        out["models"] = markup.models_html({k: str(v) for k, v in main.models.items()})
+        out["models"] = markup.models_html({k: str(value) for k, value in main.models.items()})
         out["exact_note"] = exact_note(main)
     out.update(charts(spec, ar, gamma))
     out.update(default_inspection(spec))
     return out
 
 
-def logged_frame(session: Session, spec: Trace, ar: Trace | None, settings: Settings) -> View:
+def logged_frame(session: Session, spec: Trace, ar: Trace | None, settings: Settings) -> Changes:
     """A finished run: logged and counted for calibration, then every view."""
     session.record(spec, ar)
-    return {**final_frame(session, settings.gamma), **runs_views(session)}
+    return {**final_frame(session, settings.gamma), **runs_changes(session)}
 
 
 def tree_frame(trace: Trace | None, round_index: int | None = None) -> str:
@@ -213,7 +213,7 @@ def _done_message(trace: Trace | None) -> str:
     )
 
 
-def charts(spec: Trace | None, ar: Trace | None, gamma: int, c_user: float = 0.1) -> View:
+def charts(spec: Trace | None, ar: Trace | None, gamma: int, c_user: float = 0.1) -> Changes:
     """Acceptance charts, theory against measurement, and the projection."""
     if spec is None or not spec.rounds:
         blank = figures.empty_figure("no speculative rounds")
@@ -246,7 +246,7 @@ def no_alpha_figure() -> Any:
     return figures.empty_figure(NO_ALPHA)
 
 
-def default_inspection(spec: Trace | None) -> View:
+def default_inspection(spec: Trace | None) -> Changes:
     """Open the inspector on the first rejection (else the first token)."""
     if spec is None or not spec.rounds:
         return {}
@@ -260,12 +260,12 @@ def default_inspection(spec: Trace | None) -> View:
         (0, 0),
     )
     try:
-        return inspect_view(spec, *target)
+        return inspect_changes(spec, *target)
     except ValueError:
         return {}
 
 
-def inspect_view(trace: Trace | None, round_index: int | None, pos: int | None) -> View:
+def inspect_changes(trace: Trace | None, round_index: int | None, pos: int | None) -> Changes:
     """Inspector views for (round, pos) from the stored trace: no model call. round_index is
     the trace's 0-based index (None: the round that placed pos); the view shows the round's
     number, from 1 (round_number)."""
@@ -380,7 +380,7 @@ def calibration_html(result: dict[str, Any]) -> str:
     return markup.status_html(head + tail)
 
 
-def runs_views(session: Session) -> View:
+def runs_changes(session: Session) -> Changes:
     """The log's table, chart and run picker, and the calibration, from the session."""
     rows = session.log.rows
     result = session.calibration.to_dict()

@@ -11,41 +11,41 @@ from typing import Any
 
 import gradio as gr
 
-from specviz.ui.frames import inspect_view
+from specviz.ui.frames import inspect_changes
 from specviz.ui.page import INTERNAL, Page
-from specviz.ui.state import Session, View, as_int
+from specviz.ui.state import Changes, Session, as_int
 from specviz.views import markup
 
 
-def layout(v: dict[str, Any]) -> None:
+def layout(views: dict[str, Any]) -> None:
     """The inspector's components, into the page's components by name."""
     with gr.Row():
-        v["insp_round"] = gr.Number(
+        views["insp_round"] = gr.Number(
             None,
             precision=0,
             label="round (from 1; empty: from position)",
             elem_id="sv-insp-round",
         )
-        v["insp_pos"] = gr.Number(None, precision=0, minimum=0, label="output position")
-        v["inspect"] = gr.Button("Inspect", elem_id="sv-inspect")
-    v["verdict"] = gr.HTML(
+        views["insp_pos"] = gr.Number(None, precision=0, minimum=0, label="output position")
+        views["inspect"] = gr.Button("Inspect", elem_id="sv-inspect")
+    views["verdict"] = gr.HTML(
         markup.status_html("click a token, or choose a round and position"),
         js_on_load=None,
         elem_id="sv-verdict",
     )
-    v["insp_plot"] = gr.Plot(label="p and q", elem_id="sv-insp-plot")
+    views["insp_plot"] = gr.Plot(label="p and q", elem_id="sv-insp-plot")
 
 
-def typed_view(trace: Any, shown_round: Any, pos: Any) -> View:
+def typed_changes(trace: Any, shown_round: Any, pos: Any) -> Changes:
     """The inspector for a typed round, numbered from 1 as the page shows it (empty: the
     round that placed the position), and a typed output position."""
     if trace is None or not trace.rounds or pos is None or shown_round is None:
-        return inspect_view(trace, None, pos)  # refused unless only the round is empty
+        return inspect_changes(trace, None, pos)  # refused unless only the round is empty
     n, last = as_int("round", shown_round), len(trace.rounds)
     if not isinstance(n, int) or not 1 <= n <= last:
         raise ValueError(f"round {n} does not exist: this run has rounds 1 to {last}")
     try:
-        return inspect_view(trace, n - 1, pos)
+        return inspect_changes(trace, n - 1, pos)
     except ValueError:
         raise ValueError(f"round {n} placed no token at position {pos}") from None
 
@@ -56,7 +56,7 @@ def on_click(sess: Session, evt: gr.EventData) -> dict[str, Any]:
     if "pos" not in data:
         return {}
     try:
-        return inspect_view(sess.spec, data.get("round"), data["pos"])
+        return inspect_changes(sess.spec, data.get("round"), data["pos"])
     except (ValueError, TypeError):
         return {}
 
@@ -69,21 +69,21 @@ def opened() -> dict[str, Any]:
 
 def wire(page: Page) -> None:
     """The Inspect button, and clicks on the token view and the round rows."""
-    v = page.components
+    views = page.components
 
     def pick(sess: Session, rnd: Any, pos: Any) -> dict[str, Any]:
-        return {**typed_view(sess.spec, rnd, pos), **opened()}
+        return {**typed_changes(sess.spec, rnd, pos), **opened()}
 
     def click(sess: Session, evt: gr.EventData) -> dict[Any, Any]:
         out = on_click(sess, evt)
         return page.keyed({**out, **opened()} if out else {})
 
-    v["inspect"].click(
+    views["inspect"].click(
         page.once(pick),
-        [page.session, v["insp_round"], v["insp_pos"]],
+        [page.session, views["insp_round"], views["insp_pos"]],
         page.outputs,
         api_name="inspect",
         **page.quiet,
     )
-    for view in (v["tokens"], v["rounds"]):
+    for view in (views["tokens"], views["rounds"]):
         view.click(click, [page.session], page.outputs, **{**page.quiet, **INTERNAL})

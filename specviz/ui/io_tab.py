@@ -18,7 +18,7 @@ from specviz.trace import Trace
 from specviz.ui.errors import failure, user_errors
 from specviz.ui.frames import final_frame, sync_rounds
 from specviz.ui.page import HIDDEN, Page
-from specviz.ui.state import Session, View
+from specviz.ui.state import Changes, Session
 from specviz.views import markup
 
 MAX_IMPORT_BYTES = 5_000_000  # a trace file for import: 5 MB
@@ -52,7 +52,7 @@ def check_renders(trace: Trace) -> None:
         raise ValueError(f"trace file is inconsistent: {failure(exc, 'rendering')}") from None
 
 
-def replay_updates(session: Session, trace: Trace | None = None) -> Iterator[View]:
+def replay_updates(session: Session, trace: Trace | None = None) -> Iterator[Changes]:
     """Replay a stored trace round by round at its recorded pace (capped), no model call."""
     if trace is not None:
         spec, ar = (trace, None) if trace.method == "spec" else (None, trace)
@@ -76,7 +76,7 @@ def replay_updates(session: Session, trace: Trace | None = None) -> Iterator[Vie
     yield final_frame(session, gamma)
 
 
-def import_updates(session: Session, path: str | None) -> Iterator[View]:
+def import_updates(session: Session, path: str | None) -> Iterator[Changes]:
     """Import a JSON trace and replay it."""
     yield from replay_updates(session, read_trace(path))
 
@@ -98,30 +98,30 @@ def export_files(session: Session) -> list[str]:
     return [str(f) for f in files]
 
 
-def layout(v: dict[str, Any]) -> None:
+def layout(views: dict[str, Any]) -> None:
     """The Data tab's components, into the page's components by name."""
-    v["export"] = gr.Button("Export trace (JSON) and rounds (CSV)")
-    v["files"] = gr.File(label="exported files", file_count="multiple", interactive=False)
-    v["upload"] = gr.File(
+    views["export"] = gr.Button("Export trace (JSON) and rounds (CSV)")
+    views["files"] = gr.File(label="exported files", file_count="multiple", interactive=False)
+    views["upload"] = gr.File(
         label="import a JSON trace (replayed with no model)",
         file_types=[".json"],
         type="filepath",
     )
-    v["replay"] = gr.Button("Replay the current trace")
+    views["replay"] = gr.Button("Replay the current trace")
 
 
 def wire(page: Page) -> None:
-    v, sess = page.components, page.session
-    v["export"].click(
-        user_errors(export_files), [sess], [v["files"]], api_name="export", **page.quiet
+    views, sess = page.components, page.session
+    views["export"].click(
+        user_errors(export_files), [sess], [views["files"]], api_name="export", **page.quiet
     )
-    v["upload"].upload(
+    views["upload"].upload(
         page.stream(import_updates),
-        [sess, v["upload"]],
+        [sess, views["upload"]],
         page.outputs,
         api_name="import",
         **HIDDEN,
     )
-    v["replay"].click(
+    views["replay"].click(
         page.stream(replay_updates), [sess], page.outputs, api_name="replay", **HIDDEN
     )

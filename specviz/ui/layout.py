@@ -119,12 +119,20 @@ def compose(
     gr.HTML(HEADER, js_on_load=None, elem_id="sv-header")
     with gr.Row(elem_id="sv-main"):
         with gr.Column(scale=1, min_width=320, elem_id="sv-left"):
-            c = controls.layout(menu, dep, ctx.runner)
+            ctrls = controls.layout(menu, dep, ctx.runner)
         with gr.Column(scale=3, elem_id="sv-right"):
             panel = lesson_panel.layout()  # the guided lesson comes first
-            v = main_views()
+            views = main_views()
     state = panel.pop(lesson_panel.STATE)
-    page = Page(ctx, dep.concurrency, session, c, {**v, "models": c["models"]}, panel, demo)
+    page = Page(
+        ctx,
+        dep.concurrency,
+        session,
+        ctrls,
+        {**views, "models": ctrls["models"]},
+        panel,
+        demo,
+    )
     return page, state
 
 
@@ -132,54 +140,56 @@ def main_views() -> dict[str, Any]:
     """The right column: the live view (status, token view with its shading, round table and
     narration, the exactness note), then the tabs. Tabs wrap onto a second row rather than
     hide behind a menu where the page is narrow."""
-    v: dict[str, Any] = {}
+    views: dict[str, Any] = {}
     with gr.Column(elem_id="sv-live"):
-        v["status"] = gr.HTML(markup.status_html("ready"), js_on_load=None, elem_id="sv-status")
-        token_view.layout(v)
-        tree_panel.layout(v)  # a tree round's tree (empty for a chain)
-        v["exact_note"] = gr.HTML(
+        views["status"] = gr.HTML(markup.status_html("ready"), js_on_load=None, elem_id="sv-status")
+        token_view.layout(views)
+        tree_panel.layout(views)  # a tree round's tree (empty for a chain)
+        views["exact_note"] = gr.HTML(
             markup.exact_note_html(DEFAULTS), js_on_load=None, elem_id="sv-exact-note"
         )
     with gr.Tabs(elem_id="sv-tabs", overflow_behavior="wrap") as tabs:
-        v["tabs"] = tabs
+        views["tabs"] = tabs
         with gr.Tab("Decision", id="insp", elem_id="sv-inspector"):
-            verifier_tab.layout(v, inspector_tab.layout)  # the inspector, or the game
+            verifier_tab.layout(views, inspector_tab.layout)  # the inspector, or the game
         with gr.Tab("Speed", id="speed", elem_id="sv-speed-tab"):
-            speed_views(v)
+            speed_views(views)
         with gr.Tab("Acceptance", id="acc", elem_id="sv-acc-tab"):
-            v["acc_round"] = gr.Plot(label="acceptance per round", elem_id="sv-acc-round")
+            views["acc_round"] = gr.Plot(label="acceptance per round", elem_id="sv-acc-round")
             with gr.Row():
-                v["acc_hist"] = gr.Plot(label="accepted per round")
-                v["acc_pos"] = gr.Plot(label="acceptance by draft position", elem_id="sv-acc-pos")
-            runs_tab.layout(v)
+                views["acc_hist"] = gr.Plot(label="accepted per round")
+                views["acc_pos"] = gr.Plot(
+                    label="acceptance by draft position", elem_id="sv-acc-pos"
+                )
+            runs_tab.layout(views)
         with gr.Tab("Theory", id="theory", elem_id="sv-theory-tab"):
-            theory_tab.layout(v)
-            sweep_tab.layout(v)
+            theory_tab.layout(views)
+            sweep_tab.layout(views)
         with gr.Tab("Exactness", id="exact", elem_id="sv-exact-tab"):
-            v["greedy"] = gr.HTML(js_on_load=None, elem_id="sv-greedy")
-            check_tab.layout(v)
-            verifications_tab.layout(v)
+            views["greedy"] = gr.HTML(js_on_load=None, elem_id="sv-greedy")
+            check_tab.layout(views)
+            verifications_tab.layout(views)
         with gr.Tab("Data", id="data", elem_id="sv-data-tab"):
-            io_tab.layout(v)
+            io_tab.layout(views)
         with gr.Tab("Prompt set", id="report", elem_id="sv-report-tab"):
-            report_tab.layout(v)
-    return v
+            report_tab.layout(views)
+    return views
 
 
-def speed_views(v: dict[str, Any]) -> None:
+def speed_views(views: dict[str, Any]) -> None:
     """The Speed tab: tokens against seconds, the Table 1 columns, the race replay, where a
     round's time goes, and this run's figures."""
-    v["speed"] = gr.Plot(label="tokens against seconds", elem_id="sv-speed")
-    v["table1"] = gr.HTML(js_on_load=None, elem_id="sv-table1")
-    race.layout(v)
-    v["time_split"] = gr.Plot(label="where a round's time goes", elem_id="sv-time")
-    v["time_totals"] = gr.HTML(js_on_load=None, elem_id="sv-time-totals")
-    v["summary"] = gr.HTML(js_on_load=None, elem_id="sv-summary")
+    views["speed"] = gr.Plot(label="tokens against seconds", elem_id="sv-speed")
+    views["table1"] = gr.HTML(js_on_load=None, elem_id="sv-table1")
+    race.layout(views)
+    views["time_split"] = gr.Plot(label="where a round's time goes", elem_id="sv-time")
+    views["time_totals"] = gr.HTML(js_on_load=None, elem_id="sv-time-totals")
+    views["summary"] = gr.HTML(js_on_load=None, elem_id="sv-summary")
 
 
 def launch_options() -> dict[str, Any]:
     """What app.py passes to launch(): gradio 6 takes css, theme and js there (the js: the
-    presentation view's URL and keys)."""
+    presentation mode's URL and keys)."""
     css = markup.css_variables() + "\n" + (ASSETS / "specviz.css").read_text(encoding="utf-8")
     return {"css": css, "theme": gr.themes.Soft(), "js": present.page_js()}
 

@@ -43,12 +43,12 @@ from specviz.lesson import (
 )
 from specviz.ui.check_tab import check_updates, summary_html
 from specviz.ui.context import AppContext
-from specviz.ui.frames import inspect_view
+from specviz.ui.frames import inspect_changes
 from specviz.ui.live import run_updates
 from specviz.ui.page import HIDDEN, INTERNAL, Page
-from specviz.ui.state import Form, Session, View
+from specviz.ui.state import Changes, Form, Session
 from specviz.ui.sweep_tab import sweep_updates
-from specviz.ui.verifier_tab import deal_view
+from specviz.ui.verifier_tab import deal_changes
 from specviz.views import markup
 from specviz.views.verifier_game import lesson_line, playable_rounds
 
@@ -57,24 +57,26 @@ STATE = "lesson_state"  # the per-visitor Lesson's gr.State, among layout()'s co
 
 def layout() -> dict[str, Any]:
     """The panel's components by name, and its per-visitor state (STATE)."""
-    c: dict[str, Any] = {STATE: gr.State(Lesson(), time_to_live=3600)}
+    parts: dict[str, Any] = {STATE: gr.State(Lesson(), time_to_live=3600)}
     with gr.Accordion(box_label(Lesson()), open=True, elem_id="sv-lesson") as box:
-        c["lesson_box"] = box
-        c["lesson_card"] = gr.HTML(card_html(Lesson()), js_on_load=None, elem_id="sv-lesson-card")
+        parts["lesson_box"] = box
+        parts["lesson_card"] = gr.HTML(
+            card_html(Lesson()), js_on_load=None, elem_id="sv-lesson-card"
+        )
         with gr.Row(elem_id="sv-lesson-buttons"):
-            c["lesson_prev"] = gr.Button(
+            parts["lesson_prev"] = gr.Button(
                 "← Previous", size="sm", scale=0, min_width=110, elem_id="sv-lesson-prev"
             )
-            c["lesson_go"] = gr.Button(
+            parts["lesson_go"] = gr.Button(
                 STEPS[0].button, variant="primary", size="sm", scale=1, elem_id="sv-lesson-go"
             )
-            c["lesson_next"] = gr.Button(
+            parts["lesson_next"] = gr.Button(
                 "Next →", size="sm", scale=0, min_width=110, elem_id="sv-lesson-next"
             )
-        c["lesson_said"] = gr.HTML("", js_on_load=None, elem_id="sv-lesson-said")
+        parts["lesson_said"] = gr.HTML("", js_on_load=None, elem_id="sv-lesson-said")
         # the step shown, as the page holds it: what a press of the step's button sends
-        c["lesson_index"] = gr.Number(0, precision=0, visible=False, elem_id="sv-lesson-index")
-    return c
+        parts["lesson_index"] = gr.Number(0, precision=0, visible=False, elem_id="sv-lesson-index")
+    return parts
 
 
 def box_label(state: Lesson) -> str:
@@ -92,7 +94,7 @@ def said_html(state: Lesson) -> str:
     return markup.lesson_said_html(state.said.get(state.index))
 
 
-def move_update(state: Lesson, by: int) -> View:
+def move_update(state: Lesson, by: int) -> Changes:
     """Previous (-1) or Next (+1): the step shown, its button and what it said."""
     state.move(by)
     return {
@@ -128,22 +130,22 @@ class StepRun:
         """Whether this step is the one the panel shows now."""
         return self.state.index == self.index
 
-    def start(self, message: str) -> View:
+    def start(self, message: str) -> Changes:
         """The first update: the controls the step sets, its tab, and a busy line."""
         tab = {"tabs": gr.Tabs(selected=self.step.tab)} if self.step.tab else {}
         return {**self.controls, **tab, **self.busy(message)}
 
-    def busy(self, message: str) -> View:
+    def busy(self, message: str) -> Changes:
         """A busy line in the panel, while this step is shown."""
         text = f"step {self.index + 1}: {message}"
         return {"lesson_said": markup.status_html(text, "busy")} if self.shown else {}
 
-    def said(self, html: str) -> View:
+    def said(self, html: str) -> Changes:
         """Keep the step's statement; show it while this step is the one shown."""
         self.state.said[self.index] = html
         return {"lesson_said": said_html(self.state)} if self.shown else {}
 
-    def failed(self, line: str) -> View:
+    def failed(self, line: str) -> Changes:
         """A failure as one line: in the status line, and in the panel while shown."""
         self.state.said.pop(self.index, None)
         error = markup.status_html(line, "error")
@@ -152,7 +154,7 @@ class StepRun:
 
 def lesson_updates(
     session: Session, state: Lesson, form: Form, ctx: AppContext, index: Any = None
-) -> Iterator[View]:
+) -> Iterator[Changes]:
     """Step `index` (the one shown when its button was pressed; None: the one shown now):
     set its controls, carry out its action, and state what happened. A ValueError (bad
     input, a failed load or run) ends as one line in the panel and in the status line."""
@@ -175,7 +177,7 @@ def pressed_step(state: Lesson, index: Any) -> int:
     return index
 
 
-def act(action: Action, session: Session, run: StepRun) -> Iterator[View]:
+def act(action: Action, session: Session, run: StepRun) -> Iterator[Changes]:
     """The step's action, by its kind."""
     if isinstance(action, RunAction):
         yield run.start("running ...")
@@ -194,26 +196,26 @@ def act(action: Action, session: Session, run: StepRun) -> Iterator[View]:
         yield from check(action, session, run)
 
 
-def open_rejection(session: Session) -> View:
+def open_rejection(session: Session) -> Changes:
     """The inspector on the session's first rejection, read from the stored trace."""
     found = first_rejection(session.spec)
     if found is None:
         raise ValueError("this run had no rejection: press the step's button again")
     rnd, pos, _ = found
-    return {**inspect_view(session.spec, rnd.index, pos), "tabs": gr.Tabs(selected="insp")}
+    return {**inspect_changes(session.spec, rnd.index, pos), "tabs": gr.Tabs(selected="insp")}
 
 
-def play(session: Session, run: StepRun) -> Iterator[View]:
+def play(session: Session, run: StepRun) -> Iterator[Changes]:
     """A round of the stored run dealt in the Decision tab (after a run when there is none
     to play), and the step's line about the game."""
     if not playable_rounds(session.spec):
         yield run.start("running, then dealing a round ...")
         yield from run_updates(session, run.form, run.ctx)
-    view = deal_view(session, None)
+    view = deal_changes(session, None)
     yield {**view, "tabs": gr.Tabs(selected="insp"), **run.said(lesson_line(view["play_state"]))}
 
 
-def sweep(action: SweepAction, session: Session, run: StepRun) -> Iterator[View]:
+def sweep(action: SweepAction, session: Session, run: StepRun) -> Iterator[Changes]:
     """The sweep's own handler at the action's gammas and repetitions."""
     yield run.start("sweeping gamma ...")
     updates = sweep_updates(session, run.form, run.ctx, list(action.gammas), "", action.reps)
@@ -221,7 +223,7 @@ def sweep(action: SweepAction, session: Session, run: StepRun) -> Iterator[View]
     yield run.said(sweep_statement(rows))
 
 
-def check(action: CheckAction, session: Session, run: StepRun) -> Iterator[View]:
+def check(action: CheckAction, session: Session, run: StepRun) -> Iterator[Changes]:
     """The distribution check with the wrong rule, then the right one with its controls."""
     n = action.n
     yield run.start(f"check 1 of 2, the rule {action.wrong_rule} ({n} samples) ...")
@@ -236,13 +238,13 @@ def check(action: CheckAction, session: Session, run: StepRun) -> Iterator[View]
 
 
 def _right(action: CheckAction) -> str:
-    changes = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in action.right.items())
+    changes = ", ".join(f"{k.replace('_', ' ')} {value}" for k, value in action.right.items())
     return changes or f"the rule {action.right_rule}"
 
 
 def _checked(
     run: StepRun, form: Form, rule: str, action: CheckAction, session: Session
-) -> Generator[View, None, Any]:
+) -> Generator[Changes, None, Any]:
     """One check through the check tab's handler (stopped by Stop, as there)."""
     updates = check_updates(run.ctx, form, action.n, action.length, rule, session.new_stop())
     result = yield from updates
@@ -261,9 +263,9 @@ def wire(page: Page, state: Any) -> None:
     """Previous, Next and the step's button (the panel's components are on the page)."""
     go_outputs = [*page.outputs, *page.lesson.values()]
     go_outputs += [page.controls[k] for k in sorted(set_controls())]
-    go_outputs = list({id(c): c for c in go_outputs}.values())
+    go_outputs = list({id(comp): comp for comp in go_outputs}.values())
 
-    def go(sess: Session, st: Lesson, index: Any, *values: Any) -> Iterator[View]:
+    def go(sess: Session, st: Lesson, index: Any, *values: Any) -> Iterator[Changes]:
         return lesson_updates(sess, st, page.form(values), page.ctx, index)
 
     page.lesson["lesson_go"].click(

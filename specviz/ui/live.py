@@ -1,6 +1,6 @@
 """Live runs: Run streams the speculative run and then the autoregressive baseline (same
 prompt, settings and seed), Step takes one round per press and narrates it, Stop ends a
-run where it stands. A finished Run is logged and counted for calibration (runs_views).
+run where it stands. A finished Run is logged and counted for calibration (runs_changes).
 
 Where the models run is the context's runner (specviz.ui.runners: this process's model
 thread, or ZeroGPU), chosen when the app was built; the handlers here never ask which. On
@@ -18,7 +18,7 @@ from specviz.trace import Round, Trace, round_number
 from specviz.ui.context import AppContext
 from specviz.ui.frames import (
     final_frame,
-    inspect_view,
+    inspect_changes,
     live_plot,
     narration_hint,
     sync_rounds,
@@ -27,12 +27,12 @@ from specviz.ui.frames import (
 )
 from specviz.ui.page import Page
 from specviz.ui.pairs import pair_label
-from specviz.ui.state import Form, Session, View
+from specviz.ui.state import Changes, Form, Session
 from specviz.views import markup, timing
 from specviz.views.narration import narration_html
 
 
-def run_updates(session: Session, form: Form, ctx: AppContext) -> Iterator[View]:
+def run_updates(session: Session, form: Form, ctx: AppContext) -> Iterator[Changes]:
     """Run: load, warm, then stream the speculative run and the baseline; end with all views."""
     settings = ctx.settings(form)
     session.start(None, None, "run")
@@ -50,15 +50,15 @@ def complete_traces(ctx: AppContext, form: Form, settings: Settings) -> tuple[Tr
     return ctx.runner.complete(ctx, form, settings)
 
 
-def step_update(session: Session, form: Form, ctx: AppContext) -> View:
+def step_update(session: Session, form: Form, ctx: AppContext) -> Changes:
     """Step: one round of a speculative run (a new one when the controls changed)."""
     settings = ctx.settings(form)
     key = (form.pair, form.custom_draft, form.custom_target, form.dtype, form.prompt, settings)
     rnd, out = ctx.runner.step(session, form, ctx, settings, key)
-    return _step_views(session, settings, rnd, out)
+    return _step_changes(session, settings, rnd, out)
 
 
-def _step_views(session: Session, settings: Settings, rnd: Round | None, out: View) -> View:
+def _step_changes(session: Session, settings: Settings, rnd: Round | None, out: Changes) -> Changes:
     """The views after a step: the text so far, the round taken (in the narration and the
     inspector, whose round numbers match the status line's and the round table's), and at
     the end every view."""
@@ -73,7 +73,7 @@ def _step_views(session: Session, settings: Settings, rnd: Round | None, out: Vi
     out["time_totals"] = time_html(session.spec, session.mode)
     if rnd is not None:
         out.update(
-            inspect_view(session.spec, rnd.index, rnd.start + min(rnd.n_accepted, rnd.emitted))
+            inspect_changes(session.spec, rnd.index, rnd.start + min(rnd.n_accepted, rnd.emitted))
         )
         out["narration"] = narration_html(rnd, session.spec.settings)
     out["tree"] = tree_frame(session.spec, rnd.index if rnd is not None else None)
@@ -94,10 +94,10 @@ def stop_session(session: Session) -> str:
 
 def wire(page: Page) -> None:
     """Run, Step and Stop."""
-    c, sess = page.controls, page.session
+    controls, sess = page.controls, page.session
     run = page.stream(lambda s, *values: run_updates(s, page.form(values), page.ctx))
     step = page.once(lambda s, *values: step_update(s, page.form(values), page.ctx))
-    c["run"].click(run, [sess, *page.inputs], page.outputs, api_name="run", **page.live)
-    c["step"].click(step, [sess, *page.inputs], page.outputs, api_name="step", **page.live)
+    controls["run"].click(run, [sess, *page.inputs], page.outputs, api_name="run", **page.live)
+    controls["step"].click(step, [sess, *page.inputs], page.outputs, api_name="step", **page.live)
     status: Any = [page.components["status"]]
-    c["stop"].click(stop_session, [sess], status, api_name="stop", **page.quiet)
+    controls["stop"].click(stop_session, [sess], status, api_name="stop", **page.quiet)

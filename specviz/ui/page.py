@@ -2,7 +2,7 @@
 state, the controls and every other component by name, and the event options shared by all
 sections.
 
-Handlers yield or return :data:`~specviz.ui.state.View` dicts keyed by component name;
+Handlers yield or return :data:`~specviz.ui.state.Changes` dicts keyed by component name;
 :meth:`Page.keyed` is the one place that maps those names onto components, and
 :meth:`Page.stream` and :meth:`Page.once` turn handlers into gradio event functions through
 it and show a ValueError as one line. A name the page does not have is a KeyError (a bug,
@@ -21,7 +21,7 @@ import gradio as gr
 
 from specviz.ui.context import AppContext
 from specviz.ui.errors import user_errors
-from specviz.ui.state import FORM_FIELDS, Form, View
+from specviz.ui.state import FORM_FIELDS, Changes, Form
 
 # The page's own events stay callable (tests, gradio_client) but off the API page, which
 # documents the one named endpoint, /generate; events no client needs are private.
@@ -77,15 +77,15 @@ class Page:
                 return named[name]
         raise KeyError(f"no component named {name!r} on this page")
 
-    def keyed(self, out: View) -> dict[Any, Any]:
+    def keyed(self, out: Changes) -> dict[Any, Any]:
         """The handler's update by component; gr.skip() when it names none. An unknown name
         is a KeyError: the tests that drive each event catch it."""
         if not out:
             return gr.skip()
-        return {self.component(k): v for k, v in out.items()}
+        return {self.component(k): value for k, value in out.items()}
 
     def stream(
-        self, handler: Callable[..., Generator[View, None, Any]]
+        self, handler: Callable[..., Generator[Changes, None, Any]]
     ) -> Callable[..., Iterator[Any]]:
         """A generator event function from a handler that yields views. When gradio closes
         it (the visitor left, or the event was cancelled) the handler is closed at once, so
@@ -99,7 +99,7 @@ class Page:
 
         return event
 
-    def once(self, handler: Callable[..., View]) -> Callable[..., dict[Any, Any]]:
+    def once(self, handler: Callable[..., Changes]) -> Callable[..., dict[Any, Any]]:
         """An event function from a handler that returns views."""
 
         @user_errors

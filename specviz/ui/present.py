@@ -1,9 +1,9 @@
-"""The presentation view, for a projector: the controls fold to one line above the token
+"""Presentation mode, for a projector: the controls fold to one line above the token
 view, the tokens, the round table and the narration come in large type, and Space or the
 right arrow presses Step.
 
-It is a class on the page's root element, ``html.sv-present-view``, which
-assets/specviz.css lays out. The URL ``?view=present`` opens the page in it, and the toggle
+It is a class on the page's root element, ``html.sv-present-mode``, which
+assets/specviz.css lays out. The URL ``?mode=present`` opens the page in it, and the toggle
 under Run/Step/Stop switches it (keeping the URL in step, so a reload stays where it was).
 All of it runs in the browser: no event here reaches Python. The scripts are
 assets/present-*.js.
@@ -14,7 +14,7 @@ from __future__ import annotations
 from specviz.ui.assets import script
 from specviz.ui.page import INTERNAL, Page
 
-ROOT_CLASS = "sv-present-view"
+ROOT_CLASS = "sv-present-mode"
 
 # Focus in one of these: keys belong to it (typing, moving a slider, switching tabs).
 FIELDS = (
@@ -26,7 +26,7 @@ PRESSABLE = "button, a[href], summary, [role=button], [role=checkbox]"
 
 
 def page_js() -> str:
-    """The page script (launch(js=...)), run once when the page loads: the view from the
+    """The page script (launch(js=...)), run once when the page loads: the mode from the
     URL, and the keys (assets/present-page.js)."""
     return script(
         "present-page",
@@ -38,7 +38,7 @@ def page_js() -> str:
 
 
 def wire(page: Page) -> None:
-    """The toggle starts as the URL says and switches the view; both in the browser only."""
+    """The toggle starts as the URL says and switches the mode; both in the browser only."""
     toggle = page.controls["present"]
     from_url = script("present-from-url")
     page.blocks.load(None, None, [toggle], js=from_url, queue=False, **INTERNAL)

@@ -12,25 +12,25 @@ import gradio as gr
 
 from specviz.ui.frames import NEEDS_COMPARE
 from specviz.ui.page import Page
-from specviz.ui.state import Session, View, as_float
+from specviz.ui.state import Changes, Session, as_float
 from specviz.views.race_replay import SPEEDS, check_speed, replay_animation_html
 
 
-def layout(v: dict[str, Any]) -> None:
+def layout(views: dict[str, Any]) -> None:
     """The speed choice, the button and the replay's view."""
     with gr.Row(equal_height=True):
-        v["race_speed"] = gr.Radio(
+        views["race_speed"] = gr.Radio(
             [(f"{s:g}x", s) for s in SPEEDS],
             value=1.0,
             label="race replay speed (replay of measured timings)",
             elem_id="sv-race-speed",
             scale=3,
         )
-        v["race_play"] = gr.Button("Replay race", elem_id="sv-race-play", scale=1)
-    v["race"] = gr.HTML(js_on_load=None, elem_id="sv-race")
+        views["race_play"] = gr.Button("Replay race", elem_id="sv-race-play", scale=1)
+    views["race"] = gr.HTML(js_on_load=None, elem_id="sv-race")
 
 
-def race_update(session: Session, speed: Any) -> View:
+def race_update(session: Session, speed: Any) -> Changes:
     """The whole replay of the session's compared run as one update."""
     spec, ar = session.spec, session.ar
     if spec is None or ar is None or not spec.token_ids or not ar.token_ids:
@@ -41,11 +41,11 @@ def race_update(session: Session, speed: Any) -> View:
 
 
 def wire(page: Page) -> None:
-    v = page.components
-    v["race_play"].click(
+    views = page.components
+    views["race_play"].click(
         page.once(race_update),
-        [page.session, v["race_speed"]],
-        [v["race"]],
+        [page.session, views["race_speed"]],
+        [views["race"]],
         api_name="race",
         **page.quiet,
     )

@@ -29,7 +29,7 @@ from specviz.ui.context import AppContext
 from specviz.ui.errors import failure
 from specviz.ui.frames import FRAME_S
 from specviz.ui.page import HIDDEN, Page
-from specviz.ui.state import Form, View
+from specviz.ui.state import Changes, Form
 from specviz.ui.worker import Worker
 from specviz.views import markup
 
@@ -64,47 +64,53 @@ class ReportState:
         return self.stop
 
 
-def layout(v: dict[str, Any]) -> None:
+def layout(views: dict[str, Any]) -> None:
     """The tab's components, into the page's components by name."""
     gr.Markdown(INTRO)
-    v["report_state"] = gr.State(ReportState(), time_to_live=3600)
+    views["report_state"] = gr.State(ReportState(), time_to_live=3600)
     with gr.Row():
-        v["report_source"] = gr.Radio(
+        views["report_source"] = gr.Radio(
             [BUILTIN_CHOICE, FILE_CHOICE],
             value=BUILTIN_CHOICE,
             label="prompts",
             elem_id="sv-report-source",
             scale=2,
         )
-        v["report_file"] = gr.File(
+        views["report_file"] = gr.File(
             label="prompt file (.jsonl)",
             file_types=[".jsonl", ".json", ".txt"],
             type="filepath",
             elem_id="sv-report-file",
             scale=2,
         )
-        v["report_ngram"] = gr.Checkbox(
+        views["report_ngram"] = gr.Checkbox(
             False,
             label="also run the n-gram drafter on the same prompts and seeds (paired differences)",
             elem_id="sv-report-ngram",
             scale=1,
         )
     with gr.Row():
-        v["report_run"] = gr.Button("Run the report", variant="primary", elem_id="sv-report-run")
-        v["report_stop"] = gr.Button("Stop the report", variant="stop", elem_id="sv-report-stop")
-    v["report_status"] = gr.HTML(js_on_load=None, elem_id="sv-report-status")
-    v["report_table"] = gr.HTML(js_on_load=None, elem_id="sv-report-table")
+        views["report_run"] = gr.Button(
+            "Run the report", variant="primary", elem_id="sv-report-run"
+        )
+        views["report_stop"] = gr.Button(
+            "Stop the report", variant="stop", elem_id="sv-report-stop"
+        )
+    views["report_status"] = gr.HTML(js_on_load=None, elem_id="sv-report-status")
+    views["report_table"] = gr.HTML(js_on_load=None, elem_id="sv-report-table")
     with gr.Row():
-        v["report_acceptance"] = gr.Plot(label="acceptance", elem_id="sv-report-acceptance")
-        v["report_speedup"] = gr.Plot(label="speedup", elem_id="sv-report-speedup")
-    v["report_conditional"] = gr.Plot(
+        views["report_acceptance"] = gr.Plot(label="acceptance", elem_id="sv-report-acceptance")
+        views["report_speedup"] = gr.Plot(label="speedup", elem_id="sv-report-speedup")
+    views["report_conditional"] = gr.Plot(
         label="conditional acceptance by draft position", elem_id="sv-report-conditional"
     )
     with gr.Row():
-        v["report_histogram"] = gr.Plot(label="accepted per round", elem_id="sv-report-histogram")
-        v["report_kinds"] = gr.Plot(label="by kind of token", elem_id="sv-report-kinds")
-    v["report_compare"] = gr.Plot(label="paired differences", elem_id="sv-report-compare")
-    v["report_files"] = gr.File(
+        views["report_histogram"] = gr.Plot(
+            label="accepted per round", elem_id="sv-report-histogram"
+        )
+        views["report_kinds"] = gr.Plot(label="by kind of token", elem_id="sv-report-kinds")
+    views["report_compare"] = gr.Plot(label="paired differences", elem_id="sv-report-compare")
+    views["report_files"] = gr.File(
         label="the report: report.html, report.json, runs.jsonl",
         file_count="multiple",
         interactive=False,
@@ -126,7 +132,7 @@ def error_html(exc: BaseException) -> str:
     return markup.status_html(f"refused: {text[0] if text else 'invalid input'}", "error")
 
 
-def checked_upload(path: Any) -> View:
+def checked_upload(path: Any) -> Changes:
     """An uploaded file read at once: its prompts counted, or its first bad line shown."""
     if not path:
         return {"report_status": ""}
@@ -150,13 +156,13 @@ def progress_html(p: Progress | None, total: int) -> str:
     return bar + markup.status_html(text, "busy")
 
 
-def report_views(records: list[Record], meta: dict[str, Any]) -> View:
+def report_changes(records: list[Record], meta: dict[str, Any]) -> Changes:
     """The table and the figures of the records so far."""
     if not records:
         return {}
     report = stats.build(records, meta)
     figs = figures.all_figures(report)
-    out: View = {"report_table": overview_table(report)}
+    out: Changes = {"report_table": overview_table(report)}
     for name in FIGURES:
         if name in figs:
             out[f"report_{name}"] = figs[name]
@@ -167,7 +173,7 @@ def report_views(records: list[Record], meta: dict[str, Any]) -> View:
 
 def report_updates(
     state: ReportState, form: Form, ctx: AppContext, source: Any, path: Any, ngram: Any
-) -> Generator[View, None, None]:
+) -> Generator[Changes, None, None]:
     """Run the report on the model thread; stream its progress and figures after each
     prompt; offer its files at the end. Refusals show as one line in the status."""
     try:
@@ -178,7 +184,7 @@ def report_updates(
 
 def _report(
     state: ReportState, form: Form, ctx: AppContext, source: Any, path: Any, ngram: bool
-) -> Generator[View, None, None]:
+) -> Generator[Changes, None, None]:
     if not ctx.runner.keeps_models:
         raise ValueError("the report needs a model kept in memory: it does not run on ZeroGPU")
     prompts = load_prompts(source, path)
@@ -211,7 +217,7 @@ def _report(
             recs = list(run.records)
             meta = report_meta(plan.manifest(run.about), recs)
             yield {
-                **report_views(recs, meta),
+                **report_changes(recs, meta),
                 "report_status": progress_html(events[shown - 1], total),
             }
     if worker.error is not None:
@@ -225,7 +231,7 @@ def _report(
     )
     meta = report_meta(plan.manifest(run.about), run.records)
     yield {
-        **report_views(run.records, meta),
+        **report_changes(run.records, meta),
         "report_status": markup.status_html(status),
         "report_files": [str(p) for p in (paths[2], paths[1], paths[0])] if done else None,
     }
@@ -238,21 +244,23 @@ def stop_report(state: ReportState) -> str:
 
 
 def wire(page: Page) -> None:
-    v = page.components
-    state = v["report_state"]
-    choices = [v["report_source"], v["report_file"], v["report_ngram"]]
+    views = page.components
+    state = views["report_state"]
+    choices = [views["report_source"], views["report_file"], views["report_ngram"]]
 
-    def handler(st: ReportState, src: Any, path: Any, ngram: Any, *values: Any) -> Iterator[View]:
+    def handler(
+        st: ReportState, src: Any, path: Any, ngram: Any, *values: Any
+    ) -> Iterator[Changes]:
         return report_updates(st, page.form(values), page.ctx, src, path, ngram)
 
     outputs = [
-        v["report_source"],
-        v["report_status"],
-        v["report_table"],
-        *(v[f"report_{n}"] for n in FIGURES),
-        v["report_files"],
+        views["report_source"],
+        views["report_status"],
+        views["report_table"],
+        *(views[f"report_{n}"] for n in FIGURES),
+        views["report_files"],
     ]
-    v["report_run"].click(
+    views["report_run"].click(
         page.stream(handler),
         [state, *choices, *page.inputs],
         outputs,
@@ -261,13 +269,13 @@ def wire(page: Page) -> None:
         **page.model_queue,
         **HIDDEN,
     )
-    v["report_file"].upload(
+    views["report_file"].upload(
         page.once(checked_upload),
-        [v["report_file"]],
-        [v["report_source"], v["report_status"]],
+        [views["report_file"]],
+        [views["report_source"], views["report_status"]],
         api_name="report_upload",
         **page.quiet,
     )
-    v["report_stop"].click(
-        stop_report, [state], [v["report_status"]], api_name="stop_report", **page.quiet
+    views["report_stop"].click(
+        stop_report, [state], [views["report_status"]], api_name="stop_report", **page.quiet
     )

@@ -28,7 +28,7 @@ from specviz.trace import Round, Trace
 from specviz.ui import pairs, zerogpu
 from specviz.ui.errors import model_failures
 from specviz.ui.frames import exact_note, live_frame, logged_frame
-from specviz.ui.state import Form, Session, View
+from specviz.ui.state import Changes, Form, Session
 from specviz.ui.warm import Models, running, warmed_pair
 from specviz.ui.worker import Worker
 from specviz.views import markup
@@ -48,13 +48,15 @@ class Runner(Protocol):
         """At start-up: load what must be loaded before the first event (None: nothing)."""
         ...
 
-    def run(self, session: Session, form: Form, ctx: Models, settings: Settings) -> Iterator[View]:
+    def run(
+        self, session: Session, form: Form, ctx: Models, settings: Settings
+    ) -> Iterator[Changes]:
         """Both runs streamed into the session (the baseline with compare), then every view."""
         ...
 
     def step(
         self, session: Session, form: Form, ctx: Models, settings: Settings, key: StepKey
-    ) -> tuple[Round | None, View]:
+    ) -> tuple[Round | None, Changes]:
         """One round more of the session's Step run (a new run when key changed): the round
         taken (None: the run ended without one) and the views the runner itself sets."""
         ...
@@ -75,7 +77,9 @@ class LocalRunner:
     def preload(self, dep: Deployment) -> ModelPair | None:
         return None  # the page's load event opens the pair
 
-    def run(self, session: Session, form: Form, ctx: Models, settings: Settings) -> Iterator[View]:
+    def run(
+        self, session: Session, form: Form, ctx: Models, settings: Settings
+    ) -> Iterator[Changes]:
         t_click = time.perf_counter()
         pair = warmed_pair(ctx, form)
         spec_run = Run(pair, form.prompt, settings)
@@ -103,8 +107,8 @@ class LocalRunner:
 
     def step(
         self, session: Session, form: Form, ctx: Models, settings: Settings, key: StepKey
-    ) -> tuple[Round | None, View]:
-        out: View = {}
+    ) -> tuple[Round | None, Changes]:
+        out: Changes = {}
         if session.stepper is None or session.step_key != key or session.mode != "step":
             pair = ctx.pair(form)
             run = Run(pair, form.prompt, settings)
@@ -164,7 +168,9 @@ class ZeroGpuRunner:
         self.compiles = zerogpu.compiled_ahead(pair)
         return pair
 
-    def run(self, session: Session, form: Form, ctx: Models, settings: Settings) -> Iterator[View]:
+    def run(
+        self, session: Session, form: Form, ctx: Models, settings: Settings
+    ) -> Iterator[Changes]:
         traces: dict[str, Trace] = {}
         last_speed = 0.0
         for event in self.events(ctx, form, settings, lambda: session.stop.is_set()):
@@ -212,7 +218,7 @@ class ZeroGpuRunner:
 
     def step(
         self, session: Session, form: Form, ctx: Models, settings: Settings, key: StepKey
-    ) -> tuple[Round | None, View]:
+    ) -> tuple[Round | None, Changes]:
         """Replay the run to one round more than the session shows, in one GPU call."""
         if isinstance(ctx.loader, pairs.PairSource):
             ctx.loader.check(form.pair, form.custom_draft, form.custom_target)

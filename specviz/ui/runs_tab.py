@@ -4,11 +4,11 @@ stored traces only.
 - the experiment log: a row per Run (the settings that differ from the defaults,
   acceptance, alpha, c, tokens per call, speedup; specviz.analysis.runlog), its chart, its CSV;
 - a run picked from the log loads back into the token view and every other view;
-- the calibration of the rule over the logged runs: verified drafts binned by their
+- the calibration of the keep probabilities over the logged runs: verified drafts binned by their
   predicted acceptance min(1, p/q) against the observed frequency, with error bars, and
   the same for resampled tokens (specviz.analysis.calibration).
 
-Live runs show specviz.ui.frames.runs_views after Session.record; nothing here calls a model.
+Live runs show specviz.ui.frames.runs_changes after Session.record; nothing here calls a model.
 """
 
 from __future__ import annotations
@@ -22,23 +22,26 @@ import gradio as gr
 from specviz.ui.errors import user_errors
 from specviz.ui.frames import final_frame, log_display
 from specviz.ui.page import Page
-from specviz.ui.state import Session, View
+from specviz.ui.state import Changes, Session
 from specviz.views import markup
 
 CALIBRATION_NOTE = (
     "Every verified draft had a predicted acceptance probability min(1, p/q) and was "
-    "accepted or not; the exact rule puts each bin's observed frequency on the diagonal. "
+    "accepted or not; a rule that keeps each draft with exactly its stated probability puts "
+    "each bin's observed frequency on the diagonal. "
     "It accumulates over this session's runs (sampled runs only; greedy decisions draw no u)."
 )
 
 
-def layout(v: dict[str, Any]) -> None:
+def layout(views: dict[str, Any]) -> None:
     """The calibration, then the log with its picker, file and chart, into the page's
     components by name (the Acceptance tab lays them out under the acceptance charts)."""
     gr.Markdown(CALIBRATION_NOTE)
-    v["calib_summary"] = gr.HTML(js_on_load=None, elem_id="sv-calib-summary")
-    v["calib_plot"] = gr.Plot(label="reliability diagram of the rule", elem_id="sv-calib")
-    v["log_table"] = gr.Dataframe(
+    views["calib_summary"] = gr.HTML(js_on_load=None, elem_id="sv-calib-summary")
+    views["calib_plot"] = gr.Plot(
+        label="reliability diagram of the keep probabilities", elem_id="sv-calib"
+    )
+    views["log_table"] = gr.Dataframe(
         log_display([]),
         label="experiment log: one row per Run in this session",
         interactive=False,
@@ -46,16 +49,16 @@ def layout(v: dict[str, Any]) -> None:
         elem_id="sv-log",
     )
     with gr.Row():
-        v["log_pick"] = gr.Dropdown(
+        views["log_pick"] = gr.Dropdown(
             [], value=None, label="run", elem_id="sv-log-pick", scale=1, min_width=120
         )
-        v["log_load"] = gr.Button("Load its trace into the views", elem_id="sv-log-load")
-        v["log_export"] = gr.Button("Export the log (CSV)", elem_id="sv-log-export")
-    v["log_file"] = gr.File(label="log CSV", interactive=False, elem_id="sv-log-file")
-    v["log_chart"] = gr.Plot(label="speedup and acceptance per run", elem_id="sv-log-chart")
+        views["log_load"] = gr.Button("Load its trace into the views", elem_id="sv-log-load")
+        views["log_export"] = gr.Button("Export the log (CSV)", elem_id="sv-log-export")
+    views["log_file"] = gr.File(label="log CSV", interactive=False, elem_id="sv-log-file")
+    views["log_chart"] = gr.Plot(label="speedup and acceptance per run", elem_id="sv-log-chart")
 
 
-def load_run(session: Session, run: Any) -> View:
+def load_run(session: Session, run: Any) -> Changes:
     """Show a logged run's traces again in every view (no model call)."""
     try:
         n = int(run)
@@ -81,10 +84,14 @@ def log_file(session: Session) -> str:
 
 
 def wire(page: Page) -> None:
-    v, sess = page.components, page.session
-    v["log_load"].click(
-        page.once(load_run), [sess, v["log_pick"]], page.outputs, api_name="load_run", **page.quiet
+    views, sess = page.components, page.session
+    views["log_load"].click(
+        page.once(load_run),
+        [sess, views["log_pick"]],
+        page.outputs,
+        api_name="load_run",
+        **page.quiet,
     )
-    v["log_export"].click(
-        user_errors(log_file), [sess], [v["log_file"]], api_name="export_log", **page.quiet
+    views["log_export"].click(
+        user_errors(log_file), [sess], [views["log_file"]], api_name="export_log", **page.quiet
     )

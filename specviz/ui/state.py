@@ -23,7 +23,7 @@ from specviz.engine import Update
 from specviz.trace import Trace, has_overlaps
 
 PROMPT_CHARS_PER_TOKEN = 16  # prompts longer than this many characters per allowed token
-View = dict[str, Any]  # a handler's output: component name -> value
+Changes = dict[str, Any]  # a handler's output: component name -> value
 
 
 DEFAULTS = Settings()  # the CLI's defaults: untouched controls mean exactly these

@@ -22,7 +22,7 @@ from specviz.ui.errors import model_failures
 from specviz.ui.frames import FRAME_S
 from specviz.ui.page import HIDDEN, Page
 from specviz.ui.pairs import pair_label
-from specviz.ui.state import Form, Session, View, as_int
+from specviz.ui.state import Changes, Form, Session, as_int
 from specviz.ui.worker import Worker
 from specviz.views import across_runs, markup
 
@@ -39,32 +39,32 @@ INTRO = (
 )
 
 
-def layout(v: dict[str, Any]) -> None:
+def layout(views: dict[str, Any]) -> None:
     """The sweep's components, into the page's components by name."""
     gr.Markdown(INTRO)
     with gr.Row():
-        v["sweep_gammas"] = gr.CheckboxGroup(
+        views["sweep_gammas"] = gr.CheckboxGroup(
             list(GAMMA_CHOICES),
             value=list(DEFAULT_GAMMAS),
             label="gammas",
             elem_id="sv-sweep-gammas",
             scale=3,
         )
-        v["sweep_temps"] = gr.Textbox(
+        views["sweep_temps"] = gr.Textbox(
             "",
             label="temperatures (comma-separated; empty: the temperature control's)",
             max_length=200,
             scale=2,
         )
-        v["sweep_reps"] = gr.Slider(
+        views["sweep_reps"] = gr.Slider(
             1, MAX_APP_REPS, 2, step=1, label="repetitions", elem_id="sv-sweep-reps", scale=1
         )
     with gr.Row():
-        v["sweep_run"] = gr.Button("Run the sweep", variant="primary", elem_id="sv-sweep-run")
-        v["sweep_stop"] = gr.Button("Stop the sweep", variant="stop", elem_id="sv-sweep-stop")
-    v["sweep_status"] = gr.HTML(js_on_load=None, elem_id="sv-sweep-status")
-    v["sweep_plot"] = gr.Plot(label="measured speedup against gamma", elem_id="sv-sweep-plot")
-    v["sweep_table"] = gr.HTML(js_on_load=None, elem_id="sv-sweep-table")
+        views["sweep_run"] = gr.Button("Run the sweep", variant="primary", elem_id="sv-sweep-run")
+        views["sweep_stop"] = gr.Button("Stop the sweep", variant="stop", elem_id="sv-sweep-stop")
+    views["sweep_status"] = gr.HTML(js_on_load=None, elem_id="sv-sweep-status")
+    views["sweep_plot"] = gr.Plot(label="measured speedup against gamma", elem_id="sv-sweep-plot")
+    views["sweep_table"] = gr.HTML(js_on_load=None, elem_id="sv-sweep-table")
 
 
 def parse_temperatures(text: Any) -> tuple[float, ...]:
@@ -103,7 +103,7 @@ def progress_html(event: SweepEvent | None, total: int) -> str:
     return bar + markup.status_html(text, "busy")
 
 
-def results(rows: list[dict[str, Any]], status: str) -> View:
+def results(rows: list[dict[str, Any]], status: str) -> Changes:
     """The chart and the table of the rows so far."""
     table = markup.pre_html(format_table(rows), "sv-sweep") if rows else ""
     return {
@@ -115,7 +115,7 @@ def results(rows: list[dict[str, Any]], status: str) -> View:
 
 def sweep_updates(
     session: Session, form: Form, ctx: AppContext, gammas: Any, temperatures: Any, reps: Any
-) -> Generator[View, None, list[dict[str, Any]]]:
+) -> Generator[Changes, None, list[dict[str, Any]]]:
     """Run the sweep on the model thread; stream its choices, its progress, and each cell's
     row as it ends. Returns the rows measured (fewer when stopped)."""
     if not ctx.runner.keeps_models:
@@ -161,14 +161,14 @@ def stop_sweep(session: Session) -> str:
 
 
 def wire(page: Page) -> None:
-    v, sess = page.components, page.session
-    choices = [v["sweep_gammas"], v["sweep_temps"], v["sweep_reps"]]
+    views, sess = page.components, page.session
+    choices = [views["sweep_gammas"], views["sweep_temps"], views["sweep_reps"]]
 
-    def handler(s: Session, g: Any, t: Any, r: Any, *values: Any) -> Iterator[View]:
+    def handler(s: Session, g: Any, t: Any, r: Any, *values: Any) -> Iterator[Changes]:
         return sweep_updates(s, page.form(values), page.ctx, g, t, r)
 
-    outputs = [*choices, *(v[k] for k in ("sweep_status", "sweep_plot", "sweep_table"))]
-    v["sweep_run"].click(
+    outputs = [*choices, *(views[k] for k in ("sweep_status", "sweep_plot", "sweep_table"))]
+    views["sweep_run"].click(
         page.stream(handler),
         [sess, *choices, *page.inputs],
         outputs,
@@ -177,5 +177,5 @@ def wire(page: Page) -> None:
         **page.model_queue,
         **HIDDEN,
     )
-    stop: Any = [v["sweep_status"]]
-    v["sweep_stop"].click(stop_sweep, [sess], stop, api_name="stop_sweep", **page.quiet)
+    stop: Any = [views["sweep_status"]]
+    views["sweep_stop"].click(stop_sweep, [sess], stop, api_name="stop_sweep", **page.quiet)

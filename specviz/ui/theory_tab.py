@@ -16,18 +16,18 @@ from specviz.ui.state import Session, as_float
 from specviz.views import figures, theory_figures
 
 
-def layout(v: dict[str, Any]) -> None:
+def layout(views: dict[str, Any]) -> None:
     """The theory and projection figures and the c slider, into the page's components by name."""
-    v["theory"] = gr.Plot(label="expected speedup against gamma (Leviathan)")
-    v["tree_compare"] = gr.HTML("", js_on_load=None, elem_id="sv-tree-compare")
-    v["c_user"] = gr.Slider(
+    views["theory"] = gr.Plot(label="expected speedup against gamma (Leviathan)")
+    views["tree_compare"] = gr.HTML("", js_on_load=None, elem_id="sv-tree-compare")
+    views["c_user"] = gr.Slider(
         0.01,
         1.0,
         0.1,
         step=0.01,
         label="projection: cost ratio c of a draft step to a bigger target's step",
     )
-    v["projection"] = gr.Plot(label="projection (not a measurement)")
+    views["projection"] = gr.Plot(label="projection (not a measurement)")
 
 
 def projection_update(session: Session, c: float) -> Any:
@@ -45,11 +45,11 @@ def projection_update(session: Session, c: float) -> Any:
 
 
 def wire(page: Page) -> None:
-    v = page.components
-    v["c_user"].change(
+    views = page.components
+    views["c_user"].change(
         user_errors(projection_update),
-        [page.session, v["c_user"]],
-        [v["projection"]],
+        [page.session, views["c_user"]],
+        [views["projection"]],
         api_name="projection",
         **page.quiet,
     )

@@ -17,27 +17,27 @@ from specviz.ui.assets import script
 from specviz.ui.errors import user_errors
 from specviz.ui.frames import narration_hint, set_shade
 from specviz.ui.page import Page
-from specviz.ui.state import Session, View
+from specviz.ui.state import Changes, Session
 from specviz.views import markup
 
 NO_OVERLAPS = "this trace recorded no overlaps (an autoregressive run or a minimal trace)"
 
 
-def layout(v: dict[str, Any]) -> None:
+def layout(views: dict[str, Any]) -> None:
     """The legends, the shading switch, the token and per-round views, the narration box."""
     with gr.Row(elem_id="sv-legend-row"):
         gr.HTML(markup.legend_html(), js_on_load=None, scale=4, elem_id="sv-legend")
-        v["shade"] = gr.Checkbox(
+        views["shade"] = gr.Checkbox(
             False,
             label="shade drafts by overlap sum_x min(p, q)",
             elem_id="sv-shade",
             scale=1,
             min_width=180,
         )
-    v["overlap_legend"] = gr.HTML("", js_on_load=None, elem_id="sv-overlap-legend")
+    views["overlap_legend"] = gr.HTML("", js_on_load=None, elem_id="sv-overlap-legend")
     with gr.Row(elem_id="sv-token-row"):
         for name, scale in (("tokens", 3), ("rounds", 2)):
-            v[name] = gr.HTML(
+            views[name] = gr.HTML(
                 markup.tokens_html([]) if name == "tokens" else markup.rounds_html([]),
                 js_on_load=script("pick"),  # a click sends its round and position
                 elem_id=f"sv-{name}",
@@ -45,7 +45,7 @@ def layout(v: dict[str, Any]) -> None:
                 scale=scale,
                 autoscroll=True,
             )
-    v["narration"] = gr.HTML(narration_hint(), js_on_load=None, elem_id="sv-narration")
+    views["narration"] = gr.HTML(narration_hint(), js_on_load=None, elem_id="sv-narration")
 
 
 def shade_legend(session: Session) -> str:
@@ -57,21 +57,21 @@ def shade_legend(session: Session) -> str:
     return markup.overlap_legend_html()
 
 
-def shade_update(session: Session, on: bool) -> View:
+def shade_update(session: Session, on: bool) -> Changes:
     """Switch the overlap shading: the token view re-rendered from the cached rounds."""
     set_shade(session, bool(on))
-    out: View = {"overlap_legend": shade_legend(session)}
+    out: Changes = {"overlap_legend": shade_legend(session)}
     if session.spec is not None:
         out["tokens"] = markup.tokens_html(session.spans, session.spec.prompt)
     return out
 
 
 def wire(page: Page) -> None:
-    v = page.components
-    v["shade"].change(
+    views = page.components
+    views["shade"].change(
         user_errors(lambda s, on: page.keyed(shade_update(s, on))),
-        [page.session, v["shade"]],
-        [v["overlap_legend"], v["tokens"]],
+        [page.session, views["shade"]],
+        [views["overlap_legend"], views["tokens"]],
         api_name="shade",
         **page.quiet,
     )

@@ -15,18 +15,18 @@ from specviz.ui import inspector_tab
 from specviz.ui.assets import script
 from specviz.ui.frames import tree_frame
 from specviz.ui.page import INTERNAL, Page
-from specviz.ui.state import Session, View
+from specviz.ui.state import Changes, Session
 from specviz.views import tree_view
 
 
-def layout(v: dict[str, Any]) -> None:
+def layout(views: dict[str, Any]) -> None:
     """The tree drawing, into the page's components by name."""
     # a click on a node sends its round and node index; on the added token, as in the token
     # view, its round and position
-    v["tree"] = gr.HTML("", js_on_load=script("pick"), elem_id="sv-tree-view", max_height=300)
+    views["tree"] = gr.HTML("", js_on_load=script("pick"), elem_id="sv-tree-view", max_height=300)
 
 
-def node_view(trace: Any, round_index: int, node: int) -> View:
+def node_changes(trace: Any, round_index: int, node: int) -> Changes:
     """The inspector on one tree node: its round and position, p, q, p', u, the verdict."""
     rnd, n = tree_view.node_at(trace, int(round_index), int(node))
     return {
@@ -37,18 +37,18 @@ def node_view(trace: Any, round_index: int, node: int) -> View:
     }
 
 
-def on_click(sess: Session, evt: gr.EventData) -> View:
+def on_click(sess: Session, evt: gr.EventData) -> Changes:
     """A click in the tree: a node opens its trial, the added token its decision."""
     data = getattr(evt, "_data", None) or {}
     if "node" not in data:
         return inspector_tab.on_click(sess, evt)
     try:
-        return node_view(sess.spec, data.get("round"), data["node"])
+        return node_changes(sess.spec, data.get("round"), data["node"])
     except (ValueError, TypeError):
         return {}
 
 
-def on_round_click(sess: Session, evt: gr.EventData) -> View:
+def on_round_click(sess: Session, evt: gr.EventData) -> Changes:
     """A click on a token or a round row of a tree round draws that round's tree."""
     data = getattr(evt, "_data", None) or {}
     r = data.get("round")
@@ -61,7 +61,7 @@ def on_round_click(sess: Session, evt: gr.EventData) -> View:
 
 
 def wire(page: Page) -> None:
-    v = page.components
+    views = page.components
 
     def click(sess: Session, evt: gr.EventData) -> dict[Any, Any]:
         out = on_click(sess, evt)
@@ -70,6 +70,6 @@ def wire(page: Page) -> None:
     def select(sess: Session, evt: gr.EventData) -> dict[Any, Any]:
         return page.keyed(on_round_click(sess, evt))
 
-    v["tree"].click(click, [page.session], page.outputs, **{**page.quiet, **INTERNAL})
-    for view in (v["tokens"], v["rounds"]):
-        view.click(select, [page.session], [v["tree"]], **{**page.quiet, **INTERNAL})
+    views["tree"].click(click, [page.session], page.outputs, **{**page.quiet, **INTERNAL})
+    for view in (views["tokens"], views["rounds"]):
+        view.click(select, [page.session], [views["tree"]], **{**page.quiet, **INTERNAL})

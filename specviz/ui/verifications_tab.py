@@ -26,40 +26,41 @@ from specviz.ui.errors import model_failures
 from specviz.ui.frames import FRAME_S
 from specviz.ui.page import HIDDEN, Page
 from specviz.ui.pairs import pair_label
-from specviz.ui.state import Form, Session, View, as_int
+from specviz.ui.state import Changes, Form, Session, as_int
 from specviz.ui.warm import warmed_pair
 from specviz.ui.worker import Worker
 from specviz.views import figures, markup
 
-MAX_SAMPLES = 800  # per method in each check: the lossy rules' power is stated up to n 800
+MAX_SAMPLES = 800  # per method in each check: the lossy verifications' power is stated up to n 800
 INTRO = (
     "**Why not just accept more?** Run the prompt under every verification at the current "
     "settings: the two lossless ones (rejection, exact match) and two lossy ones that engines "
     "and courses use (typical acceptance, top-k match). Each point is one verification: its "
-    "acceptance against the mean TV(out, p) per verified position, where out is the exact "
-    "distribution of the token its decision emits. The lossless ones sit at TV 0; a lossy one "
+    "acceptance against the mean TV(out, p) per verified position, where out is the "
+    "distribution of the token its decision emits (computed, not sampled). The lossless ones "
+    "sit at TV 0; a lossy one "
     "buys acceptance with distortion, or fails to. The check draws N one-token continuations "
     "under each and tests them against the target's p. "
     "`python -m specviz verifications` does the same from the command line."
 )
 
 
-def layout(v: dict[str, Any]) -> None:
+def layout(views: dict[str, Any]) -> None:
     """The comparison's components, into the page's components by name."""
     gr.Markdown(INTRO)
     with gr.Row():
-        v["verif_n"] = gr.Slider(
+        views["verif_n"] = gr.Slider(
             distribution_check.MIN_N, MAX_SAMPLES, 400, step=100, label="check samples N"
         )
-        v["verif_check"] = gr.Checkbox(True, label="run the distribution checks")
+        views["verif_check"] = gr.Checkbox(True, label="run the distribution checks")
     with gr.Row():
-        v["verif_run"] = gr.Button(
+        views["verif_run"] = gr.Button(
             "Compare the verifications", variant="primary", elem_id="sv-verif-run"
         )
-        v["verif_stop"] = gr.Button("Stop", variant="stop", elem_id="sv-verif-stop")
-    v["verif_status"] = gr.HTML(js_on_load=None, elem_id="sv-verif-status")
-    v["verif_plot"] = gr.Plot(label="acceptance against TV(out, p)", elem_id="sv-verif-plot")
-    v["verif_table"] = gr.HTML(js_on_load=None, elem_id="sv-verif-table")
+        views["verif_stop"] = gr.Button("Stop", variant="stop", elem_id="sv-verif-stop")
+    views["verif_status"] = gr.HTML(js_on_load=None, elem_id="sv-verif-status")
+    views["verif_plot"] = gr.Plot(label="acceptance against TV(out, p)", elem_id="sv-verif-plot")
+    views["verif_table"] = gr.HTML(js_on_load=None, elem_id="sv-verif-table")
 
 
 def progress_html(p: Progress) -> str:
@@ -79,7 +80,7 @@ def table_html(rows: list[Row]) -> str:
     return markup.grid_html(COLUMNS, [r.cells() for r in rows], "sv-table sv-verif", notes)
 
 
-def results(rows: list[Row], status: str) -> View:
+def results(rows: list[Row], status: str) -> Changes:
     return {
         "verif_plot": figures.verifications_figure(rows),
         "verif_table": table_html(rows) if rows else "",
@@ -89,7 +90,7 @@ def results(rows: list[Row], status: str) -> View:
 
 def compare_updates(
     ctx: AppContext, form: Form, n: Any, check: Any, stop: threading.Event | None = None
-) -> Generator[View, None, list[Row]]:
+) -> Generator[Changes, None, list[Row]]:
     """The comparison for the form's prompt and settings, on the model thread: its progress,
     and each verification's row as it is measured. Returns the rows measured (fewer when
     stopped)."""
@@ -135,20 +136,22 @@ def stop_compare(session: Session) -> str:
 
 
 def wire(page: Page) -> None:
-    v, sess = page.components, page.session
+    views, sess = page.components, page.session
 
-    def run(s: Session, n: Any, check: Any, *values: Any) -> Iterator[View]:
+    def run(s: Session, n: Any, check: Any, *values: Any) -> Iterator[Changes]:
         return compare_updates(page.ctx, page.form(values), n, check, s.new_stop())
 
-    choices = [v["verif_n"], v["verif_check"]]
-    v["verif_run"].click(
+    choices = [views["verif_n"], views["verif_check"]]
+    views["verif_run"].click(
         page.stream(run),
         [sess, *choices, *page.inputs],
-        [*choices, v["verif_status"], v["verif_plot"], v["verif_table"]],
+        [*choices, views["verif_status"], views["verif_plot"], views["verif_table"]],
         api_name="verifications",
         show_progress="minimal",
         **page.model_queue,
         **HIDDEN,
     )
-    stop: Any = [v["verif_status"]]
-    v["verif_stop"].click(stop_compare, [sess], stop, api_name="stop_verifications", **page.quiet)
+    stop: Any = [views["verif_status"]]
+    views["verif_stop"].click(
+        stop_compare, [sess], stop, api_name="stop_verifications", **page.quiet
+    )

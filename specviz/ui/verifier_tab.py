@@ -7,7 +7,7 @@ out here inside a column of their own) or the game. The game is a per-visitor gr
 ("play_state", one of the page's views, so that the lesson can deal a round too). Keys,
 while the board is on screen and no field has focus: K likely kept, R likely rejected, N
 next (the draw, the verdict, the next draft, the next round); they press the buttons, in the
-presentation view as in the normal one. Reads stored traces only: no model call, except the
+presentation mode as in the normal one. Reads stored traces only: no model call, except the
 lesson's run when the session has nothing to play.
 """
 
@@ -22,7 +22,7 @@ from specviz.trace import round_number
 from specviz.ui.assets import script
 from specviz.ui.page import INTERNAL, Page
 from specviz.ui.present import FIELDS
-from specviz.ui.state import Session, View
+from specviz.ui.state import Changes, Session
 from specviz.views.verifier_game import KEYS, Game, board_html, deal
 
 INSPECT, PLAY = "Inspect a decision", "Play the verifier"
@@ -43,19 +43,19 @@ def keys_js() -> str:
     return script("play-keys", KEYS=keys, FIELDS=FIELDS)
 
 
-def layout(v: dict[str, Any], inspector: Callable[[dict[str, Any]], None]) -> None:
+def layout(views: dict[str, Any], inspector: Callable[[dict[str, Any]], None]) -> None:
     """The Decision tab: the mode switch, the inspector (laid out by `inspector`) and the
     game, into the views by name."""
-    v["play_mode"] = gr.Radio(
+    views["play_mode"] = gr.Radio(
         [INSPECT, PLAY], value=INSPECT, show_label=False, elem_id="sv-play-mode"
     )
     with gr.Column(elem_id="sv-insp-view") as insp_view:
-        inspector(v)
-    v["insp_view"] = insp_view
+        inspector(views)
+    views["insp_view"] = insp_view
     with gr.Column(visible=False, elem_id="sv-play-view") as play_view:
-        v["play_state"] = gr.State(None, time_to_live=3600)
+        views["play_state"] = gr.State(None, time_to_live=3600)
         with gr.Row(elem_id="sv-play-moves", equal_height=True):
-            v["play_round"] = gr.Number(
+            views["play_round"] = gr.Number(
                 None,
                 precision=0,
                 minimum=0,
@@ -64,8 +64,8 @@ def layout(v: dict[str, Any], inspector: Callable[[dict[str, Any]], None]) -> No
                 min_width=215,
                 elem_id="sv-play-round",
             )
-            v["play_deal"] = gr.Button("Deal", min_width=90, elem_id="sv-play-deal")
-            v["play_guess"] = gr.Number(
+            views["play_deal"] = gr.Button("Deal", min_width=90, elem_id="sv-play-deal")
+            views["play_guess"] = gr.Number(
                 None,
                 minimum=0,
                 maximum=1,
@@ -75,33 +75,35 @@ def layout(v: dict[str, Any], inspector: Callable[[dict[str, Any]], None]) -> No
                 min_width=150,
                 elem_id="sv-play-guess",
             )
-            v["play_say"] = gr.Button(
+            views["play_say"] = gr.Button(
                 "Say a(x)", interactive=False, min_width=100, elem_id="sv-play-say"
             )
-            v["play_kept"] = gr.Button(
+            views["play_kept"] = gr.Button(
                 f"Likely kept ({KEYS['kept']})",
                 interactive=False,
                 min_width=130,
                 elem_id=BUTTONS["kept"],
             )
-            v["play_rejected"] = gr.Button(
+            views["play_rejected"] = gr.Button(
                 f"Likely rejected ({KEYS['rejected']})",
                 interactive=False,
                 min_width=175,
                 elem_id=BUTTONS["rejected"],
             )
-            v["play_next"] = gr.Button(
+            views["play_next"] = gr.Button(
                 NEXT_LABELS["guess"],
                 variant="primary",
                 interactive=False,
                 min_width=170,
                 elem_id=BUTTONS["next"],
             )
-        v["play_board"] = gr.HTML(board_html(None), js_on_load=keys_js(), elem_id="sv-play-board")
-    v["play_view"] = play_view
+        views["play_board"] = gr.HTML(
+            board_html(None), js_on_load=keys_js(), elem_id="sv-play-board"
+        )
+    views["play_view"] = play_view
 
 
-def mode_view(mode: str) -> View:
+def mode_changes(mode: str) -> Changes:
     """The inspector or the game, as the mode switch says."""
     play = mode == PLAY
     return {
@@ -117,10 +119,10 @@ def next_label(game: Game) -> str:
     return NEXT_LABELS["last" if last else game.phase]
 
 
-def game_view(game: Game, clear: bool = False) -> View:
+def game_changes(game: Game, clear: bool = False) -> Changes:
     """The board and the buttons for a game: predictions only before the reveal."""
     guessing = game.phase == "guess"
-    out: View = {
+    out: Changes = {
         "play_state": game,
         "play_board": board_html(game),
         "play_say": gr.Button(interactive=guessing),
@@ -134,12 +136,12 @@ def game_view(game: Game, clear: bool = False) -> View:
     return out
 
 
-def deal_view(session: Session, shown_round: Any) -> View:
+def deal_changes(session: Session, shown_round: Any) -> Changes:
     """A new game on a round of the session's run (empty or 0: the first with a
     rejection; an empty number box sends 0)."""
     n = None if shown_round is None or shown_round == 0 else int(shown_round)
     game = deal(session.spec, n)
-    return {**game_view(game, clear=True), **mode_view(PLAY)}
+    return {**game_changes(game, clear=True), **mode_changes(PLAY)}
 
 
 def _game(game: Game | None) -> Game:
@@ -148,28 +150,28 @@ def _game(game: Game | None) -> Game:
     return game
 
 
-def say_view(game: Game | None, value: Any) -> View:
+def say_changes(game: Game | None, value: Any) -> Changes:
     """The visitor's number for a(x)."""
-    return game_view(_game(game).say(value))
+    return game_changes(_game(game).say(value))
 
 
-def call_view(game: Game | None, kept: bool) -> View:
+def call_changes(game: Game | None, kept: bool) -> Changes:
     """The visitor's call: likely kept or likely rejected."""
-    return game_view(_game(game).call(kept))
+    return game_changes(_game(game).call(kept))
 
 
-def next_view(game: Game | None) -> View:
+def next_changes(game: Game | None) -> Changes:
     """Next: the draw's verdict, the next draft, or (once done) the next round."""
     before = _game(game)
     after = before.advance()
     moved = (after.index, after.at) != (before.index, before.at)
-    return game_view(after, clear=moved)
+    return game_changes(after, clear=moved)
 
 
 def wire(page: Page) -> None:
     """The mode switch, Deal, the predictions, Next (and Enter in the a(x) box)."""
-    v = page.components
-    game = v["play_state"]
+    views = page.components
+    game = views["play_state"]
     names = (
         "play_state",
         "play_board",
@@ -183,32 +185,34 @@ def wire(page: Page) -> None:
         "insp_view",
         "play_view",
     )
-    outputs = [v[k] for k in names]
+    outputs = [views[k] for k in names]
     options = {**page.quiet, **INTERNAL}
-    v["play_mode"].input(
-        page.once(mode_view),
-        [v["play_mode"]],
-        [v["play_mode"], v["insp_view"], v["play_view"]],
+    views["play_mode"].input(
+        page.once(mode_changes),
+        [views["play_mode"]],
+        [views["play_mode"], views["insp_view"], views["play_view"]],
         **options,
     )
-    v["play_deal"].click(page.once(deal_view), [page.session, v["play_round"]], outputs, **options)
-    for event in (v["play_say"].click, v["play_guess"].submit):
-        event(page.once(say_view), [game, v["play_guess"]], outputs, **options)
+    views["play_deal"].click(
+        page.once(deal_changes), [page.session, views["play_round"]], outputs, **options
+    )
+    for event in (views["play_say"].click, views["play_guess"].submit):
+        event(page.once(say_changes), [game, views["play_guess"]], outputs, **options)
     for name, kept in (("play_kept", True), ("play_rejected", False)):
-        v[name].click(
-            page.once(lambda g, kept=kept: call_view(g, kept)), [game], outputs, **options
+        views[name].click(
+            page.once(lambda g, kept=kept: call_changes(g, kept)), [game], outputs, **options
         )
-    v["play_next"].click(page.once(next_view), [game], outputs, **options)
+    views["play_next"].click(page.once(next_changes), [game], outputs, **options)
 
     def clicked(evt: gr.EventData) -> dict[Any, Any]:  # gradio fills evt by this annotation
         return page.keyed(token_clicked(evt))
 
-    for view in (v["tokens"], v["rounds"]):  # a click on a token opens the inspector
+    for view in (views["tokens"], views["rounds"]):  # a click on a token opens the inspector
         view.click(clicked, None, outputs, **options)
 
 
-def token_clicked(evt: gr.EventData) -> View:
+def token_clicked(evt: gr.EventData) -> Changes:
     """A click on a token span (the token script sends its position) shows the inspector,
     which the inspector's own handler opens on that token."""
     data = getattr(evt, "_data", None) or {}
-    return mode_view(INSPECT) if "pos" in data else {}
+    return mode_changes(INSPECT) if "pos" in data else {}

@@ -1,4 +1,4 @@
-"""What every verification is: a class that decides, computes its exact output
+"""What every verification is: a class that decides, computes its computed output
 distribution and says in words what it did.
 
 A verification sees the target's row p and the draft's row q at one position, and the
@@ -12,7 +12,7 @@ and when r_x = r does not depend on x this is q(z) a(z) + (1 - sum_x q(x) a(x)) 
 On a tree a node's b children are drawn i.i.d. from q and tried one after another against
 an updated target p' (p' = p at the first; after a rejection ``sibling_next``); after every
 child is rejected the token comes from ``sibling_final``. ``out_siblings`` is that
-procedure's exact output distribution, built by the same recursion; with b = 1 it is the
+procedure's computed output distribution, built by the same recursion; with b = 1 it is the
 chain's ``out``.
 
 The engine (specviz.engine), the tree walk (specviz.tree), the trace's per-decision records
@@ -172,10 +172,10 @@ class Verification(ABC):
         a = float(self.sibling_keep(p_prime[None].double(), q[None].double())[0, x])
         return a, (a >= 1.0 if draw is None else draw < a)
 
-    # --- the exact output distribution ---------------------------------------------------
+    # --- the computed output distribution ---------------------------------------------------
 
     def out(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-        """The exact distribution [..., V] (float64) of the token emitted at one verified
+        """The computed distribution [..., V] (float64) of the token emitted at one verified
         position of a chain: q(z) a(z) + (1 - sum_x q(x) a(x)) r(z).
 
         Built from the rows normalised in float64: a vocabulary-wide float32 row's sum is
@@ -185,7 +185,7 @@ class Verification(ABC):
         return kept + (1.0 - kept.sum(-1, keepdim=True)) * self.fallback(p_hat, q_hat)
 
     def out_siblings(self, p: torch.Tensor, q: torch.Tensor, b: int) -> torch.Tensor:
-        """The exact distribution [..., V] (float64) of the token emitted at a node whose b
+        """The computed distribution [..., V] (float64) of the token emitted at a node whose b
         children are drawn i.i.d. from q and tried in draw order against p'."""
         p_hat, q_hat = normalised(p), normalised(q)
         p_prime, out = p_hat, torch.zeros_like(p_hat)
@@ -208,7 +208,7 @@ class Verification(ABC):
     # --- words (plain text; views escape it) ---------------------------------------------
 
     @abstractmethod
-    def rule_text(self) -> str:
+    def statement(self) -> str:
         """How it decides, in one sentence with its parameters."""
 
     def promise_text(self) -> str:
@@ -290,4 +290,4 @@ class Verification(ABC):
 
     def describe(self) -> dict[str, Any]:
         """The plain facts views print beside a run."""
-        return {"label": self.label, "lossless": self.lossless, "rule": self.rule_text()}
+        return {"label": self.label, "lossless": self.lossless, "test": self.statement()}

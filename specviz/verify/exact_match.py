@@ -101,7 +101,7 @@ class ExactMatch(Verification):
             f"{a.text!r}, drawn from p (p = {num(a.p)})"
         )
 
-    def rule_text(self) -> str:
+    def statement(self) -> str:
         return (
             "draw the target's own y ~ p first; keep the draft x when x == y (probability p(x)), "
             "else emit y"

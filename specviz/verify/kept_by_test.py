@@ -71,7 +71,7 @@ class KeptByTest(Verification):
             f"own sample {a.text!r}, drawn from p (p = {num(a.p)})"
         )
 
-    def rule_text(self) -> str:
+    def statement(self) -> str:
         return (
             f"keep the draft x when {self.test_text}; at a miss emit the target's own sample from p"
         )

@@ -86,10 +86,12 @@ BY_KEY = {e.key: e for e in ENTRIES}
 VERIFICATIONS = tuple(dict.fromkeys(e.verification for e in ENTRIES))
 RULES = tuple(dict.fromkeys(e.rule for e in ENTRIES if e.verification == "rejection"))
 LOSSY_VERIFICATIONS = tuple(
-    v for v in VERIFICATIONS if not any(e.lossless for e in ENTRIES if e.verification == v)
+    name for name in VERIFICATIONS if not any(e.lossless for e in ENTRIES if e.verification == name)
 )
 TREE_VERIFICATIONS = tuple(
-    v for v in VERIFICATIONS if any(e.tree and not e.wrong for e in ENTRIES if e.verification == v)
+    name
+    for name in VERIFICATIONS
+    if any(e.tree and not e.wrong for e in ENTRIES if e.verification == name)
 )
 TREE_ONLY_RULES = tuple(e.rule for e in ENTRIES if e.tree and not e.chain)
 CHAIN_ONLY_RULES = tuple(e.rule for e in ENTRIES if e.chain and not e.tree and e.wrong)

@@ -43,15 +43,22 @@ class Rejection(Verification):
     def decide_chain(self, p, q, drafts, gen, greedy):
         k = drafts.shape[0]
         u = torch.rand(k, generator=gen, device=p.device) if not greedy and k else None
-        v = verify(p, q, drafts, u, from_p=self.fallback_source == "p")
-        return self._with_keep(v, p, q, drafts), u
+        verdict = verify(p, q, drafts, u, from_p=self.fallback_source == "p")
+        return self._with_keep(verdict, p, q, drafts), u
 
-    def _with_keep(self, v: Verdict, p, q, drafts) -> Verdict:
+    def _with_keep(self, verdict: Verdict, p, q, drafts) -> Verdict:
         """The verdict with a(x_i) as this rule computes it."""
         k = drafts.shape[0]
         a = self.keep_prob(p[:k], q)[torch.arange(k, device=p.device), drafts]
         return Verdict(
-            v.n_accepted, v.p_x, v.q_x, v.ratio, v.dist, v.resampled, None, a.to(p.dtype)
+            verdict.n_accepted,
+            verdict.p_x,
+            verdict.q_x,
+            verdict.ratio,
+            verdict.dist,
+            verdict.resampled,
+            None,
+            a.to(p.dtype),
         )
 
     def try_child(self, p_prime, q, x, draw):
@@ -59,7 +66,7 @@ class Rejection(Verification):
         ratio = float(p_prime[x] / q[x])
         return min(1.0, ratio), (ratio >= 1.0 if draw is None else draw < ratio)
 
-    def rule_text(self) -> str:
+    def statement(self) -> str:
         return (
             "keep the draft x when u < min(1, p(x)/q(x)), u ~ U[0, 1) (on a tree, a later "
             "sibling is tried against p′ = norm(max(0, p′ − q)) left by the ones before it); "
@@ -83,7 +90,7 @@ class ResampleFromP(Rejection):
     def sibling_source(self, tried: int) -> str:
         return "p"
 
-    def rule_text(self) -> str:
+    def statement(self) -> str:
         return (
             "keep the draft x when u < min(1, p(x)/q(x)), u ~ U[0, 1); at a rejection draw from "
             "p itself (deliberately wrong: the residual norm(max(0, p − q)) is skipped)"
@@ -107,8 +114,8 @@ class AcceptWithoutDraw(Rejection):
         # how the outcomes depart from min(1, p/q) for the same u
         k = drafts.shape[0]
         u = torch.rand(k, generator=gen, device=p.device) if not greedy and k else None
-        v = verify(p, q, drafts, None)
-        return self._with_keep(v, p, q, drafts), u
+        verdict = verify(p, q, drafts, None)
+        return self._with_keep(verdict, p, q, drafts), u
 
     def try_child(self, p_prime, q, x, draw):
         kept = bool(p_prime[x] >= q[x])
@@ -129,7 +136,7 @@ class AcceptWithoutDraw(Rejection):
             "(deliberately wrong: a draft with p < q should still pass with probability p/q)"
         )
 
-    def rule_text(self) -> str:
+    def statement(self) -> str:
         return (
             "keep the draft x when p(x) ≥ q(x), with no draw (deliberately wrong: the rule keeps "
             "it with probability min(1, p/q)); at a rejection draw from the residual"
@@ -155,7 +162,7 @@ class SameTargetForSiblings(Rejection):
     def keep_label(self, d) -> str:
         return "min(1, p/q)"
 
-    def rule_text(self) -> str:
+    def statement(self) -> str:
         return (
             "keep the draft x when u < min(1, p(x)/q(x)), every sibling against the original p "
             "(deliberately wrong: a later sibling must be tried against p′ left by the ones "

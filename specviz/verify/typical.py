@@ -14,7 +14,7 @@ import torch
 from specviz.verify.kept_by_test import KeptByTest
 from specviz.verify.registry import BY_KEY, Entry
 
-# vLLM adds this to p before the logarithm of the entropy, and so does the typical rule here.
+# vLLM adds this to p before the logarithm of the entropy, and so does typical verification here.
 ENTROPY_EPS = 1e-5
 
 

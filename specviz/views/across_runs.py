@@ -1,5 +1,5 @@
 """Plotly figures of the views across runs: the measured sweep against Leviathan's formula,
-the reliability diagram of the rule, and the experiment log's runs.
+the reliability diagram of the keep probabilities, and the experiment log's runs.
 
 Each takes the plain values its module produces (sweep rows, Calibration.to_dict(), log
 rows), so the app can redraw from stored results without a model. No gradio import.
@@ -89,13 +89,14 @@ def _sweep_series(
 
 
 def reliability_figure(result: dict[str, Any]) -> go.Figure:
-    """Observed against predicted per bin, with error bars and the diagonal (the exact
-    rule). Open markers: bins with fewer than min_n observations (shown, not judged)."""
+    """Observed against predicted per bin, with error bars and the diagonal (decisions
+    that keep a draft with exactly their stated probability). Open markers: bins with fewer
+    than min_n observations (shown, not judged)."""
     if not result.get("bins") and not result.get("residual_bins"):
         return empty_figure("No sampled decisions yet: run with a temperature above 0.")
     fig = figure(layout=LAYOUT)
     diag = {"color": COLORS["ar"], "dash": "dot"}
-    fig.add_scatter(x=[0, 1], y=[0, 1], mode="lines", line=diag, name="exact rule")
+    fig.add_scatter(x=[0, 1], y=[0, 1], mode="lines", line=diag, name="calibrated")
     series = (
         ("bins", "drafts: accepted vs min(1, p/q)", COLORS["accepted"]),
         ("residual_bins", "resampled: drawn vs residual r(x)", COLORS["residual"]),
@@ -106,7 +107,7 @@ def reliability_figure(result: dict[str, Any]) -> go.Figure:
     fig.update_xaxes(title="predicted probability (bin mean)", range=[-0.02, 1.02])
     fig.update_yaxes(title="observed frequency", range=[-0.02, 1.02], scaleanchor="x")
     return fig.update_layout(
-        title=f"Calibration of the rule over {result.get('traces', 0)} run(s)<br>"
+        title=f"Calibration of the keep probabilities over {result.get('traces', 0)} run(s)<br>"
         f"<sup>{result.get('interval', '')}</sup>",
         height=460,
     )

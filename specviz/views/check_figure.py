@@ -1,11 +1,11 @@
-"""The distribution check's figure: per view, the speculative and the autoregressive
-frequencies beside the exact target probabilities (Plotly; no gradio)."""
+"""The distribution check's figure: per comparison, the speculative and the autoregressive
+frequencies beside the target's probabilities (Plotly; no gradio)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from specviz.analysis.binning import OTHER, CheckView
+from specviz.analysis.binning import OTHER, Comparison
 from specviz.analysis.chisquare import frequencies
 from specviz.analysis.distribution_check import CheckResult
 from specviz.views.figures import add_bar_group, label
@@ -13,20 +13,21 @@ from specviz.views.style import subplots
 
 
 def check_figure(result: CheckResult, max_bins: int = 20) -> Any:
-    """Plotly figure: per view, speculative and autoregressive frequencies beside exact p."""
+    """Plotly figure: per comparison, speculative and autoregressive frequencies beside the
+    target's p."""
     titles = [
-        f"{v.name}: TV(spec, p) {v.tv_spec:.3f}, p-value {v.spec_test.p_text}"
-        f" | TV(AR, p) {v.tv_ar:.3f}, p-value {v.ar_test.p_text}"
-        for v in result.views
+        f"{comp.name}: TV(spec, p) {comp.tv_spec:.3f}, p-value {comp.spec_test.p_text}"
+        f" | TV(AR, p) {comp.tv_ar:.3f}, p-value {comp.ar_test.p_text}"
+        for comp in result.comparisons
     ]
-    fig = subplots(rows=len(result.views), cols=1, subplot_titles=titles)
-    for row, v in enumerate(result.views, start=1):
-        idx = _shown(v, max_bins)
-        x = [_display(v.labels[i], i) for i in idx]
+    fig = subplots(rows=len(result.comparisons), cols=1, subplot_titles=titles)
+    for row, comp in enumerate(result.comparisons, start=1):
+        idx = _shown(comp, max_bins)
+        x = [_display(comp.labels[i], i) for i in idx]
         series = (
-            ("speculative", frequencies(v.spec)),
-            ("autoregressive", frequencies(v.ar)),
-            ("exact p", v.exact),
+            ("speculative", frequencies(comp.spec)),
+            ("autoregressive", frequencies(comp.ar)),
+            ("target p", comp.p),
         )
         add_bar_group(fig, row, [(name, x, [ys[i] for i in idx]) for name, ys in series])
         fig.update_yaxes(title_text="probability", row=row, col=1)
@@ -35,15 +36,15 @@ def check_figure(result: CheckResult, max_bins: int = 20) -> Any:
     fig.update_layout(
         barmode="group",
         title=f"Distribution check ({what}, N = {result.n} each): {verdict}",
-        height=360 * len(result.views) + 80,
+        height=360 * len(result.comparisons) + 80,
         legend={"orientation": "h", "y": -0.12},
     )
     return fig
 
 
-def _shown(v: CheckView, max_bins: int) -> list[int]:
+def _shown(comp: Comparison, max_bins: int) -> list[int]:
     """The most likely bins (up to max_bins) and always "other"."""
-    last = len(v.labels) - 1
+    last = len(comp.labels) - 1
     return [*range(min(max_bins, last)), last]
 
 

@@ -198,16 +198,18 @@ def decision_figure(dec: Decision) -> go.Figure:
         panels += ["pq", "accept"]
     if dec.added is not None:
         panels.append("added")
-    v = verification_for(dec.settings)
+    verification = verification_for(dec.settings)
     # the added token's distribution, as the engine recorded where it drew it from
     source = ""
     if dec.added is not None:
-        source = dec.added.source or ("bonus" if dec.added.status == "bonus" else v.fallback_source)
+        source = dec.added.source or (
+            "bonus" if dec.added.status == "bonus" else verification.fallback_source
+        )
     added = f"{dec.added.status if dec.added else ''}: drawn from {SHORT_SOURCES.get(source, '')}"
     # a bar of its own where that distribution is not p itself
     drawn_apart = source in ("residual", "siblings")
     with_out = dec.drafted is not None and dec.drafted.out_tv is not None
-    accept = v.keep_title(dec.drafted) if dec.drafted is not None else ""
+    accept = verification.keep_title(dec.drafted) if dec.drafted is not None else ""
     titles = {
         "pq": f"p, q{' and out' if with_out else ''} over the top tokens "
         f"(drafted: {label(dec.drafted.text)!r})"
@@ -228,7 +230,7 @@ def decision_figure(dec: Decision) -> go.Figure:
         if panel == "pq":
             _pq_bars(fig, row, dec.drafted.top, dec.drafted.id)
         elif panel == "accept":
-            name = v.keep_label(dec.drafted)
+            name = verification.keep_label(dec.drafted)
             _accept_bar(fig, row, dec.drafted.accept_prob, dec.drafted.u, name)
         else:
             _residual_bars(fig, row, dec.added.top, dec.added.id, drawn_apart, source)
@@ -308,11 +310,11 @@ def acceptance_per_round_figure(trace: Trace) -> go.Figure:
     fig = figure()
     fig.add_bar(
         x=[round_number(r.index) for r in rounds],
-        y=[r.n_accepted / v if v else 0.0 for r, v in zip(rounds, n_verified, strict=True)],
+        y=[r.n_accepted / n if n else 0.0 for r, n in zip(rounds, n_verified, strict=True)],
         marker={"color": COLORS["accepted"]},
         name="accepted / verified",
         customdata=[
-            [r.n_accepted, v, len(r.drafted)] for r, v in zip(rounds, n_verified, strict=True)
+            [r.n_accepted, n, len(r.drafted)] for r, n in zip(rounds, n_verified, strict=True)
         ],
         hovertemplate="round %{x}: %{customdata[0]} accepted of %{customdata[1]} verified "
         "(%{customdata[2]} drafted)<extra></extra>",

@@ -152,7 +152,7 @@ def overlap_legend_html() -> str:
 
 def legend_html() -> str:
     """The legend: swatch, name and meaning per status (the meaning in .sv-legend-desc,
-    which the presentation view leaves out)."""
+    which the presentation mode leaves out)."""
     return _html("legend", [(s, MARKERS.get(s), LEGEND[s]) for s in TOKEN_STATUSES])
 
 
@@ -274,9 +274,9 @@ def out_tv_sentence(d: Drafted, settings: Settings) -> str | None:
     the verification is lossless; None when the trace did not measure it."""
     if d.out_tv is None:
         return None
-    v = verification_for(settings)
-    if not v.lossless:
-        why = "a deliberately wrong rule" if v.entry.wrong else "a lossy verification"
+    verification = verification_for(settings)
+    if not verification.lossless:
+        why = "a deliberately wrong rule" if verification.entry.wrong else "a lossy verification"
         return (
             f"this decision moves TV = {d.out_tv:.2f} of probability away from the target's ({why})"
         )
@@ -300,14 +300,14 @@ def verdict_html(dec: Decision) -> str:
     """The inspector's sentences for one decision, escaped."""
     lines = []
     head = f"round {round_number(dec.round.index)}, position {dec.pos}"
-    v = verification_for(dec.settings)
+    verification = verification_for(dec.settings)
     if dec.drafted is not None:
-        lines.append(f"draft {dec.drafted.text!r}: {v.keep_text(dec.drafted)}")
+        lines.append(f"draft {dec.drafted.text!r}: {verification.keep_text(dec.drafted)}")
         tv = out_tv_sentence(dec.drafted, dec.settings)
         if tv is not None:
             lines.append(tv)
     if dec.added is not None:
-        lines.append(v.replace_text(dec.added))
+        lines.append(verification.replace_text(dec.added))
     return _html("verdict", head, lines)
 
 
@@ -344,10 +344,11 @@ def exact_note_html(settings: Settings, drafter: str = "the draft") -> str:
     temperature is mentioned only when it differs from the target's (then q's warp differs
     from p's); it can raise or lower the acceptance, so no direction is claimed."""
     greedy = settings.is_greedy
-    v = verification_for(settings)
-    if not v.lossless and not greedy:
+    verification = verification_for(settings)
+    if not verification.lossless and not greedy:
         note = (
-            f"{v.called_run}, {v.promise_text()}: this text does not follow the "
+            f"{verification.called_run}, {verification.promise_text()}: "
+            "this text does not follow the "
             "target's own sampling; each decision's TV(out, p) says how much probability it "
             "moved away from the target's (run summary, Decision tab)."
         )

@@ -111,10 +111,10 @@ def addition(rnd: Round, lossy: str = "") -> str:
     )
 
 
-def _tree_trial(n: Node, exact: bool, step: str = "p′ becomes norm(max(0, p′ − q))") -> str:
+def _tree_trial(n: Node, matching: bool, step: str = "p′ becomes norm(max(0, p′ − q))") -> str:
     """One sibling's trial, with its numbers."""
     head = f"{ordinal(n.trial or 0)} {n.text!r}: q = {num(n.q)}"
-    if exact:
+    if matching:
         same = "equals" if n.status == "accepted" else "differs from"
         return f"{head}, p = {num(n.p)}; {same} the target's sample, {n.status}"
     pp = num(n.p_prime if n.p_prime is not None else n.p)
@@ -148,8 +148,10 @@ def narrate_tree(rnd: Round, settings: Settings | None = None) -> list[str]:
         f"({len(nodes) + 1} positions, each node seeing the prefix and its ancestors) "
         f"in {rnd.verify_ms:.1f} ms.",
     ]
-    exact = rnd.exact_match
-    v = verification_for(settings or Settings(verification="exact-match" if exact else "rejection"))
+    matching = rnd.exact_match
+    verification = verification_for(
+        settings or Settings(verification="exact-match" if matching else "rejection")
+    )
     parent = -1
     for d in depths:
         group = [j for j, n in enumerate(nodes) if n.depth == d and n.parent == parent]
@@ -165,7 +167,7 @@ def narrate_tree(rnd: Round, settings: Settings | None = None) -> list[str]:
         )
         lines.append(
             f"Depth {d}, under {under}, the siblings in draw order: "
-            + "; ".join(_tree_trial(nodes[j], exact, v.sibling_step) for j in tried)
+            + "; ".join(_tree_trial(nodes[j], matching, verification.sibling_step) for j in tried)
             + rest
             + "."
         )
@@ -177,7 +179,7 @@ def narrate_tree(rnd: Round, settings: Settings | None = None) -> list[str]:
     if a is None:
         lines.append("The accepted path ended with the end of the sequence: no token was added.")
     elif a.status == "resampled":
-        source = source_text(a.source or ("sample" if exact else "siblings"))
+        source = source_text(a.source or ("sample" if matching else "siblings"))
         lines.append(
             f"Every child there was rejected, so the same target call added {a.text!r}, "
             f"drawn from {source} (probability {num(a.prob)}; p = {num(a.p)})."
@@ -197,8 +199,12 @@ def narrate_round(rnd: Round, settings: Settings | None = None) -> list[str]:
     are the trace's, which name the verification."""
     if rnd.nodes:
         return narrate_tree(rnd, settings)
-    v = verification_for(settings) if settings is not None else None
-    lossy = v.label if v is not None and not v.lossless and not v.entry.wrong else ""
+    verification = verification_for(settings) if settings is not None else None
+    lossy = (
+        verification.label
+        if verification is not None and not verification.lossless and not verification.entry.wrong
+        else ""
+    )
     lines = [proposal(rnd)]
     if rnd.stop not in (None, "gamma"):  # the plain case goes unsaid
         lines.append(stop_sentence(rnd, settings) or "")

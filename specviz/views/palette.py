@@ -28,7 +28,7 @@ COLORS: dict[str, str] = {
     "p": "#0550ae",  # the target's distribution
     "q": "#bf8700",  # the draft's distribution
     "residual": "#c2410c",  # norm(max(0, p - q))
-    "out": "#1b7c83",  # a verification's exact output distribution at one position
+    "out": "#1b7c83",  # a verification's computed output distribution at one position
     "spec": "#1a7f37",
     "ar": "#57606a",
     "u": "#6f42c1",  # the uniform draw
@@ -67,5 +67,5 @@ def _glyph(glyph: str, char: str) -> str:
 def show_whitespace(text: str, mark: Callable[[str, str], str] = _glyph) -> str:
     """text with each space, tab and newline replaced by mark(glyph, char), and EMPTY's mark
     (with char "") when nothing is left; by default the glyph alone stands for the char."""
-    shown = text.translate({ord(c): mark(g, c) for c, g in WHITESPACE.items()})
+    shown = text.translate({ord(ch): mark(g, ch) for ch, g in WHITESPACE.items()})
     return shown or mark(EMPTY, "")

@@ -4,7 +4,7 @@ trace's timings alone (no model call, no gradio import).
 A round's wall time runs from the end of the previous round (the start of the generation
 for the first round) to its own end: the difference of consecutive ``Round.t_s``. Its
 ``draft_ms`` and ``verify_ms`` are measured inside it; the rest is the wall time minus both,
-clamped at 0: drawing, the acceptance rule, rolling the caches back and recording the
+clamped at 0: drawing, the verification's decision, rolling the caches back and recording the
 round (and, in Step mode, the pause until the next press). The run's totals are measured
 against its wall time, ``stats.wall_s`` (start to last token; while a run is still going,
 the last round's ``t_s``).
@@ -29,7 +29,7 @@ COLOR = {"draft": COLORS["q"], "verify": COLORS["p"], "rest": COLORS["rest"]}  #
 NAMES = {
     "draft": "draft (proposing)",
     "verify": "verify (one target call)",
-    "rest": "the rest (drawing, the rule, bookkeeping)",
+    "rest": "the rest (drawing, the decision, bookkeeping)",
 }
 
 
@@ -72,7 +72,7 @@ def totals(trace: Trace) -> dict[str, tuple[float, float]]:
     draft = sum(r.draft_ms for r in trace.rounds)
     verify = sum(r.verify_ms for r in trace.rounds)
     ms = {"draft": draft, "verify": verify, "rest": max(0.0, wall - draft - verify)}
-    return {k: (v, v / wall if wall > 0 else 0.0) for k, v in ms.items()}
+    return {k: (value, value / wall if wall > 0 else 0.0) for k, value in ms.items()}
 
 
 def totals_rows(trace: Trace) -> list[tuple[str, str]]:

@@ -7,7 +7,7 @@ added hung under the node it follows (the last accepted node, or the root). Each
 box holding its token text (escaped, whitespace made visible), coloured by its status:
 
     accepted    on the accepted path (green, and the path is drawn bold)
-    rejected    a sibling the rule tried and rejected (red, struck through)
+    rejected    a sibling the verification tried and rejected (red, struck through)
     untried     never tried: its parent was not reached, or a sibling won first (grey, dashed)
     resampled   the token drawn from the final p' after every child was rejected (orange)
     bonus       the token drawn from p after a fully accepted path (blue)
@@ -82,7 +82,7 @@ def tree_name(rnd: Round) -> str:
 
 def tree_counts(rnd: Round) -> str:
     """The round table's counts for a tree round: accepted depth of the tree's depth, node
-    count, and trials (the nodes the rule tried)."""
+    count, and trials (the nodes the verification tried)."""
     nodes = rnd.nodes or []
     depth = max((n.depth for n in nodes), default=0)
     return f"depth {accepted_depth(rnd)}/{depth} · {len(nodes)} nodes · {rnd.trials} trials"
@@ -247,7 +247,7 @@ def tree_svg(rnd: Round) -> str:
     depth = max(b.depth for b in boxes)
     width = 2 * PAD + (depth + 1) * BOX_W + depth * COL_GAP
     height = 2 * PAD + (rows - 1) * ROW_H + BOX_H + 6
-    edges = [_edge(b, c) for b in boxes for c in b.children]
+    edges = [_edge(b, child) for b in boxes for child in b.children]
     pos = rnd.start + rnd.n_accepted
     nodes = [_node(rnd, b, pos) for b in boxes]
     label = f"round {round_number(rnd.index)} tree"
@@ -309,11 +309,12 @@ def siblings(rnd: Round, node: Node) -> list[Node]:
 
 
 def node_verdict(rnd: Round, node: Node) -> str:
-    """One sentence: why the rule accepted or rejected this node, or why it was not tried."""
+    """One sentence: why the verification accepted or rejected this node, or why it was not
+    tried."""
     if node.trial is None:
         return (
             "never tried: its parent was not on the accepted path, or an earlier sibling was "
-            "accepted first, so the rule never looked at it"
+            "accepted first, so the verification never looked at it"
         )
     turn = f"tried {ordinal(node.trial)} among its siblings"
     if node.trial == 0:
@@ -369,9 +370,9 @@ def node_figure(rnd: Round, node: Node) -> go.Figure:
     fig = figure()
     fig.add_bar(
         x=names,
-        y=[v if v is not None else 0.0 for v in values],
+        y=[value if value is not None else 0.0 for value in values],
         marker_color=colors,
-        text=[num(v) if v is not None else "not tried" for v in values],
+        text=[num(value) if value is not None else "not tried" for value in values],
         textposition="outside",
         showlegend=False,
     )

@@ -42,10 +42,11 @@ _EPS = 1e-9  # float slack in "within CLOSE"
 
 
 @dataclass(frozen=True)
-class KeepRule:
-    """How one verification keeps a draft: its name, the rule in one sentence for the
+class KeepTest:
+    """How one verification keeps a draft: its name, its keep test in one sentence for the
     visitor (str.format fields from the trace's settings), what it draws before deciding
-    ("u", "sample", or None for a rule that draws nothing), a(x), and whether it is lossy."""
+    ("u", "sample", or None for a verification that draws nothing), a(x), and whether it is
+    lossy."""
 
     label: str
     how: str
@@ -55,7 +56,7 @@ class KeepRule:
     defaults: Mapping[str, Any] | None = None  # settings the how text reads, where absent
 
     def sentence(self, settings: Mapping[str, Any]) -> str:
-        """The rule in one plain sentence, with the trace's values in it."""
+        """The keep test in one plain sentence, with the trace's values in it."""
         return self.how
 
 
@@ -66,15 +67,21 @@ def shown_keep(d: Drafted, settings: Mapping[str, Any]) -> float:
     return verification_for(settings).shown_keep(d)
 
 
-def keep_rule(settings: Mapping[str, Any]) -> KeepRule:
-    """The keep rule of a trace's verification, from its object."""
-    v = verification_for(settings)
-    return KeepRule(v.label, v.rule_text(), v.draws, shown_keep, lossy=not v.lossless)
+def keep_test(settings: Mapping[str, Any]) -> KeepTest:
+    """The keep test of a trace's verification, from its object."""
+    verification = verification_for(settings)
+    return KeepTest(
+        verification.label,
+        verification.statement(),
+        verification.draws,
+        shown_keep,
+        lossy=not verification.lossless,
+    )
 
 
 def keep_probability(d: Drafted, settings: Mapping[str, Any]) -> float:
     """a(x): the probability that the trace's verification keeps the drafted token d."""
-    return keep_rule(settings).prob(d, settings)
+    return keep_test(settings).prob(d, settings)
 
 
 # --- which rounds can be played -----------------------------------------------------------
@@ -163,12 +170,12 @@ class Game:
 
     @property
     def drafts(self) -> list[Drafted]:
-        """The drafts played: those the rule tested."""
+        """The drafts played: those the verification tested."""
         return self.round.verified
 
     @property
-    def rule(self) -> KeepRule:
-        return keep_rule(self.trace.settings)
+    def test(self) -> KeepTest:
+        return keep_test(self.trace.settings)
 
     def keep(self, i: int) -> float:
         return keep_probability(self.drafts[i], self.trace.settings)
@@ -245,7 +252,7 @@ def deal(trace: Trace | None, shown_round: int | None = None) -> Game:
     first round with a rejection, else the first that verified a draft)."""
     if trace is None or trace.method != "spec" or not trace.rounds:
         raise ValueError("no speculative run yet: press Run, then play one of its rounds")
-    keep_rule(trace.settings)  # refuses a verification with no keep probability
+    keep_test(trace.settings)  # refuses a verification with no keep probability
     if shown_round is None:
         return Game(trace, first_round(trace))
     n, last = int(shown_round), len(trace.rounds)
@@ -328,14 +335,14 @@ def draw_sentence(game: Game, i: int) -> str:
 def verdict_sentence(game: Game, i: int) -> str:
     """The verdict on draft i, and what replaced it after a rejection (plain text)."""
     d, rnd = game.drafts[i], game.round
-    drew_u = game.rule.draw == "u" and d.u is not None  # a rule that draws u decided by it
+    drew_u = game.test.draw == "u" and d.u is not None  # a verification that draws u decided by it
     if d.status == "accepted":
         why = (
             "the sample is x"
             if d.target_sample is not None
             else "u < a(x)"
             if drew_u
-            else "the rule keeps it"
+            else "the verification keeps it"
         )
         line = f"Kept: {why}."
         if i == len(game.drafts) - 1 and len(game.drafts) == len(rnd.drafted):
@@ -353,13 +360,13 @@ def verdict_sentence(game: Game, i: int) -> str:
         if d.target_sample is not None
         else "u ≥ a(x)"
         if drew_u
-        else "the rule does not keep it"
+        else "the verification does not keep it"
     )
     line = f"Rejected: {why}."
     added = rnd.added
     if added is not None and added.status == "resampled":
-        v = verification_for(game.trace.settings)
-        source = added.source or v.fallback_source
+        verification = verification_for(game.trace.settings)
+        source = added.source or verification.fallback_source
         line += (
             f" In its place the round emits {added.text!r}, drawn from {source_text(source)} "
             f"(probability {num(added.prob)} there)."
@@ -389,7 +396,7 @@ def round_sentence(game: Game) -> str:
 def _ask(game: Game) -> str:
     d = game.drafts[game.at]
     return (
-        f"How likely does the rule keep {d.text!r}? Type a(x) from 0 to 1, or call it: "
+        f"How likely does the verification keep {d.text!r}? Type a(x) from 0 to 1, or call it: "
         f"{KEYS['kept']} likely kept, {KEYS['rejected']} likely rejected."
     )
 
@@ -426,9 +433,9 @@ def board_html(game: Game | None) -> str:
     """The whole board for a game (None: how to start)."""
     if game is None:
         return _html("idle")
-    rnd, trace, rule = game.round, game.trace, game.rule
+    rnd, trace, test = game.round, game.trace, game.test
     n = len(rnd.drafted)  # proposed: how many get tested is for the verdicts to tell
-    where = f"Round {round_number(rnd.index)} of {len(trace.rounds)} · {rule.label} · " + (
+    where = f"Round {round_number(rnd.index)} of {len(trace.rounds)} · {test.label} · " + (
         "round done" if game.phase == "done" else f"draft {game.at + 1} of {n} proposed"
     )
     greedy = " (greedy: p and q are one-hot)" if trace.settings.is_greedy else ""
@@ -449,7 +456,7 @@ def board_html(game: Game | None) -> str:
         "points": score.points,
         "played": score.played,
         "where": where,
-        "rule": "The rule: " + rule.sentence(trace.settings) + greedy,
+        "test": "The test: " + test.sentence(trace.settings) + greedy,
         "context": _context(game),
         "card": card,
         "done": round_sentence(game) if card is None else "",
@@ -482,7 +489,7 @@ def lesson_line(game: Game) -> str:
     rnd = game.round
     said = (
         f"Round {round_number(rnd.index)} of your run is on the board in the Decision tab: "
-        f"{_drafted_count(rnd)}, judged under {game.rule.label}. For each tested one, say "
+        f"{_drafted_count(rnd)}, judged under {game.test.label}. For each tested one, say "
         f"a(x) or press {KEYS['kept']} / {KEYS['rejected']}: the draw is revealed; "
         f"{KEYS['next']} shows the verdict, {KEYS['next']} again the next draft. A number "
         f"scores within {CLOSE:g} of a(x); a call scores when the verdict agrees."
