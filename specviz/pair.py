@@ -75,6 +75,8 @@ class ModelPair:
     # None: eager forwards on a DynamicCache; else the torch.compile backend of the
     # compiled path (specviz.compiled). Set through with_compile.
     compile_backend: str | None = None
+    aoti_build: bool = False  # the aoti backend named: a run builds the packages it lacks
+    compile_auto: bool = False  # the backend was chosen by "auto", not named
 
     def __post_init__(self) -> None:
         n = len(self.tokenizer)
@@ -120,6 +122,8 @@ class ModelPair:
 
     def describe(self) -> dict[str, str]:
         how = f", compiled with {self.compile_backend}" if self.compile_backend else ""
+        if self.compile_backend == "aoti":
+            how = ", compiled ahead of time (AOTInductor)"
         d = {"pair": self.name, "target": self.target.describe() + how}
         if self.draft is not None:
             d["draft"] = self.draft.describe() + how
@@ -129,6 +133,12 @@ class ModelPair:
         """The same models with no EOS ids: a run always generates max_new_tokens (the
         bench, the sweep and the cost measurement compare runs of one length)."""
         return dataclasses.replace(self, eos_ids=frozenset())
+
+    def _packaged(self) -> bool:
+        """Whether either model has a package compiled ahead of time on this machine."""
+        from specviz.compiled.packages import has_any
+
+        return any(has_any(m.model) for m in (self.target, self.draft) if m is not None)
 
     def with_compile(self, backend: str | None = "inductor") -> ModelPair:
         """The same models on the compiled path with this torch.compile backend; None or
@@ -141,6 +151,8 @@ class ModelPair:
         auto = backend == "auto"
         if auto:
             backend = auto_backend(self.device)
+            if backend == "aoti" and not self._packaged():
+                backend = None  # packages exist here, but none for these models
         if backend == "off":
             backend = None
         if backend is not None:
@@ -155,4 +167,9 @@ class ModelPair:
                 if not auto:
                     raise
                 backend = None
-        return dataclasses.replace(self, compile_backend=backend)
+        return dataclasses.replace(
+            self,
+            compile_backend=backend,
+            aoti_build=backend == "aoti" and not auto,
+            compile_auto=auto,
+        )

@@ -41,7 +41,8 @@ def check_tree_request(pair: ModelPair, settings: Settings) -> None:
     a model whose attention a custom mask would change."""
     if not settings.drafts_tree:
         return
-    check_tree_path(pair.compile_backend)
+    # a backend auto chose leaves trees to the eager path (Run.open_lm); a named one refuses
+    check_tree_path(None if pair.compile_auto else pair.compile_backend)
     for role, m in (("target", pair.target), ("draft", pair.draft)):
         why = None if m is None else tree_refusal(m.model)
         if why:

@@ -181,6 +181,9 @@ def test_auto_compiles_on_cuda_only_and_falls_back_where_a_model_cannot(monkeypa
 
     monkeypatch.delenv("SPACES_ZERO_GPU", raising=False)
     assert auto_backend(torch.device("cuda")) == "inductor"
+    monkeypatch.setattr("specviz.compiled.packages.available", lambda: True)
+    assert auto_backend(torch.device("cpu")) == "aoti"  # where the set-up step built them
+    monkeypatch.setattr("specviz.compiled.packages.available", lambda: False)
     assert auto_backend(torch.device("cpu")) is None
     pair = tiny_pair()
     assert pair.with_compile("auto").compile_backend is None  # a CPU pair: eager

@@ -27,8 +27,10 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
         const="inductor",
         default="auto",
         choices=COMPILE_CHOICES,
-        help="the compiled path: static KV cache and torch.compile'd forwards (a backend; "
-        "bare: inductor; off: eager; default auto: inductor on CUDA, eager on the CPU)",
+        help="the compiled path: static KV cache and compiled forwards (a torch.compile "
+        "backend, or aoti: compiled ahead of time, built where missing; bare: inductor; off: "
+        "eager; default auto: inductor on CUDA, on a CPU the packages the set-up step built, "
+        "else eager)",
     )
 
 

@@ -28,9 +28,17 @@ MIN_CACHE_LEN = 256
 def auto_backend(device: torch.device) -> str | None:
     """The path a run takes unless told otherwise: compiled with inductor on CUDA, where the
     GPU check measured it faster per speculative token than the eager path (docs/gpu-check.md),
-    except on ZeroGPU; eager on the CPU, where it is faster too but each shape compiles for
-    minutes (docs/compiled.md)."""
-    return "inductor" if device.type == "cuda" and not on_zero_gpu() else None
+    except on ZeroGPU; on the CPU, the forwards compiled ahead of time ("aoti") where the
+    set-up step built packages for this torch and this CPU (specviz.compiled.packages; a
+    model or shape without one runs eager), else eager: torch.compile's CPU shapes take
+    minutes each in every process (docs/compiled.md)."""
+    if on_zero_gpu():
+        return None
+    if device.type == "cuda":
+        return "inductor"
+    from specviz.compiled.packages import available
+
+    return "aoti" if device.type == "cpu" and available() else None
 
 
 class SlidingWindowRefused(ValueError):

@@ -31,9 +31,11 @@ DRAFTERS = ("model", "ngram")
 # A tree's node budget: each round's draft and verify calls are this wide at most.
 MAX_TREE_NODES = 64
 TRACE_LEVELS = ("full", "minimal")
-# torch.compile backends of the compiled path (specviz.compiled), and what --compile takes:
-# a backend, "off" (the eager path) or "auto" (compiled on CUDA, eager elsewhere).
-COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
+# The compiled path's backends (specviz.compiled), and what --compile takes: a backend, "off"
+# (the eager path) or "auto" (compiled on CUDA; on a CPU, ahead of time where the set-up step
+# built the packages; eager elsewhere). "aoti": forwards compiled ahead of time and kept on
+# disk (specviz.compiled.packages); the others are torch.compile's backends.
+COMPILE_BACKENDS = ("inductor", "aot_eager", "eager", "aoti")
 COMPILE_CHOICES = ("auto", "off", *COMPILE_BACKENDS)
 # The prompt a run starts from when nobody typed one: the app's first preset, the CLI's check.
 DEFAULT_PROMPT = "Explain in three sentences why the sky is blue."

@@ -69,9 +69,7 @@ def settings(controls: dict[str, Any], pairs: list[str], dep: Deployment, runner
     )
     controls["compile"] = gr.Checkbox(
         compiled_by_default(),  # Form's None: the machine's default, as the CLI's
-        label="compiled path (compiled ahead of time at start-up, static KV cache)"
-        if runner.name == "zerogpu"
-        else "compiled path (torch.compile, static KV cache; the first run compiles)",
+        label=compile_label(runner.name),
         elem_id="sv-compile",
         visible=runner.compiles,  # on ZeroGPU: where the start-up compiled ahead of time
     )
@@ -191,3 +189,15 @@ def wire(page: Page) -> None:
     for comp in (controls["custom_draft"], controls["custom_target"]):
         comp.submit(load, page.inputs, page.outputs, **options)
     page.blocks.load(load, page.inputs, page.outputs, **options)
+
+
+def compile_label(runner: str) -> str:
+    """The compiled box's words: how this machine's compiled path is compiled."""
+    from specviz.compiled import auto_backend
+    from specviz.models import resolve_device
+
+    if runner == "zerogpu":
+        return "compiled path (compiled ahead of time at start-up, static KV cache)"
+    if auto_backend(resolve_device("auto")) == "aoti":
+        return "compiled path (compiled ahead of time by the set-up step, static KV cache)"
+    return "compiled path (torch.compile, static KV cache; the first run compiles)"

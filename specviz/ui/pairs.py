@@ -133,8 +133,14 @@ def remember(pair: ModelPair) -> None:
 
 
 def compile_choice(form: Form) -> str:
-    """The path the form asks for: the box's state, or the machine's default (None)."""
-    return "auto" if form.compile is None else "inductor" if form.compile else "off"
+    """The path the form asks for: the box's state, or the machine's default (None). A
+    ticked box on a CPU with packages built ahead of time takes them ("auto" finds them,
+    and leaves a tree to the eager path); elsewhere it means torch.compile's inductor."""
+    if form.compile is None:
+        return "auto"
+    if not form.compile:
+        return "off"
+    return "auto" if auto_backend(resolve_device("auto")) == "aoti" else "inductor"
 
 
 def compiled_by_default() -> bool:

@@ -1,0 +1,325 @@
+"""Forwards compiled ahead of time and kept on disk: the compiled path's ``aoti`` backend.
+
+A package is one model's decode call at one width on a static cache of one length
+(specviz.aoti.AotiStep), exported with ``torch.export`` and compiled by AOTInductor into a
+``.pt2`` file of generated code only: the weights stay out of it
+(``aot_inductor.package_constants_in_so`` off) and a loaded package reads the model's own
+tensors (``load_constants(..., user_managed=True)``), so a package is a few MB, loads in
+milliseconds, and holds no second copy of the weights in memory.
+
+Each package is keyed by what its code depends on: torch's version, the CPU's kernel
+capability (``torch.backends.cpu.get_cpu_capability()``: a package built under AVX-512 is
+not used under AVX2), the model (its class, its config's name, and every tensor's name,
+shape and dtype) and the call's shape (width, cache length). The key's digest is the file
+name, so a package built for anything else is never found: it is stale, and the set-up
+step builds the right one beside it. A package that cannot be loaded, or whose call does
+not give the eager model's argmax on a probe, is corrupt: one line on stderr says so, the
+file is removed, and the call runs eager (the set-up step builds it again).
+
+``python -m specviz prepare`` (run by scripts/setup.sh) builds the offline pair's packages
+for the default run; ``--compile aoti`` builds what a run needs and lacks; ``auto`` takes
+this path on a CPU wherever the packages exist (specviz.compiled.policy.auto_backend).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+import warnings
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+FORMAT = 1  # bump when a package's layout or calling convention changes
+PROBE_TOKEN = 1
+
+
+def say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def store() -> Path:
+    """Where packages live: the specviz cache's aoti folder."""
+    from specviz.offline import cache_root
+
+    return cache_root() / "aoti"
+
+
+def capability() -> str:
+    """The CPU kernels torch dispatches to here ("AVX512", "AVX2", ...; "cuda" on a GPU)."""
+    return str(torch.backends.cpu.get_cpu_capability())
+
+
+def model_key(model: torch.nn.Module) -> dict[str, Any]:
+    """What a package's code depends on in the model: its class, its config's name and
+    every tensor's name, shape and dtype (not the values: those are read at load)."""
+    tensors = sorted(
+        f"{n}:{tuple(t.shape)}:{t.dtype}" if isinstance(t, torch.Tensor) else f"{n}:{t!r}"
+        for n, t in model.state_dict(keep_vars=True).items()
+    )
+    digest = hashlib.sha256("\n".join(tensors).encode()).hexdigest()[:16]
+    return {
+        "class": type(model).__name__,
+        "name": str(getattr(model.config, "_name_or_path", "")),
+        "tensors": digest,
+    }
+
+
+def key(model: torch.nn.Module, width: int, length: int) -> dict[str, Any]:
+    device = next(model.parameters()).device
+    return {
+        "format": FORMAT,
+        "torch": torch.__version__,
+        "cpu": capability() if device.type == "cpu" else device.type,
+        "model": model_key(model),
+        "width": int(width),
+        "length": int(length),
+    }
+
+
+def path_of(k: dict[str, Any]) -> Path:
+    digest = hashlib.sha256(json.dumps(k, sort_keys=True).encode()).hexdigest()[:20]
+    return store() / f"{k['model']['class']}-w{k['width']}-l{k['length']}-{digest}.pt2"
+
+
+def constants(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The model's tensors under the names the exported AotiStep gives them (tied weights
+    under each of their names)."""
+    out = {
+        f"model.{n}": t
+        for n, t in model.state_dict(keep_vars=True).items()
+        if isinstance(t, torch.Tensor)
+    }
+    out.update({f"model.{n}": t for n, t in model.named_buffers(remove_duplicate=False)})
+    return out
+
+
+def build(model: torch.nn.Module, width: int, length: int) -> Path:
+    """Export and compile one package (the file appears whole or not at all)."""
+    from specviz.aoti import AotiStep, export_step
+
+    k = key(model, width, length)
+    path = path_of(k)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    step = AotiStep(model, width, length)
+    with warnings.catch_warnings():  # torch.export's own deprecation notices, not the user's
+        warnings.simplefilter("ignore", FutureWarning)
+        exported = export_step(step, step.example_args())
+    fd, tmp = tempfile.mkstemp(prefix=path.stem + ".", suffix=".pt2", dir=path.parent)
+    os.close(fd)
+    try:
+        torch._inductor.aoti_compile_and_package(
+            exported,
+            package_path=tmp,
+            inductor_configs={"aot_inductor.package_constants_in_so": False},
+        )
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    path.with_suffix(".json").write_text(json.dumps(k, indent=1, sort_keys=True))
+    return path
+
+
+def _probe(model: torch.nn.Module, width: int, length: int, fn: Callable[..., Any]) -> bool:
+    """Whether the package's call gives the eager model's argmax on one probe call."""
+    from specviz.aoti import AotiStep
+
+    step = AotiStep(model, width, length)
+    args = step.example_args()
+    ids = torch.full_like(args[0], PROBE_TOKEN)
+    with torch.inference_mode():
+        got = fn(ids, *[t.clone() for t in args[1:]])
+        want = step(ids, *[t.clone() for t in args[1:]])
+    got = got[0] if isinstance(got, (list, tuple)) else got
+    return (
+        tuple(got.shape) == tuple(want.shape)
+        and bool(torch.isfinite(got).all())
+        and bool((got.argmax(-1) == want.argmax(-1)).all())
+    )
+
+
+def load(
+    model: torch.nn.Module, width: int, length: int, report: Callable[[str], None] = say
+) -> Callable[..., Any] | None:
+    """The package's forward on the model's own tensors, or None when there is none; a
+    corrupt one is removed with one line on stderr (and None)."""
+    path = path_of(key(model, width, length))
+    if not path.exists():
+        return None
+    try:
+        fn = torch._inductor.aoti_load_package(str(path))
+        wanted = set(fn.get_constant_fqns())
+        fn.load_constants(
+            {n: t for n, t in constants(model).items() if n in wanted},
+            check_full_update=True,
+            user_managed=True,
+        )
+        if not _probe(model, width, length, fn):
+            raise ValueError("its probe call disagrees with the eager model")
+    except Exception as exc:  # a package is a file on disk: anything may be wrong with it
+        report(
+            f"specviz: the compiled package {path.name} is unusable "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}); "
+            "removed, so the set-up step builds it again"
+        )
+        for p in (path, path.with_suffix(".json")):
+            p.unlink(missing_ok=True)
+        return None
+    return fn
+
+
+def _usable_keys() -> list[dict[str, Any]]:
+    """The keys of the store's packages built for this torch and this CPU."""
+    d = store()
+    out = []
+    for meta in sorted(d.glob("*.json")) if d.is_dir() else []:
+        try:
+            k = json.loads(meta.read_text())
+        except (OSError, ValueError):
+            continue
+        if (
+            isinstance(k, dict)
+            and k.get("format") == FORMAT
+            and k.get("torch") == torch.__version__
+            and k.get("cpu") == capability()
+            and meta.with_suffix(".pt2").exists()
+        ):
+            out.append(k)
+    return out
+
+
+def available() -> bool:
+    """Whether the store holds any package for this torch and this CPU (auto's test)."""
+    return bool(_usable_keys())
+
+
+def has_any(model: torch.nn.Module) -> bool:
+    """Whether the store holds a package of any shape for this model here."""
+    mk = model_key(model)
+    return any(k.get("model") == mk for k in _usable_keys())
+
+
+class Packages:
+    """The process's loaded packages, per model and (width, length); loaded once and
+    shared by every run (the forwards are only ever called from the model thread)."""
+
+    def __init__(self, report: Callable[[str], None] = say) -> None:
+        self.report = report
+        self.lock = threading.Lock()
+        # per model (weakly: a model that goes away takes its forwards with it)
+        self._loaded: weakref.WeakKeyDictionary[
+            torch.nn.Module, dict[tuple[int, int], Callable[..., Any] | None]
+        ] = weakref.WeakKeyDictionary()
+
+    def get(
+        self, model: torch.nn.Module, width: int, length: int, build_missing: bool = False
+    ) -> Callable[..., Any] | None:
+        k = (width, length)
+        with self.lock:
+            loaded = self._loaded.setdefault(model, {})
+            if loaded.get(k) is None:
+                fn = load(model, width, length, self.report)
+                if fn is None and build_missing:
+                    t0 = time.perf_counter()
+                    self.report(
+                        f"specviz: compiling {type(model).__name__}'s {width}-position call on a "
+                        f"cache of {length} ahead of time (about a minute on 2 CPU cores)"
+                    )
+                    build(model, width, length)
+                    fn = load(model, width, length, self.report)
+                    self.report(f"specviz: compiled in {time.perf_counter() - t0:.0f} s")
+                loaded[k] = fn
+            return loaded[k]
+
+
+PACKAGES = Packages()
+
+
+def forwards_for(
+    model: torch.nn.Module,
+    widths: tuple[int, ...],
+    length: int,
+    build_missing: bool = False,
+) -> dict[int, Callable[..., Any]] | None:
+    """The packaged forward of every width at this cache length, or None when any is
+    missing (and not built)."""
+    out = {}
+    for w in widths:
+        fn = PACKAGES.get(model, w, length, build_missing)
+        if fn is None:
+            return None
+        out[w] = fn
+    return out
+
+
+def prepare(
+    models: dict[str, torch.nn.Module],
+    shapes: dict[str, tuple[int, ...]],
+    length: int,
+    report: Callable[[str], None] = say,
+) -> dict[str, float]:
+    """The set-up step's builds: each model's widths at one cache length, those missing
+    built (seconds per built package, by "role/width"; a package already there costs a
+    load and a probe)."""
+    took: dict[str, float] = {}
+    for role, model in models.items():
+        for w in shapes[role]:
+            if load(model, w, length, report) is not None:
+                continue
+            t0 = time.perf_counter()
+            build(model, w, length)
+            took[f"{role}/{w}"] = time.perf_counter() - t0
+            report(
+                f"specviz: compiled the {role}'s {w}-position call ahead of time in "
+                f"{took[f'{role}/{w}']:.0f} s"
+            )
+    return took
+
+
+_forwards: weakref.WeakKeyDictionary[torch.nn.Module, dict[tuple[Any, ...], Any]] = (
+    weakref.WeakKeyDictionary()
+)
+_told: set[tuple[str, tuple[int, ...], int]] = set()
+
+
+def packaged(
+    m: Any, widths: tuple[int, ...], length: int, build_missing: bool = False
+) -> Any | None:
+    """The compiled path's compiler (specviz.aoti.AotiForwards) for one loaded model (a
+    specviz.pair.LoadedModel) at these widths and this cache length, or None where a package
+    is missing: the caller then runs eager. One line on stderr says so once per shape when
+    the model has packages of other shapes; a model never compiled here runs eager quietly."""
+    from specviz.aoti import AotiForwards
+
+    k = (tuple(widths), int(length))
+    mine = _forwards.setdefault(m.model, {})
+    if k not in mine:
+        if not build_missing and not has_any(m.model):
+            return None  # never compiled for this model: the eager path, as auto promises
+        fns = forwards_for(m.model, widths, length, build_missing)
+        if fns is None:
+            told = (m.name, tuple(widths), int(length))
+            if told not in _told:
+                _told.add(told)
+                say(
+                    f"specviz: {m.name}: no compiled package for "
+                    f"{'/'.join(map(str, widths))} positions on a cache of {length} "
+                    "(`python -m specviz prepare` builds the default run's; `--compile aoti` "
+                    "builds what a run needs): it runs eager"
+                )
+            return None
+        fw = AotiForwards()
+        for w, fn in fns.items():
+            fw.add(m.model, w, length, fn)
+        mine[k] = fw
+    return mine[k]

@@ -1,0 +1,166 @@
+"""Forwards compiled ahead of time (specviz.compiled.packages, the "aoti" backend): built
+once into a store, found by their key, loaded on the model's own tensors, refused when
+stale or corrupt, and taken by "auto" on a CPU where they exist.
+
+One tiny pair's packages (target: 1 and 3 positions; draft: 1 and 2, its 1 the target's:
+the same shapes) are built once for the module into a temporary store (AOTInductor compiles
+C++: about 10 s each on 2 CPU cores).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specviz.compiled import cache_len, packages
+from specviz.config import Settings
+from specviz.engine import Run, generate
+from tests.tiny import close_pair, tiny_pair
+
+GAMMA = 2
+PROMPT = "1 2 3"
+TOKENS = 24
+
+
+def _greedy(**kw) -> Settings:
+    return Settings(greedy=True, gamma=GAMMA, max_new_tokens=TOKENS, **kw)
+
+
+def _length(pair) -> int:
+    return cache_len(len(pair.encode_prompt(PROMPT)) + TOKENS + GAMMA + 2)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, one_thread):
+    """A store holding the tiny pair's packages (built here), and the pair."""
+    mp = pytest.MonkeyPatch()
+    folder = tmp_path_factory.mktemp("aoti")
+    mp.setattr(packages, "store", lambda: folder)  # never the machine's own store
+    pair = close_pair(noise=0.3)  # greedy rounds both accept and reject
+    built = packages.prepare(
+        {"target": pair.target.model, "draft": pair.draft.model},
+        {"target": (1, GAMMA + 1), "draft": (1, 2)},
+        _length(pair),
+        report=lambda _m: None,
+    )
+    yield pair, built
+    mp.undo()
+    assert not any(  # nothing of this module's reached the machine's store
+        packages.model_key(pair.target.model) == k["model"] for k in packages._usable_keys()
+    )
+
+
+def test_the_set_up_step_builds_each_package_once(store):
+    pair, built = store
+    # the draft has the target's shapes, so its one-position call is the target's package
+    assert sorted(built) == ["draft/2", "target/1", "target/3"]
+    files = sorted(packages.store().glob("*.pt2"))
+    assert len(files) == 3 and all(f.stat().st_size < 20e6 for f in files)  # no weights in them
+    again = packages.prepare(
+        {"target": pair.target.model, "draft": pair.draft.model},
+        {"target": (1, GAMMA + 1), "draft": (1, 2)},
+        _length(pair),
+        report=lambda _m: None,
+    )
+    assert again == {}  # found, loaded and probed: nothing built
+
+
+def test_greedy_speculative_on_packages_equals_greedy_autoregressive_eager(store, capsys):
+    pair, _ = store
+    compiled = pair.with_compile("aoti")
+    assert compiled.compile_backend == "aoti" and "ahead of time" in compiled.describe()["target"]
+    want = generate(pair, PROMPT, _greedy(method="ar")).token_ids
+    run = Run(compiled, PROMPT, _greedy())
+    for _ in run:
+        pass
+    assert run.trace.token_ids == want and len(want) == TOKENS
+    statuses = {d.status for r in run.trace.rounds for d in r.drafted}
+    assert {"accepted", "rejected"} <= statuses
+    # every call after the prefill ran a package: the forwards counted them, none eager
+    fw = packages.packaged(compiled.target, (1, GAMMA + 1), _length(pair))
+    assert fw is not None and fw.calls > 0 and fw.eager_calls == 0
+    ar = generate(compiled, PROMPT, _greedy(method="ar")).token_ids
+    assert ar == want
+    assert "no compiled package" not in capsys.readouterr().err
+
+
+def test_the_packages_read_the_models_own_tensors(store):
+    """A package holds code only: the same file serves a model of the same shapes with other
+    weights, and gives that model's logits."""
+    pair, _ = store
+    other = tiny_pair(vocab=16, target_seed=7)
+    fn = packages.load(other.target.model, 1, _length(pair))
+    assert fn is not None
+    compiled = other.with_compile("aoti")
+    want = generate(other, PROMPT, _greedy(method="ar")).token_ids
+    assert generate(compiled, PROMPT, _greedy()).token_ids == want
+    assert want != generate(pair, PROMPT, _greedy(method="ar")).token_ids
+
+
+def test_a_package_for_another_cpu_is_not_used(store, monkeypatch, capsys):
+    pair, _ = store
+    monkeypatch.setattr(packages, "capability", lambda: "ANOTHER")
+    assert packages.load(pair.target.model, 1, _length(pair)) is None
+    assert not packages.available()
+    # auto finds none for this CPU: eager, and a run is the same
+    assert pair.with_compile("auto").compile_backend is None
+
+
+def test_a_corrupt_package_is_removed_with_one_line_and_the_run_goes_eager(store, capsys):
+    pair = tiny_pair(vocab=16, target_seed=11)  # a fresh model: nothing loaded for it yet
+    length = _length(pair)
+    # the target's gamma + 1 call (the draft, of the same shapes, shares its 1-position one)
+    path = packages.path_of(packages.key(pair.target.model, GAMMA + 1, length))
+    saved = path.read_bytes()
+    try:
+        path.write_bytes(b"not a package")
+        assert packages.load(pair.target.model, GAMMA + 1, length) is None
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "unusable" in err[0] and "Traceback" not in err[0]
+        assert not path.exists()
+        run = Run(pair.with_compile("auto"), PROMPT, _greedy())
+        for _ in run:
+            pass  # the target has no package now: eager, said once; the draft's are used
+        assert run.trace.token_ids == generate(pair, PROMPT, _greedy(method="ar")).token_ids
+        err = capsys.readouterr().err
+        assert err.count("no compiled package") == 1 and "Traceback" not in err
+    finally:
+        path.write_bytes(saved)
+
+
+def test_auto_takes_the_packages_on_a_cpu_and_leaves_trees_eager(store):
+    pair, _ = store
+    assert packages.available()
+    auto = pair.with_compile("auto")
+    assert auto.compile_backend == "aoti" and auto.compile_auto
+    tree = Settings(greedy=True, tree=[2, 1], max_new_tokens=8)
+    out = generate(auto, PROMPT, tree)  # a tree under auto: the eager path, not refused
+    assert out.token_ids == generate(pair, PROMPT, tree.with_(method="ar")).token_ids
+    with pytest.raises(ValueError, match="eager path only"):
+        generate(pair.with_compile("aoti"), PROMPT, tree)  # named: refused as before
+
+
+def test_the_set_up_step_can_be_told_not_to_compile(monkeypatch):
+    from specviz.models import prepare_offline_packages
+
+    monkeypatch.setenv("SPECVIZ_AOTI", "off")
+    assert prepare_offline_packages("cpu") is None
+
+
+def test_the_key_names_what_the_code_depends_on(store):
+    pair, _ = store
+    k = packages.key(pair.target.model, 1, 256)
+    assert k["torch"] == torch.__version__ and k["cpu"] == packages.capability()
+    assert (k["width"], k["length"]) == (1, 256)
+    assert packages.path_of(k) != packages.path_of({**k, "width": 3})
+    wider = tiny_pair(vocab=32)  # another shape of embedding: another key
+    assert packages.key(wider.target.model, 1, 256)["model"] != k["model"]
+
+
+def test_auto_leaves_a_pair_never_compiled_here_eager_and_quiet(store, capsys):
+    pair = tiny_pair(vocab=24)  # shapes no package in the store was built for
+    assert packages.available()
+    auto = pair.with_compile("auto")
+    assert auto.compile_backend is None
+    generate(auto, PROMPT, _greedy())
+    assert capsys.readouterr().err == ""
