@@ -228,6 +228,11 @@ def _first_token_line(f: dict[str, Any]) -> str:
 
 
 def _compile_line(entry: dict[str, Any]) -> str:
+    if entry.get("backend") == "aoti":  # packages built before the run (or in its warm-up)
+        return (
+            "compiled ahead of time (aoti): packages loaded from the specviz cache, nothing "
+            "compiled at run time (a missing shape is built in the warm-up, on stderr)"
+        )
     restart = entry.get("restart_s")
     again = "not measured" if restart is None else f"{restart:.1f} s"
     if "restart_error" in entry:

@@ -47,9 +47,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     )
     pair = load_pair_from_args(args, compiled=False)  # the bench runs both paths
     if args.compile == "auto":  # the compiled rows where the compiled path is the default
-        from specviz.compiled import auto_backend
-
-        opts = dataclasses.replace(opts, compile=auto_backend(pair.device))
+        backend = pair.with_compile("auto").compile_backend  # None: no compiled rows
+        opts = dataclasses.replace(opts, compile=backend)
     result = bench.run_bench(pair, opts, log=say)
     if args.out:
         for path in bench.write_outputs(result, Path(args.out)):
