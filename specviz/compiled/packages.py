@@ -110,17 +110,17 @@ def build(model: torch.nn.Module, width: int, length: int) -> Path:
     path = path_of(k)
     path.parent.mkdir(parents=True, exist_ok=True)
     step = AotiStep(model, width, length)
-    with warnings.catch_warnings():  # torch.export's own deprecation notices, not the user's
-        warnings.simplefilter("ignore", FutureWarning)
-        exported = export_step(step, step.example_args())
     fd, tmp = tempfile.mkstemp(prefix=path.stem + ".", suffix=".pt2", dir=path.parent)
     os.close(fd)
     try:
-        torch._inductor.aoti_compile_and_package(
-            exported,
-            package_path=tmp,
-            inductor_configs={"aot_inductor.package_constants_in_so": False},
-        )
+        with warnings.catch_warnings():  # torch.export's own deprecation notices
+            warnings.simplefilter("ignore", FutureWarning)
+            exported = export_step(step, step.example_args())
+            torch._inductor.aoti_compile_and_package(
+                exported,
+                package_path=tmp,
+                inductor_configs={"aot_inductor.package_constants_in_so": False},
+            )
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     finally:
