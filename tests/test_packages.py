@@ -164,3 +164,19 @@ def test_auto_leaves_a_pair_never_compiled_here_eager_and_quiet(store, capsys):
     assert auto.compile_backend is None
     generate(auto, PROMPT, _greedy())
     assert capsys.readouterr().err == ""
+
+
+def test_the_probe_tells_a_working_forward_from_a_wrong_one(store):
+    pair, _ = store
+    length = _length(pair)
+    model = pair.target.model
+    fn = packages.load(model, 1, length)
+    assert fn is not None and packages._probe(model, 1, length, fn)
+
+    def shuffled(ids, *state):  # the right logits, ranked wrongly: the worst token first
+        out = fn(ids, *state)
+        out = out[0] if isinstance(out, (list, tuple)) else out
+        return -out
+
+    assert not packages._probe(model, 1, length, shuffled)
+    assert not packages._probe(model, 1, length, lambda ids, *s: torch.full((1, 16), float("nan")))

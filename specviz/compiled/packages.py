@@ -131,7 +131,10 @@ def build(model: torch.nn.Module, width: int, length: int) -> Path:
 
 
 def _probe(model: torch.nn.Module, width: int, length: int, fn: Callable[..., Any]) -> bool:
-    """Whether the package's call gives the eager model's argmax on one probe call."""
+    """Whether the package's call agrees with the eager model on one probe call: the same
+    shape, finite, and at each row the token it ranks first is the eager model's first or
+    within 2 % of the eager row's logit range of it (a low-precision draft's fused kernels
+    may swap a near tie; a broken package ranks at random)."""
     from specviz.aoti import AotiStep
 
     step = AotiStep(model, width, length)
@@ -141,11 +144,13 @@ def _probe(model: torch.nn.Module, width: int, length: int, fn: Callable[..., An
         got = fn(ids, *[t.clone() for t in args[1:]])
         want = step(ids, *[t.clone() for t in args[1:]])
     got = got[0] if isinstance(got, (list, tuple)) else got
-    return (
-        tuple(got.shape) == tuple(want.shape)
-        and bool(torch.isfinite(got).all())
-        and bool((got.argmax(-1) == want.argmax(-1)).all())
-    )
+    if tuple(got.shape) != tuple(want.shape) or not bool(torch.isfinite(got).all()):
+        return False
+    want = want.float()
+    top = want.max(-1).values
+    chosen = want.gather(-1, got.argmax(-1, keepdim=True)).squeeze(-1)
+    spread = top - want.min(-1).values
+    return bool(((top - chosen) <= 0.02 * spread + 1e-4).all())
 
 
 def load(
