@@ -26,7 +26,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
 import tempfile
 import threading
 import time
@@ -38,12 +37,10 @@ from typing import Any
 
 import torch
 
+from specviz.aoti import AotiForwards, AotiStep, export_step, say
+
 FORMAT = 1  # bump when a package's layout or calling convention changes
 PROBE_TOKEN = 1
-
-
-def say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def store() -> Path:
@@ -104,8 +101,6 @@ def constants(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def build(model: torch.nn.Module, width: int, length: int) -> Path:
     """Export and compile one package (the file appears whole or not at all)."""
-    from specviz.aoti import AotiStep, export_step
-
     k = key(model, width, length)
     path = path_of(k)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -135,8 +130,6 @@ def _probe(model: torch.nn.Module, width: int, length: int, fn: Callable[..., An
     shape, finite, and at each row the token it ranks first is the eager model's first or
     within 2 % of the eager row's logit range of it (a low-precision draft's fused kernels
     may swap a near tie; a broken package ranks at random)."""
-    from specviz.aoti import AotiStep
-
     step = AotiStep(model, width, length)
     args = step.example_args()
     ids = torch.full_like(args[0], PROBE_TOKEN)
@@ -304,8 +297,6 @@ def packaged(
     specviz.pair.LoadedModel) at these widths and this cache length, or None where a package
     is missing: the caller then runs eager. One line on stderr says so once per shape when
     the model has packages of other shapes; a model never compiled here runs eager quietly."""
-    from specviz.aoti import AotiForwards
-
     k = (tuple(widths), int(length))
     mine = _forwards.setdefault(m.model, {})
     if k not in mine:
