@@ -180,3 +180,28 @@ def test_the_probe_tells_a_working_forward_from_a_wrong_one(store):
 
     assert not packages._probe(model, 1, length, shuffled)
     assert not packages._probe(model, 1, length, lambda ids, *s: torch.full((1, 16), float("nan")))
+
+
+def test_a_cpu_package_computes_linear_as_reductions_with_the_same_result():
+    """The program a CPU package compiles has no linear or matrix product left (each became
+    one reduction per row, its input laid out first), and it computes what the module does
+    at one row and at several."""
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.up, self.down = torch.nn.Linear(16, 24), torch.nn.Linear(24, 8, bias=False)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.down(torch.nn.functional.silu(self.up(x)))
+
+    torch.manual_seed(0)
+    block = Block()
+    for rows in (1, 5):
+        x = torch.randn(1, rows, 16)
+        program = torch.export.export(block, (x,)).run_decompositions(packages.decompositions())
+        ops = {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
+        assert not [op for op in ops if "linear" in op or "mm" in op], ops
+        assert "prims.inductor_force_stride_order.default" in ops
+        with torch.no_grad():
+            torch.testing.assert_close(program.module()(x), block(x))

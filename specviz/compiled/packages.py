@@ -110,17 +110,14 @@ def _linear_as_reductions(
     replaces runs a one-row product on one thread. The input is first laid out in memory
     (inductor_force_stride_order): left as an expression, inductor would recompute the
     norm or activation that made it for every output channel."""
-    import torch._inductor.inductor_prims  # noqa: F401  (registers the prim)
-
     k = x.shape[-1]
-    flat = x.reshape(-1, k).contiguous()
-    flat = torch.ops.prims.inductor_force_stride_order(flat, [k, 1])
+    flat = torch.ops.prims.inductor_force_stride_order(x.reshape(-1, k), [k, 1])
     out = torch.stack([(w * flat[m]).sum(-1) for m in range(flat.shape[0])], 0)
     out = out.reshape(*x.shape[:-1], w.shape[0])
     return out if bias is None else out + bias
 
 
-def decompositions(width: int) -> Any:
+def decompositions() -> Any:
     """The decomposition table a CPU package's program runs before compiling: torch.export's
     own, with linear as _linear_as_reductions. Measured on the offline pair's fp32 target on
     2 cores (AMD EPYC, AVX-512): the 1-position step 14 ms against 35 ms for the BLAS call,
@@ -129,6 +126,8 @@ def decompositions(width: int) -> Any:
     at load. (Other forms measured worse: a single [out, rows, in] reduction is vectorised
     along the rows at 5 rows, 4 times slower than the BLAS call; the weights as the BLAS
     call's left operand give 26 ms at 5 positions and no gain at 1.)"""
+    import torch._inductor.inductor_prims  # noqa: F401  (registers the prim; loads inductor)
+
     table = torch.export.default_decompositions()
     table[aten.linear.default] = _linear_as_reductions
     return table
@@ -147,7 +146,7 @@ def build(model: torch.nn.Module, width: int, length: int) -> Path:
             warnings.simplefilter("ignore", FutureWarning)
             exported = export_step(step, step.example_args())
             if next(model.parameters()).device.type == "cpu":
-                exported = exported.run_decompositions(decompositions(width))
+                exported = exported.run_decompositions(decompositions())
             torch._inductor.aoti_compile_and_package(
                 exported,
                 package_path=tmp,
