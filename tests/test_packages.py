@@ -205,3 +205,26 @@ def test_a_cpu_package_computes_linear_as_reductions_with_the_same_result():
         assert "prims.inductor_force_stride_order.default" in ops
         with torch.no_grad():
             torch.testing.assert_close(program.module()(x), block(x))
+
+
+def test_a_cpu_package_computes_int8_and_bf16_weights_as_float32_reductions():
+    """The int8 draft's kernel (torch._weight_int8pack_mm) and a bf16 linear become the same
+    reductions, widened to float32 inside the loop: no int8 kernel or matrix product is left,
+    and the program computes what the module does, to the activations' precision."""
+    from specviz.offline import Int8WeightLinear
+
+    torch.manual_seed(0)
+    for make in (
+        lambda lin: Int8WeightLinear(lin, torch.bfloat16),
+        lambda lin: lin.to(torch.bfloat16),
+    ):
+        layer = make(torch.nn.Linear(64, 24, bias=False)).eval()
+        for rows in (1, 3):
+            x = torch.randn(1, rows, 64).to(torch.bfloat16)
+            program = torch.export.export(layer, (x,)).run_decompositions(packages.decompositions())
+            ops = {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
+            assert not [op for op in ops if "int8pack" in op or "linear" in op or "mm" in op], ops
+            with torch.no_grad():
+                got, want = program.module()(x), layer(x)
+            assert got.dtype == want.dtype == torch.bfloat16
+            torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
