@@ -201,6 +201,24 @@ def _probe(model: torch.nn.Module, width: int, length: int, fn: Callable[..., An
     return bool(((top - chosen) <= 0.02 * spread + 1e-4).all())
 
 
+class Forward:
+    """A loaded package's call, its tensors passed straight to the package's runner: the
+    loaded model's own call parses its input and output specs from JSON and flattens its
+    arguments on every call (about 0.2 ms with a cache of 90 tensors, 3 % of a draft
+    step). The arguments are tensors only, in the exported order (ids, *state), so they
+    are the flat inputs; the output spec is parsed once."""
+
+    def __init__(self, compiled: Any) -> None:
+        from torch.utils import _pytree as pytree
+
+        self.compiled, self.loader = compiled, compiled.loader
+        self._unflatten = pytree.tree_unflatten
+        self._out_spec = pytree.treespec_loads(self.loader.get_call_spec()[1])
+
+    def __call__(self, *args: torch.Tensor) -> Any:
+        return self._unflatten(self.loader.boxed_run(list(args)), self._out_spec)
+
+
 def load(
     model: torch.nn.Module, width: int, length: int, report: Callable[[str], None] = say
 ) -> Callable[..., Any] | None:
@@ -217,6 +235,7 @@ def load(
             check_full_update=True,
             user_managed=True,
         )
+        fn = Forward(fn)
         if not _probe(model, width, length, fn):
             raise ValueError("its probe call disagrees with the eager model")
     except Exception as exc:  # a package is a file on disk: anything may be wrong with it
