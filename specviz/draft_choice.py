@@ -111,7 +111,22 @@ def build(base: torch.nn.Module, variant: str) -> torch.nn.Module:
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[act]
         return (quantize_w8 if kind == "w8" else quantize_w4)(base, dtype)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[kind]
-    return refine_copy(copy.deepcopy(base).to(dtype).eval())
+    copied = copy.deepcopy(base).to(dtype).eval()
+    on_cpu = next(base.parameters()).device.type == "cpu"
+    return refine_copy(copied, widen=on_cpu and not native_16bit(kind))
+
+
+# CPU flags of 16-bit arithmetic that torch's products use (no flag: a 16-bit product is
+# emulated, and its copies widen their many-row products: offline.WideningLinear).
+NATIVE_16BIT = {
+    "bf16": ("avx512_bf16", "amx_bf16"),
+    "fp16": ("avx512_fp16", "amx_fp16"),
+}
+
+
+def native_16bit(kind: str) -> bool:
+    """Whether this CPU multiplies kind ("bf16" or "fp16") natively."""
+    return bool(set(NATIVE_16BIT[kind]) & _cpu_info()[1])
 
 
 def describe_variant(variant: str) -> str:

@@ -107,6 +107,49 @@ def test_a_copys_head_is_refined_and_stays_tied(one_thread):
         assert torch.equal(got.argmax(-1), ref.argmax(-1))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_widening_linear_gives_the_16bit_product_over_many_rows(one_thread, dtype):
+    """From WIDEN_MIN_ROWS rows the product runs in float32 and is rounded once to the
+    layer's dtype: within half a 16-bit step of the float64 product of the same 16-bit
+    numbers (plus the float32 sums' error); below, it is the plain 16-bit Linear's."""
+    from specviz.offline import WIDEN_MIN_ROWS, WideningLinear
+
+    torch.manual_seed(1)
+    lin = torch.nn.Linear(96, 80).to(dtype)
+    wide = torch.nn.Linear(96, 80).to(dtype)
+    wide.load_state_dict(lin.state_dict())
+    wide.__class__ = WideningLinear
+    few = torch.randn(3, WIDEN_MIN_ROWS - 1, 96).to(dtype)[0]
+    assert torch.equal(wide(few), lin(few))
+    x = torch.randn(2, WIDEN_MIN_ROWS, 96).to(dtype)
+    got = wide(x)
+    assert got.dtype == dtype and got.shape == (2, WIDEN_MIN_ROWS, 80)
+    ref = x.double() @ lin.weight.double().T + lin.bias.double()
+    step = torch.finfo(dtype).eps * ref.abs()  # one 16-bit step at each value
+    assert ((got.double() - ref).abs() <= 0.5 * step + 1e-5 * ref.abs().max()).all()
+
+
+def test_a_copy_widens_its_products_only_on_a_cpu_without_16bit_arithmetic(one_thread, monkeypatch):
+    """The bf16 and fp16 copies' decoder layers widen many-row products where the CPU lacks
+    the flag of that dtype's arithmetic; the LM head never does; names and tensors are the
+    plain copy's (so a compiled package's key does not change)."""
+    from specviz import draft_choice
+    from specviz.draft_choice import build
+    from specviz.offline import RefinedHead, WideningLinear
+
+    base = tiny_model(vocab=64, seed=3, tie_word_embeddings=True)
+    for variant, flag in (("bf16", "avx512_bf16"), ("fp16", "amx_fp16")):
+        for flags, widened in (({"avx2", "fma"}, True), ({"avx2", flag}, False)):
+            monkeypatch.setattr(draft_choice, "_cpu_info", lambda f=flags: ("cpu", set(f)))
+            m = build(base, variant)
+            kinds = {type(x) for x in m.model.modules() if isinstance(x, torch.nn.Linear)}
+            assert kinds == ({WideningLinear} if widened else {torch.nn.Linear})
+            head = m.get_output_embeddings()
+            assert isinstance(head, RefinedHead) and type(head.linear) is torch.nn.Linear
+            plain = base.state_dict()
+            assert list(m.state_dict()) == [k.replace("lm_head.", "lm_head.linear.") for k in plain]
+
+
 def test_a_tie_in_a_bf16_copy_is_broken_by_the_unrounded_logits(one_thread):
     from specviz.offline import RefinedHead
 
