@@ -18,6 +18,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -392,4 +393,38 @@ def prepare_offline_packages(device: str = "auto", say: Any = None) -> dict[str,
     widths = {"target": (1, s.gamma + 1), "draft": (1, 2)}
     needed = len(pair.encode_prompt(DEFAULT_PROMPT)) + s.max_new_tokens + s.gamma + 2
     models = {"target": pair.target.model, "draft": pair.draft.model}
-    return prepare(models, widths, cache_len(needed), report=say or (lambda _m: None))
+    length = cache_len(needed)
+    two = (os.cpu_count() or 1) >= 2  # a second process builds half of them
+    return prepare(
+        models,
+        widths,
+        length,
+        report=say or (lambda _m: None),
+        elsewhere=(lambda todo: _WorkerBuild(dev, length, todo)) if two else None,
+    )
+
+
+class _WorkerBuild:
+    """specviz.compiled.prepare_worker building some packages in a second process; wait()
+    gives the seconds of each it built ({} when it failed: the caller builds those)."""
+
+    def __init__(self, device: torch.device, length: int, todo: list[tuple[str, int]]) -> None:
+        import subprocess
+        import sys
+
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "specviz.compiled.prepare_worker", device.type, str(length)]
+            + [f"{role}/{w}" for role, w in todo],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=Path(__file__).resolve().parents[1],  # where the specviz package is found
+        )
+
+    def wait(self) -> dict[str, float]:
+        import json
+
+        out, _ = self.proc.communicate()
+        try:
+            return dict(json.loads(out.strip().splitlines()[-1]))
+        except (ValueError, IndexError):
+            return {}

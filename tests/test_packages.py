@@ -208,9 +208,10 @@ def test_a_cpu_package_computes_linear_as_reductions_with_the_same_result():
 
 
 def test_a_cpu_package_computes_int8_and_bf16_weights_as_float32_reductions():
-    """A bf16 linear, and under AVX-512 the int8 draft's kernel (torch._weight_int8pack_mm),
-    become the same reductions, widened to float32 inside the loop, and the program computes
-    what the module does, to the activations' precision."""
+    """A bf16 linear and the int8 draft's kernel (torch._weight_int8pack_mm) become the same
+    reductions, widened to float32 inside the loop (the int8 weights read as 32-bit words
+    outside AVX-512), and the program computes what the module does, to the activations'
+    precision."""
     from specviz.offline import Int8WeightLinear
 
     torch.manual_seed(0)
@@ -224,11 +225,91 @@ def test_a_cpu_package_computes_int8_and_bf16_weights_as_float32_reductions():
             program = torch.export.export(layer, (x,)).run_decompositions(packages.decompositions())
             ops = {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
             left = [op for op in ops if "int8pack" in op or "linear" in op or "mm" in op]
-            if packages.capability() == "AVX512" or not isinstance(layer, Int8WeightLinear):
-                assert not left, ops
-            else:  # AVX2 and others keep the int8 kernel
-                assert left == ["aten._weight_int8pack_mm.default"], ops
+            assert not left, ops
+            words = any("shift" in op for op in ops)
+            assert words == (
+                packages.capability() != "AVX512" and isinstance(layer, Int8WeightLinear)
+            )
             with torch.no_grad():
                 got, want = program.module()(x), layer(x)
             assert got.dtype == want.dtype == torch.bfloat16
             torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 5])
+def test_int8_weights_read_as_words_give_the_product_of_the_int8_values(rows):
+    """The AVX2 form of the int8 kernel (four weights per 32-bit word, each byte taken out by
+    shifts, sign-extended) equals the product of the int8 values as float64, negative and
+    extreme codes included, at several rows; and a word form that took the bytes in the
+    wrong order would not."""
+    torch.manual_seed(rows)
+    w = torch.randint(-128, 128, (40, 64), dtype=torch.int8)
+    w[0, :4] = torch.tensor([-128, 127, -1, 0], dtype=torch.int8)
+    x = torch.randn(rows, 64)
+    got = packages._int8_rows_as_words(x, w)
+    want = x.double() @ w.double().T
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-4)
+    swapped = packages._int8_rows_as_words(x, w.view(-1, 4).flip(-1).reshape(40, 64))
+    assert not torch.allclose(swapped.double(), want, rtol=1e-3, atol=1e-2)
+    scale = torch.rand(40).to(torch.bfloat16)
+    torch.testing.assert_close(
+        packages._int8pack_mm_as_words(x.to(torch.bfloat16), w, scale).float(),
+        torch._weight_int8pack_mm(x.to(torch.bfloat16), w, scale).float(),
+        rtol=2e-2,
+        atol=2e-2,
+    )
+
+
+def test_the_set_up_step_builds_half_in_another_process_and_what_it_missed_here(monkeypatch):
+    """prepare hands every other missing package to `elsewhere`, builds the rest here, then
+    builds here whatever the other process did not: each package once, a shared one (the
+    same model and shape under two roles) once."""
+    on_disk: set[tuple[int, int]] = set()
+    built_here: list[tuple[int, int]] = []
+    monkeypatch.setattr(
+        packages, "load", lambda m, w, n, report=None: "fn" if (id(m), w) in on_disk else None
+    )
+    monkeypatch.setattr(packages, "path_of", lambda k: k["id"])
+    monkeypatch.setattr(packages, "key", lambda m, w, n: {"id": (id(m), w)})
+
+    def build(m, w, n):
+        built_here.append((id(m), w))
+        on_disk.add((id(m), w))
+
+    monkeypatch.setattr(packages, "build", build)
+    target, draft = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    shapes = {"target": (1, 5), "draft": (1, 2), "again": (5,)}
+    models = {"target": target, "draft": draft, "again": target}
+
+    class Done:  # the other process built what it was given
+        def __init__(self, todo):
+            self.todo = todo
+            for role, w in todo:
+                on_disk.add((id(models[role]), w))
+
+        def wait(self):
+            return {f"{r}/{w}": 7.0 for r, w in self.todo}
+
+    given: list = []
+    took = packages.prepare(
+        models, shapes, 256, lambda _m: None, lambda t: given.append(t) or Done(t)
+    )
+    assert given == [[("target", 5), ("draft", 2)]]
+    assert sorted(built_here) == sorted([(id(target), 1), (id(draft), 1)])
+    assert sorted(took) == ["draft/1", "draft/2", "target/1", "target/5"]
+    assert took["target/5"] == took["draft/2"] == 7.0
+
+    on_disk.clear(), built_here.clear()
+
+    class Failed:  # the other process built nothing
+        def __init__(self, todo):
+            pass
+
+        def wait(self):
+            return {}
+
+    took = packages.prepare(models, shapes, 256, lambda _m: None, Failed)
+    assert sorted(built_here) == sorted(
+        (id(m), w) for m, w in [(target, 1), (target, 5), (draft, 1), (draft, 2)]
+    )
+    assert len(built_here) == 4 and sorted(took) == ["draft/1", "draft/2", "target/1", "target/5"]

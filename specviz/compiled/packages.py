@@ -39,7 +39,7 @@ import torch
 
 from specviz.aoti import AotiForwards, AotiStep, export_step, say
 
-FORMAT = 4  # bump when a package's layout, calling convention or generated code changes
+FORMAT = 5  # bump when a package's layout, calling convention or generated code changes
 PROBE_TOKEN = 1
 aten = torch.ops.aten
 
@@ -133,6 +133,36 @@ def _int8pack_mm_as_reductions(
     return (_rows_as_reductions(x, w) * scale.float()).to(x.dtype)
 
 
+def _int8_rows_as_words(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """x [n, k] times int8 w [out, k] transposed, in float32 [n, out], as _rows_as_reductions
+    does it, for CPUs without AVX-512. There inductor's code loads 8 int8 weights at a time
+    through a buffer (a partial load of a 32-lane vector), and a weight step runs at a
+    fifth of the memory's rate. Here the weights are read as 32-bit words instead (their
+    bytes viewed as float32, which loads whole vectors, then as int32), each word's four
+    bytes taken out by shifts (sign-extended) and multiplied by four planes of x laid out
+    as x[4j + b] for b = 0..3. Little-endian byte order: byte b of word j is w[4j + b]."""
+    n, k = x.shape
+    words = w.view(torch.float32).view(torch.int32)  # [out, k / 4]
+    planes = torch.ops.prims.inductor_force_stride_order(
+        x.float().reshape(n, k // 4, 4).permute(0, 2, 1), [k, k // 4, 1]
+    )  # [n, 4, k / 4]
+    weights = [((words << (24 - 8 * b)) >> 24).float() for b in range(4)]
+    rows = []
+    for m in range(n):
+        acc = weights[0] * planes[m, 0]
+        for b in range(1, 4):
+            acc = acc + weights[b] * planes[m, b]
+        rows.append(acc.sum(-1))
+    return torch.stack(rows, 0)
+
+
+def _int8pack_mm_as_words(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """torch._weight_int8pack_mm as _int8_rows_as_words, in x's dtype."""
+    if w.shape[1] % 4:
+        return aten._weight_int8pack_mm.default(x, w, scale)
+    return (_int8_rows_as_words(x, w) * scale.float()).to(x.dtype)
+
+
 def decompositions() -> Any:
     """The decomposition table a CPU package's program runs before compiling: torch.export's
     own, with linear, and under AVX-512 the int8 draft's kernel (torch._weight_int8pack_mm),
@@ -148,8 +178,10 @@ def decompositions() -> Any:
 
     table = torch.export.default_decompositions()
     table[aten.linear.default] = _linear_as_reductions
-    if capability() == "AVX512":  # inductor's AVX2 code widens int8 slowly: 4x a draft step
+    if capability() == "AVX512":
         table[aten._weight_int8pack_mm.default] = _int8pack_mm_as_reductions
+    else:  # inductor's AVX2 code loads int8 slowly: the weights read as 32-bit words
+        table[aten._weight_int8pack_mm.default] = _int8pack_mm_as_words
     return table
 
 
@@ -340,22 +372,49 @@ def prepare(
     shapes: dict[str, tuple[int, ...]],
     length: int,
     report: Callable[[str], None] = say,
+    elsewhere: Callable[[list[tuple[str, int]]], Any] | None = None,
 ) -> dict[str, float]:
     """The set-up step's builds: each model's widths at one cache length, those missing
     built (seconds per built package, by "role/width"; a package already there costs a
-    load and a probe)."""
+    load and a probe). elsewhere, given half of the missing (role, width) pairs, starts
+    building them in another process and returns a handle whose wait() gives a dict of
+    their seconds when it is done (a build is mostly one core's work: code generation in
+    Python, then one compiler process); what it did not build is built here after it."""
     took: dict[str, float] = {}
+    todo: list[tuple[str, int]] = []
+    paths: set[Path] = set()
     for role, model in models.items():
         for w in shapes[role]:
-            if load(model, w, length, report) is not None:
+            path = path_of(key(model, w, length))
+            if path in paths:  # the same model and shape under another role
                 continue
-            t0 = time.perf_counter()
-            build(model, w, length)
-            took[f"{role}/{w}"] = time.perf_counter() - t0
-            report(
-                f"specviz: compiled the {role}'s {w}-position call ahead of time in "
-                f"{took[f'{role}/{w}']:.0f} s"
-            )
+            paths.add(path)
+            if load(model, w, length, report) is None:
+                todo.append((role, w))
+    theirs: list[tuple[str, int]] = []
+    handle = None
+    if elsewhere is not None and len(todo) > 1:
+        theirs, todo = todo[1::2], todo[0::2]
+        handle = elsewhere(theirs)
+
+    def here(role: str, w: int) -> None:
+        t0 = time.perf_counter()
+        build(models[role], w, length)
+        took[f"{role}/{w}"] = time.perf_counter() - t0
+        report(
+            f"specviz: compiled the {role}'s {w}-position call ahead of time in "
+            f"{took[f'{role}/{w}']:.0f} s"
+        )
+
+    for role, w in todo:
+        here(role, w)
+    if handle is not None:
+        done = handle.wait() or {}
+        for role, w in theirs:
+            if load(models[role], w, length, report) is None:
+                here(role, w)  # the other process did not build it
+            else:
+                took[f"{role}/{w}"] = float(done.get(f"{role}/{w}", float("nan")))
     return took
 
 
