@@ -30,7 +30,7 @@ from specviz.offline import (
     prepare_offline,
     take_conversion_seconds,
 )
-from specviz.pair import LoadedModel, ModelPair, encode_user_prompt, token_width
+from specviz.pair import LoadedModel, ModelPair, token_width
 
 log = logging.getLogger(__name__)
 
@@ -373,80 +373,35 @@ def prepare_offline_pair(device: str = "auto", remeasure: bool = False, say: Any
     return choice
 
 
-def _offline_package_shapes(device: torch.device) -> tuple[dict[str, tuple[int, ...]], int]:
-    """The widths the set-up step builds per role and the cache length of a default run."""
-    from specviz.compiled import cache_len
-    from specviz.config import DEFAULT_PROMPT, Settings
-
-    s = Settings()
-    widths = {"target": (1, s.gamma + 1), "draft": (1, 2)}
-    with _lock:
-        tok = _get_tokenizer(OFFLINE_TARGET)
-    encoded = encode_user_prompt(tok, DEFAULT_PROMPT)
-    return widths, cache_len(len(encoded) + s.max_new_tokens + s.gamma + 2)
-
-
-def _packages_wanted(device: str) -> torch.device | None:
-    """The device the set-up step builds packages for, or None (a GPU, or SPECVIZ_AOTI=off)."""
-    if os.environ.get("SPECVIZ_AOTI", "").lower() in ("0", "off", "no"):
-        return None
-    dev = resolve_device(device)
-    return dev if dev.type == "cpu" else None
-
-
-def offline_model(role: str, device: str = "auto") -> torch.nn.Module:
-    """The offline pair's target (loaded alone: it does not need the draft's choice) or
-    draft, as load_pair loads them."""
-    if role != "target":
-        return load_pair(None, device=device).draft.model
-    dev = resolve_device(device)
-    with _lock:
-        return _get_model(OFFLINE_TARGET, dev, resolve_dtype("auto", dev, True)).model
-
-
-def start_target_packages(device: str = "auto") -> Any:
-    """The set-up step's first half on a CPU: a second process starts building the offline
-    target's packages (the target does not depend on the draft's choice), so that they are
-    built while the draft is measured and its own packages are built. Returns the handle
-    prepare_offline_packages takes, or None where nothing is to be built."""
-    dev = _packages_wanted(device)
-    if dev is None or (os.cpu_count() or 1) < 2:
-        return None
-    from specviz.compiled import packages
-
-    widths, length = _offline_package_shapes(dev)
-    target = offline_model("target", device)
-    todo = [("target", w) for w in widths["target"] if packages.load(target, w, length) is None]
-    return (todo, _WorkerBuild(dev, length, todo)) if todo else None
-
-
-def prepare_offline_packages(
-    device: str = "auto", say: Any = None, started: Any = None
-) -> dict[str, float] | None:
+def prepare_offline_packages(device: str = "auto", say: Any = None) -> dict[str, float] | None:
     """The set-up step's second half: on a CPU, compile the offline pair's calls of a
     default run ahead of time (specviz.compiled.packages: the target's 1 and gamma + 1
     positions, the draft's 1 and 2, on the default run's cache), each once; later processes
-    load them in milliseconds. Two builds run at once on two cores: `started` (from
-    start_target_packages) is the second process already building the target's, else
-    one is started for every other missing package. SPECVIZ_AOTI=off skips it. Returns the
-    seconds each build took ({} when every package was there), or None where nothing is
-    built (a GPU, or off)."""
-    from specviz.compiled.packages import half_elsewhere, prepare
+    load them in milliseconds. SPECVIZ_AOTI=off skips it. Returns the seconds each build
+    took ({} when every package was there), or None where nothing is built (a GPU, or off)."""
+    from specviz.compiled import cache_len
+    from specviz.compiled.packages import prepare
+    from specviz.config import DEFAULT_PROMPT, Settings
 
-    dev = _packages_wanted(device)
-    if dev is None:
+    if os.environ.get("SPECVIZ_AOTI", "").lower() in ("0", "off", "no"):
+        return None
+    dev = resolve_device(device)
+    if dev.type != "cpu":
         return None
     pair = load_pair(None, device=device)
-    widths, length = _offline_package_shapes(dev)
+    s = Settings()
+    widths = {"target": (1, s.gamma + 1), "draft": (1, 2)}
+    needed = len(pair.encode_prompt(DEFAULT_PROMPT)) + s.max_new_tokens + s.gamma + 2
     models = {"target": pair.target.model, "draft": pair.draft.model}
-    if started is not None:
-        theirs, handle = started
-        elsewhere = lambda todo: ([t for t in todo if t in theirs], handle)  # noqa: E731
-    elif (os.cpu_count() or 1) >= 2:
-        elsewhere = half_elsewhere(lambda todo: _WorkerBuild(dev, length, todo))
-    else:
-        elsewhere = None
-    return prepare(models, widths, length, report=say or (lambda _m: None), elsewhere=elsewhere)
+    length = cache_len(needed)
+    two = (os.cpu_count() or 1) >= 2  # a second process builds half of them
+    return prepare(
+        models,
+        widths,
+        length,
+        report=say or (lambda _m: None),
+        elsewhere=(lambda todo: _WorkerBuild(dev, length, todo)) if two else None,
+    )
 
 
 class _WorkerBuild:

@@ -13,19 +13,6 @@ from typing import Any
 import torch
 
 
-def encode_user_prompt(tok: Any, prompt: str, raw: bool = False) -> list[int]:
-    """Token ids of a user prompt, inside the tokenizer's chat template unless raw (or it
-    has none)."""
-    if not isinstance(prompt, str) or not prompt.strip():
-        raise ValueError("prompt is empty")
-    if not raw and getattr(tok, "chat_template", None):
-        text = tok.apply_chat_template(
-            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
-        )
-        return list(tok(text, add_special_tokens=False)["input_ids"])
-    return list(tok(prompt)["input_ids"])
-
-
 @dataclass
 class LoadedModel:
     """A model ready to run, with what the page shows about it."""
@@ -123,7 +110,15 @@ class ModelPair:
 
     def encode_prompt(self, prompt: str, raw: bool = False) -> list[int]:
         """Token ids of a user prompt, inside the chat template unless raw (or none exists)."""
-        return encode_user_prompt(self.tokenizer, prompt, raw)
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ValueError("prompt is empty")
+        tok = self.tokenizer
+        if not raw and getattr(tok, "chat_template", None):
+            text = tok.apply_chat_template(
+                [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+            )
+            return list(tok(text, add_special_tokens=False)["input_ids"])
+        return list(tok(prompt)["input_ids"])
 
     def describe(self) -> dict[str, str]:
         how = f", compiled with {self.compile_backend}" if self.compile_backend else ""

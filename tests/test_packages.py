@@ -291,8 +291,9 @@ def test_the_set_up_step_builds_half_in_another_process_and_what_it_missed_here(
             return {f"{r}/{w}": 7.0 for r, w in self.todo}
 
     given: list = []
-    half = packages.half_elsewhere(lambda t: given.append(t) or Done(t))
-    took = packages.prepare(models, shapes, 256, lambda _m: None, half)
+    took = packages.prepare(
+        models, shapes, 256, lambda _m: None, lambda t: given.append(t) or Done(t)
+    )
     assert given == [[("target", 5), ("draft", 2)]]
     assert sorted(built_here) == sorted([(id(target), 1), (id(draft), 1)])
     assert sorted(took) == ["draft/1", "draft/2", "target/1", "target/5"]
@@ -307,27 +308,8 @@ def test_the_set_up_step_builds_half_in_another_process_and_what_it_missed_here(
         def wait(self):
             return {}
 
-    took = packages.prepare(models, shapes, 256, lambda _m: None, packages.half_elsewhere(Failed))
+    took = packages.prepare(models, shapes, 256, lambda _m: None, Failed)
     assert sorted(built_here) == sorted(
         (id(m), w) for m, w in [(target, 1), (target, 5), (draft, 1), (draft, 2)]
     )
     assert len(built_here) == 4 and sorted(took) == ["draft/1", "draft/2", "target/1", "target/5"]
-
-    # a process started earlier on the target's packages (before the draft was chosen): the
-    # draft's are built here, the target's are left to it and only loaded afterwards
-    on_disk.clear(), built_here.clear()
-    early = Done([("target", 1), ("target", 5)])
-    on_disk.clear()  # it has not finished yet when prepare looks
-
-    class Finishing:
-        def wait(self):
-            for w in (1, 5):
-                on_disk.add((id(target), w))
-            return early.wait()
-
-    def started(todo):
-        return [t for t in todo if t[0] == "target"], Finishing()
-
-    took = packages.prepare(models, shapes, 256, lambda _m: None, started)
-    assert sorted(built_here) == sorted([(id(draft), 1), (id(draft), 2)])
-    assert took["target/1"] == took["target/5"] == 7.0 and len(took) == 4

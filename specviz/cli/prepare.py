@@ -27,15 +27,10 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     """Print the converted model's directory, then the offline draft's choice."""
     from specviz import draft_choice, metrics
     from specviz.compiled import packages
-    from specviz.models import (
-        prepare_offline_packages,
-        prepare_offline_pair,
-        start_target_packages,
-    )
+    from specviz.models import prepare_offline_packages, prepare_offline_pair
     from specviz.offline import prepare_offline
 
     print(prepare_offline())
-    started = start_target_packages(args.device)  # built while the draft is measured
     choice = prepare_offline_pair(args.device, remeasure=args.remeasure, say=say)
     print(f"offline draft: {choice.summary()}")
     for cand in choice.candidates:
@@ -45,7 +40,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
             f"{cand.predicted:.2f}x at gamma {draft_choice.JUDGE_GAMMA}, "
             f"{cand.predicted_best:.2f}x at gamma {cand.gamma}"
         )
-    built = prepare_offline_packages(args.device, say=say, started=started)
+    built = prepare_offline_packages(args.device, say=say)
     if built is not None:
         took = ", ".join(f"{k} {s:.0f} s" for k, s in built.items()) or "none needed"
         print(f"compiled ahead of time: {took} ({packages.store()})")

@@ -372,15 +372,14 @@ def prepare(
     shapes: dict[str, tuple[int, ...]],
     length: int,
     report: Callable[[str], None] = say,
-    elsewhere: Callable[[list[tuple[str, int]]], tuple[list[tuple[str, int]], Any]] | None = None,
+    elsewhere: Callable[[list[tuple[str, int]]], Any] | None = None,
 ) -> dict[str, float]:
     """The set-up step's builds: each model's widths at one cache length, those missing
     built (seconds per built package, by "role/width"; a package already there costs a
-    load and a probe). elsewhere, given the missing (role, width) pairs, returns those
-    another process builds (it may have started before) and a handle whose wait() gives a
-    dict of their seconds once it is done (a build is mostly one core's work: code
-    generation in Python, then one compiler process); what it did not build is built here
-    after it. half_elsewhere makes one that hands every other pair to a new process."""
+    load and a probe). elsewhere, given half of the missing (role, width) pairs, starts
+    building them in another process and returns a handle whose wait() gives a dict of
+    their seconds when it is done (a build is mostly one core's work: code generation in
+    Python, then one compiler process); what it did not build is built here after it."""
     took: dict[str, float] = {}
     todo: list[tuple[str, int]] = []
     paths: set[Path] = set()
@@ -394,9 +393,9 @@ def prepare(
                 todo.append((role, w))
     theirs: list[tuple[str, int]] = []
     handle = None
-    if elsewhere is not None and todo:
-        theirs, handle = elsewhere(todo)
-        todo = [t for t in todo if t not in theirs]
+    if elsewhere is not None and len(todo) > 1:
+        theirs, todo = todo[1::2], todo[0::2]
+        handle = elsewhere(theirs)
 
     def here(role: str, w: int) -> None:
         t0 = time.perf_counter()
@@ -417,19 +416,6 @@ def prepare(
             else:
                 took[f"{role}/{w}"] = float(done.get(f"{role}/{w}", float("nan")))
     return took
-
-
-def half_elsewhere(
-    start: Callable[[list[tuple[str, int]]], Any],
-) -> Callable[[list[tuple[str, int]]], tuple[list[tuple[str, int]], Any]]:
-    """An `elsewhere` for prepare: every other missing pair to a process that start(pairs)
-    begins (none when only one is missing)."""
-
-    def elsewhere(todo: list[tuple[str, int]]) -> tuple[list[tuple[str, int]], Any]:
-        theirs = todo[1::2]
-        return (theirs, start(theirs)) if theirs else ([], None)
-
-    return elsewhere
 
 
 _forwards: weakref.WeakKeyDictionary[torch.nn.Module, dict[tuple[Any, ...], Any]] = (

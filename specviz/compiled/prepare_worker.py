@@ -3,8 +3,6 @@ step's (specviz.models.prepare_offline_packages starts it): two builds at once o
 
     python -m specviz.compiled.prepare_worker DEVICE LENGTH ROLE/WIDTH ...
 
-The target is loaded alone, so that its packages can be built before the draft is chosen.
-
 Prints one JSON object on stdout, the seconds of each package it built by "role/width"; a
 build that fails is left to the set-up step's process, which builds what is missing.
 """
@@ -18,15 +16,17 @@ import time
 
 def main(argv: list[str]) -> int:
     from specviz.compiled import packages
-    from specviz.models import offline_model
+    from specviz.models import load_pair
 
     device, length, wanted = argv[0], int(argv[1]), argv[2:]
+    pair = load_pair(None, device=device)
+    models = {"target": pair.target.model, "draft": pair.draft.model}
     took = {}
     for item in wanted:
         role, _, width = item.partition("/")
         t0 = time.perf_counter()
         try:
-            packages.build(offline_model(role, device), int(width), length)
+            packages.build(models[role], int(width), length)
         except Exception as exc:  # the set-up step's process builds it instead
             packages.say(
                 f"specviz: building the {role}'s {width}-position call failed here "
