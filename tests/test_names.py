@@ -98,11 +98,21 @@ def test_exact_is_an_adjective_only() -> None:
 def test_view_names_what_the_page_shows() -> None:
     """No handler's output, check comparison or tree path is called a view: a function that
     returns Changes has no "view" in its name, and outside specviz/views and specviz/ui no
-    identifier has "view" in it (the module path specviz.views aside)."""
+    identifier has "view" in it (the module path specviz.views aside; and torch's own
+    Tensor.view called as a method, a name the project does not choose)."""
     found = []
     for path, tree in sources().items():
         inside = path.startswith(("views/", "ui/"))
+        torch_view = {
+            id(node.func)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "view"
+        }
         for node in ast.walk(tree):
+            if id(node) in torch_view:
+                continue
             if isinstance(node, ast.FunctionDef):
                 returns = ast.unparse(node.returns) if node.returns else ""
                 if VIEW.search(node.name) and "Changes" in returns:
