@@ -166,14 +166,16 @@ def _int8pack_mm_as_words(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor)
 def decompositions() -> Any:
     """The decomposition table a CPU package's program runs before compiling: torch.export's
     own, with linear, and under AVX-512 the int8 draft's kernel (torch._weight_int8pack_mm),
-    as _rows_as_reductions. Measured on 2 cores (AMD EPYC, AVX-512): the offline pair's fp32
-    target's 1-position step 14 ms against 35 ms for the BLAS call, its 5-position call 20
-    ms against 40 ms; the w8-bf16 draft's step 5.7 ms against 7.4 ms with the int8 kernel.
-    It is the same products summed in another order, so the logits differ from eager's in
-    the last bits only; the probe checks them at load. (Other forms measured worse: a single
-    [out, rows, in] reduction is vectorised along the rows at 5 rows, 4 times slower than
-    the BLAS call; the weights as the BLAS call's left operand give 26 ms at 5 positions and
-    no gain at 1; the int8 reduction in bf16 16 ms a draft step.)"""
+    as _rows_as_reductions; elsewhere that kernel as _int8_rows_as_words (on 2 cores of an
+    AVX2 AMD EPYC the w8-bf16 draft's step 15.6 ms, the kernel's eager step 38). Measured
+    on 2 cores (AMD EPYC, AVX-512): the offline pair's fp32 target's 1-position step 14 ms
+    against 35 ms for the BLAS call, its 5-position call 20 ms against 40 ms; the w8-bf16
+    draft's step 5.7 ms against 7.4 ms with the int8 kernel. It is the same products summed
+    in another order, so the logits differ from eager's in the last bits only; the probe
+    checks them at load. (Other forms measured worse: a single [out, rows, in] reduction is
+    vectorised along the rows at 5 rows, 4 times slower than the BLAS call; the weights as
+    the BLAS call's left operand give 26 ms at 5 positions and no gain at 1; the int8
+    reduction in bf16 16 ms a draft step.)"""
     import torch._inductor.inductor_prims  # noqa: F401  (registers the prim; loads inductor)
 
     table = torch.export.default_decompositions()
@@ -338,7 +340,7 @@ class Packages:
                     t0 = time.perf_counter()
                     self.report(
                         f"specviz: compiling {type(model).__name__}'s {width}-position call on a "
-                        f"cache of {length} ahead of time (about a minute on 2 CPU cores)"
+                        f"cache of {length} ahead of time (one to three minutes on 2 CPU cores)"
                     )
                     build(model, width, length)
                     fn = load(model, width, length, self.report)
