@@ -253,7 +253,7 @@ def test_int8_weights_read_as_words_give_the_product_of_the_int8_values(rows):
     assert not torch.allclose(swapped.double(), want, rtol=1e-3, atol=1e-2)
     scale = torch.rand(40).to(torch.bfloat16)
     torch.testing.assert_close(
-        packages._int8pack_mm_as_words(x.to(torch.bfloat16), w, scale).float(),
+        packages._int8pack_mm_as_reductions(x.to(torch.bfloat16), w, scale).float(),
         torch._weight_int8pack_mm(x.to(torch.bfloat16), w, scale).float(),
         rtol=2e-2,
         atol=2e-2,
@@ -313,3 +313,22 @@ def test_the_set_up_step_builds_half_in_another_process_and_what_it_missed_here(
         (id(m), w) for m, w in [(target, 1), (target, 5), (draft, 1), (draft, 2)]
     )
     assert len(built_here) == 4 and sorted(took) == ["draft/1", "draft/2", "target/1", "target/5"]
+
+
+def test_int8_weights_whose_input_channels_do_not_come_in_fours_decompose_too():
+    """An int8 layer of 66 input channels (no 32-bit words) takes the plain reductions: the
+    program has no int8 kernel left and computes the product of the int8 values and scales
+    (against float64: ATen's own int8 kernel does not take 66 channels)."""
+    from specviz.offline import Int8WeightLinear
+
+    torch.manual_seed(0)
+    layer = Int8WeightLinear(torch.nn.Linear(66, 24, bias=False), torch.bfloat16).eval()
+    x = torch.randn(1, 2, 66).to(torch.bfloat16)
+    program = torch.export.export(layer, (x,)).run_decompositions(packages.decompositions())
+    ops = {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
+    assert not [op for op in ops if "int8pack" in op or "shift" in op], ops
+    with torch.no_grad():
+        got = program.module()(x)
+    w = layer.weight.double() * layer.scale.double()[:, None]
+    want = x.double() @ w.T
+    torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=2e-2)

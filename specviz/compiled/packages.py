@@ -129,8 +129,11 @@ def _int8pack_mm_as_reductions(
     x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor
 ) -> torch.Tensor:
     """torch._weight_int8pack_mm (x [n, k] by int8 weights [out, k] with one scale per output
-    channel) as _rows_as_reductions, in x's dtype."""
-    return (_rows_as_reductions(x, w) * scale.float()).to(x.dtype)
+    channel) as _rows_as_reductions, in x's dtype; outside AVX-512, where the input channels
+    come in fours, as _int8_rows_as_words."""
+    words = capability() != "AVX512" and w.shape[1] % 4 == 0
+    rows = (_int8_rows_as_words if words else _rows_as_reductions)(x, w)
+    return (rows * scale.float()).to(x.dtype)
 
 
 def _int8_rows_as_words(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -156,17 +159,10 @@ def _int8_rows_as_words(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.stack(rows, 0)
 
 
-def _int8pack_mm_as_words(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """torch._weight_int8pack_mm as _int8_rows_as_words, in x's dtype."""
-    if w.shape[1] % 4:
-        return aten._weight_int8pack_mm.default(x, w, scale)
-    return (_int8_rows_as_words(x, w) * scale.float()).to(x.dtype)
-
-
 def decompositions() -> Any:
     """The decomposition table a CPU package's program runs before compiling: torch.export's
     own, with linear, and under AVX-512 the int8 draft's kernel (torch._weight_int8pack_mm),
-    as _rows_as_reductions; elsewhere that kernel as _int8_rows_as_words (on 2 cores of an
+    as _rows_as_reductions, elsewhere as _int8_rows_as_words (on 2 cores of an
     AVX2 AMD EPYC the w8-bf16 draft's step 15.6 ms, the kernel's eager step 38). Measured
     on 2 cores (AMD EPYC, AVX-512): the offline pair's fp32 target's 1-position step 14 ms
     against 35 ms for the BLAS call, its 5-position call 20 ms against 40 ms; the w8-bf16
@@ -180,10 +176,7 @@ def decompositions() -> Any:
 
     table = torch.export.default_decompositions()
     table[aten.linear.default] = _linear_as_reductions
-    if capability() == "AVX512":
-        table[aten._weight_int8pack_mm.default] = _int8pack_mm_as_reductions
-    else:  # inductor's AVX2 code loads int8 slowly: the weights read as 32-bit words
-        table[aten._weight_int8pack_mm.default] = _int8pack_mm_as_words
+    table[aten._weight_int8pack_mm.default] = _int8pack_mm_as_reductions
     return table
 
 
