@@ -49,6 +49,7 @@ import torch
 from specviz import metrics
 from specviz.offline import (
     cache_root,
+    cpu_has_16bit,
     quantize_dynamic_int8,
     quantize_w4,
     quantize_w8,
@@ -113,20 +114,11 @@ def build(base: torch.nn.Module, variant: str) -> torch.nn.Module:
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[kind]
     copied = copy.deepcopy(base).to(dtype).eval()
     on_cpu = next(base.parameters()).device.type == "cpu"
-    return refine_copy(copied, widen=on_cpu and not native_16bit(kind))
-
-
-# CPU flags of 16-bit arithmetic that torch's products use (no flag: a 16-bit product is
-# emulated, and its copies widen their many-row products: offline.WideningLinear).
-NATIVE_16BIT = {
-    "bf16": ("avx512_bf16", "amx_bf16"),
-    "fp16": ("avx512_fp16", "amx_fp16"),
-}
-
-
-def native_16bit(kind: str) -> bool:
-    """Whether this CPU multiplies kind ("bf16" or "fp16") natively."""
-    return bool(set(NATIVE_16BIT[kind]) & _cpu_info()[1])
+    if not on_cpu:
+        return refine_copy(copied)
+    # Without 16-bit arithmetic a 16-bit product is emulated: the copy widens its many-row
+    # products (offline.WideningLinear).
+    return refine_copy(copied, widen=not cpu_has_16bit(kind))
 
 
 def describe_variant(variant: str) -> str:

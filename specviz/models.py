@@ -27,6 +27,7 @@ from specviz.offline import (
     OFFLINE_DRAFT,
     OFFLINE_IDS,
     OFFLINE_TARGET,
+    cpu_has_16bit,
     prepare_offline,
     take_conversion_seconds,
 )
@@ -130,10 +131,7 @@ def device_map_setting() -> str | None:
 
 def cpu_has_bf16() -> bool:
     """Whether this CPU runs bf16 matrix products natively (AVX512-BF16 or AMX)."""
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
+    return cpu_has_16bit("bf16")
 
 
 def resolve_dtype(dtype: str, device: torch.device, offline: bool) -> torch.dtype:

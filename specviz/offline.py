@@ -332,6 +332,16 @@ class RefinedHead(torch.nn.Module):
         return y.reshape(*shape[:-1], y.shape[-1])
 
 
+def cpu_has_16bit(kind: str) -> bool:
+    """Whether this CPU runs kind's ("bf16" or "fp16") matrix products natively, as oneDNN
+    tells it (AVX512-BF16 or -FP16, or AMX; ONEDNN_MAX_CPU_ISA lowers it)."""
+    probe = {"bf16": "_is_mkldnn_bf16_supported", "fp16": "_is_mkldnn_fp16_supported"}[kind]
+    try:
+        return bool(getattr(torch.ops.mkldnn, probe)())
+    except (AttributeError, RuntimeError):
+        return False
+
+
 # Rows from which a WideningLinear computes in float32 (a prompt's prefill; a step, a
 # verify call and a padded package call stay below).
 WIDEN_MIN_ROWS = 16
