@@ -46,7 +46,7 @@ from typing import Any
 
 import torch
 
-from specviz import metrics
+from specviz import kernels, metrics
 from specviz.offline import (
     cache_root,
     cpu_has_16bit,
@@ -149,6 +149,8 @@ def machine_key(device: torch.device) -> dict[str, Any]:
     }
     if device.type == "cuda":
         key["gpu"] = torch.cuda.get_device_name(device)
+    else:  # the int8 variants' kernel (specviz.kernels; "" where ATen's runs)
+        key["kernels"] = kernels.tag()
     return key
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from specviz import kernels
 from specviz.offline import (
     OFFLINE_DRAFT,
     OFFLINE_IDS,
@@ -361,6 +362,8 @@ def prepare_offline_pair(device: str = "auto", remeasure: bool = False, say: Any
 
     draft_choice.requested()  # a bad SPECVIZ_OFFLINE_DRAFT fails before any work
     dev = resolve_device(device)
+    if dev.type == "cpu":  # before the choice: the int8 variants' steps depend on it
+        kernels.build(report=say or (lambda _m: None))
     known = None if remeasure else draft_choice.recorded(dev)
     if known is not None:  # measured before on this machine: nothing to load
         return known

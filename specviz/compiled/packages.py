@@ -37,9 +37,10 @@ from typing import Any
 
 import torch
 
+from specviz import kernels
 from specviz.aoti import AotiForwards, AotiStep, export_step, say
 
-FORMAT = 5  # bump when a package's layout, calling convention or generated code changes
+FORMAT = 6  # bump when a package's layout, calling convention or generated code changes
 PROBE_TOKEN = 1
 aten = torch.ops.aten
 
@@ -80,6 +81,8 @@ def key(model: torch.nn.Module, width: int, length: int) -> dict[str, Any]:
         "model": model_key(model),
         "width": int(width),
         "length": int(length),
+        # the int8 kernel library its code may call (specviz.kernels; "" where unused)
+        "kernels": kernels.tag() if device.type == "cpu" else "",
     }
 
 

@@ -1,0 +1,151 @@
+"""specviz's own CPU kernel: ``torch.ops.specviz.int8_linear``, the int8 draft's products on
+an AVX2 CPU (specviz/csrc/int8_linear.cpp).
+
+ATen's kernel for int8 weights (``torch._weight_int8pack_mm``) is written for AVX-512: on an
+AVX2 CPU its one-row product runs at a third of the memory's rate, and the int8 draft's step
+costs more than the bf16 copy's. This one sign-extends eight weights at a time and sums in
+float32, as ATen's does, and streams a layer's weights at close to the memory's rate on 2
+cores. It is used where torch's CPU capability is AVX2 (specviz.offline.Int8WeightLinear);
+under AVX-512 ATen's kernel is the faster one and stays.
+
+The set-up step (``python -m specviz prepare``) compiles it once with the system's C++
+compiler against the installed torch, into the specviz cache, keyed by the source, torch's
+version and the compiler's flags; a process loads the library it finds there. Where there is
+no compiler, or the build fails, one line on stderr says so and the int8 draft keeps ATen's
+kernel: the library is a speed-up, never a requirement. A compiled package of the int8
+draft calls the op, so its key names the library (specviz.compiled.packages.key).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).parent / "csrc" / "int8_linear.cpp"
+FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-fPIC", "-shared", "-std=c++17", "-w")
+_lock = threading.Lock()
+_state: dict[str, bool] = {}
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def wanted() -> bool:
+    """Whether this CPU takes the kernel: torch's capability is AVX2 (not AVX-512, where
+    ATen's kernel is faster, nor a CPU without AVX2)."""
+    return str(torch.backends.cpu.get_cpu_capability()) == "AVX2"
+
+
+def compiler() -> str | None:
+    """The C++ compiler: $CXX, else c++ or g++ on the PATH."""
+    for name in (os.environ.get("CXX"), "c++", "g++"):
+        if name and shutil.which(name):
+            return name
+    return None
+
+
+def digest() -> str:
+    """What the library's code depends on: the source, torch's version and the flags."""
+    h = hashlib.sha256(SOURCE.read_bytes())
+    h.update(f"{torch.__version__}|{' '.join(FLAGS)}".encode())
+    return h.hexdigest()[:16]
+
+
+def library_path() -> Path:
+    from specviz.offline import cache_root
+
+    return cache_root() / "kernels" / f"specviz_kernels-{digest()}.so"
+
+
+def command(cxx: str, source: Path, out: Path) -> list[str]:
+    from torch.utils.cpp_extension import include_paths, library_paths
+
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    cmd = [cxx, *FLAGS, f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
+    cmd += [f"-I{p}" for p in include_paths()]
+    cmd += [str(source), "-o", str(out)]
+    for p in library_paths():
+        cmd += [f"-L{p}", f"-Wl,-rpath,{p}"]
+    return cmd + ["-lc10", "-ltorch_cpu", "-ltorch"]
+
+
+def build(report=_say) -> Path | None:
+    """Compile the library where this CPU takes it and it is missing (the file appears
+    whole or not at all); its path, or None with one line on stderr when it cannot be."""
+    if not wanted():
+        return None
+    path = library_path()
+    if path.exists():
+        return path
+    cxx = compiler()
+    if cxx is None:
+        report("specviz: no C++ compiler (c++, g++ or $CXX): the int8 draft keeps ATen's kernel")
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.stem + ".", suffix=".so", dir=path.parent)
+    os.close(fd)
+    try:
+        done = subprocess.run(command(cxx, SOURCE, Path(tmp)), capture_output=True, text=True)
+        if done.returncode != 0:
+            first = (done.stderr.strip().splitlines() or ["no message"])[0][:160]
+            report(f"specviz: the int8 kernel did not compile ({first}): ATen's kernel is used")
+            return None
+        os.replace(tmp, path)
+        _state.clear()  # a process that asked before the build loads it on the next ask
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def _register_fake() -> None:
+    @torch.library.register_fake("specviz::int8_linear")
+    def _(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        return x.new_empty((*x.shape[:-1], w.shape[0]))
+
+
+def ready() -> bool:
+    """Whether torch.ops.specviz.int8_linear is there to call: this CPU takes it and the
+    library is built (loaded on the first ask; a library that will not load is removed with
+    one line on stderr, and the set-up step builds it again)."""
+    if "ready" in _state:
+        return _state["ready"]
+    with _lock:
+        if "ready" not in _state:
+            _state["ready"] = _load()
+    return _state["ready"]
+
+
+def _load() -> bool:
+    if not wanted():
+        return False
+    if hasattr(torch.ops.specviz, "int8_linear"):
+        return True
+    path = library_path()
+    if not path.exists():
+        return False
+    try:
+        torch.ops.load_library(str(path))
+        _register_fake()
+    except Exception as exc:  # a file on disk: anything may be wrong with it
+        _say(
+            f"specviz: the int8 kernel library {path.name} is unusable "
+            f"({type(exc).__name__}); removed, so the set-up step builds it again"
+        )
+        path.unlink(missing_ok=True)
+        return False
+    return True
+
+
+def tag() -> str:
+    """The loaded library's digest, or "" where the op is not used (a package key's part)."""
+    return digest() if ready() else ""
