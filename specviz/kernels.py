@@ -29,6 +29,8 @@ from pathlib import Path
 
 import torch
 
+from specviz.paths import cache_root
+
 SOURCE = Path(__file__).parent / "csrc" / "int8_linear.cpp"
 FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-fPIC", "-shared", "-std=c++17", "-w")
 _lock = threading.Lock()
@@ -61,8 +63,6 @@ def digest() -> str:
 
 
 def library_path() -> Path:
-    from specviz.offline import cache_root
-
     return cache_root() / "kernels" / f"specviz_kernels-{digest()}.so"
 
 

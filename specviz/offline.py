@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from specviz import kernels
+from specviz.paths import cache_root
 
 log = logging.getLogger(__name__)
 
@@ -46,12 +47,6 @@ OFFLINE_IDS = (OFFLINE_TARGET, OFFLINE_DRAFT)
 
 
 _CACHE_FORMAT = 1
-
-
-def cache_root() -> Path:
-    """Where converted weights live: $SPECVIZ_CACHE, else ~/.cache/specviz."""
-    env = os.environ.get("SPECVIZ_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "specviz"
 
 
 def offline_gguf_path() -> Path:

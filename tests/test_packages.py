@@ -207,12 +207,15 @@ def test_a_cpu_package_computes_linear_as_reductions_with_the_same_result():
             torch.testing.assert_close(program.module()(x), block(x))
 
 
-def test_a_cpu_package_computes_int8_and_bf16_weights_as_float32_reductions():
-    """A bf16 linear and the int8 draft's kernel (torch._weight_int8pack_mm) become the same
-    reductions, widened to float32 inside the loop (the int8 weights read as 32-bit words
-    outside AVX-512), and the program computes what the module does, to the activations'
-    precision."""
+def test_a_cpu_package_computes_int8_and_bf16_weights_as_float32_reductions(monkeypatch):
+    """A bf16 linear and ATen's int8 kernel (torch._weight_int8pack_mm, which the int8 draft
+    calls where specviz's own kernel is not ready) become the same reductions, widened to
+    float32 inside the loop (the int8 weights read as 32-bit words outside AVX-512), and the
+    program computes what the module does, to the activations' precision."""
+    from specviz import kernels
     from specviz.offline import Int8WeightLinear
+
+    monkeypatch.setitem(kernels._state, "ready", False)
 
     torch.manual_seed(0)
     for make in (
@@ -315,11 +318,14 @@ def test_the_set_up_step_builds_half_in_another_process_and_what_it_missed_here(
     assert len(built_here) == 4 and sorted(took) == ["draft/1", "draft/2", "target/1", "target/5"]
 
 
-def test_int8_weights_whose_input_channels_do_not_come_in_fours_decompose_too():
+def test_int8_weights_whose_input_channels_do_not_come_in_fours_decompose_too(monkeypatch):
     """An int8 layer of 66 input channels (no 32-bit words) takes the plain reductions: the
     program has no int8 kernel left and computes the product of the int8 values and scales
     (against float64: ATen's own int8 kernel does not take 66 channels)."""
+    from specviz import kernels
     from specviz.offline import Int8WeightLinear
+
+    monkeypatch.setitem(kernels._state, "ready", False)
 
     torch.manual_seed(0)
     layer = Int8WeightLinear(torch.nn.Linear(66, 24, bias=False), torch.bfloat16).eval()
@@ -332,3 +338,30 @@ def test_int8_weights_whose_input_channels_do_not_come_in_fours_decompose_too():
     w = layer.weight.double() * layer.scale.double()[:, None]
     want = x.double() @ w.T
     torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=2e-2)
+
+
+def test_a_cpu_package_lays_out_the_attentions_query_and_computes_the_same():
+    """Attention keeps its query as a buffer (inductor_force_stride_order feeds the math
+    form: the query's rotary embedding is computed once, not once per cached position), its
+    boolean mask becomes the additive one the op's front end makes, and the decomposed step
+    gives the eager step's logits (a mask added as 0 and 1 would not)."""
+    from specviz.aoti import AotiStep, export_step
+    from tests.tiny import tiny_model
+
+    model = tiny_model(vocab=16, seed=0, layers=2, num_key_value_heads=1).eval()
+    step = AotiStep(model, 1, 32)
+    args = step.example_args()
+    program = export_step(step, args).run_decompositions(packages.decompositions())
+    ops = [str(n.target) for n in program.graph.nodes if n.op == "call_function"]
+    assert "aten.scaled_dot_product_attention.default" not in ops
+    assert ops.count("prims.inductor_force_stride_order.default") >= 2  # one per layer
+    ids = torch.tensor([[3]])
+    with torch.inference_mode():
+        state = [t.clone() for t in args[1:]]
+        for token in (3, 5, 7):  # a few positions of cache
+            ids = torch.tensor([[token]])
+            got = program.module()(ids, *state)
+        state = [t.clone() for t in args[1:]]
+        for token in (3, 5, 7):
+            want = step(torch.tensor([[token]]), *state)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)

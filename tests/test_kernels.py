@@ -1,0 +1,276 @@
+"""specviz's own CPU kernel (specviz.kernels, specviz/csrc/int8_linear.cpp): the int8 product
+it computes, how the set-up step builds it, what happens when it cannot, and the int8 draft
+that calls it, eager and in a compiled package, exact as a draft must be.
+
+The op is loaded once per process: the library the set-up step built where this CPU takes
+it (AVX2), else one compiled here into a temporary folder (about 15 s), so that the op's
+tests run on any x86 CPU with a compiler."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from specviz import kernels
+from specviz.offline import Int8WeightLinear, quantize_w8
+from tests.tiny import tiny_model
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def op(tmp_path_factory):
+    """torch.ops.specviz.int8_linear, loaded."""
+    if not kernels.ready():
+        if not hasattr(torch.ops.specviz, "int8_linear"):
+            cxx = kernels.compiler()
+            if cxx is None:
+                pytest.skip("no C++ compiler to build the kernel with")
+            out = tmp_path_factory.mktemp("kernels") / "specviz_kernels.so"
+            done = subprocess.run(
+                kernels.command(cxx, kernels.SOURCE, out), capture_output=True, text=True
+            )
+            assert done.returncode == 0, done.stderr[-2000:]
+            torch.ops.load_library(str(out))
+            kernels._register_fake()
+    return torch.ops.specviz.int8_linear
+
+
+@pytest.fixture
+def uses_kernel(op, monkeypatch):
+    """Int8WeightLinear takes the kernel in this test, whatever this CPU is."""
+    monkeypatch.setitem(kernels._state, "ready", True)
+    return op
+
+
+def _reference(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return x.double() @ (w.double() * scale.double()[:, None]).T
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 9, 40])
+@pytest.mark.parametrize("k, n", [(576, 103), (66, 7), (8, 1), (24, 40), (1536, 16)])
+def test_the_kernel_computes_the_product_of_the_int8_weights_and_scales(op, rows, k, n):
+    """Against float64, at every row count the kernel has a path for (1 to 4 rows together,
+    more in fours), input channels in and out of sixteens and eights, output channels in and
+    out of fours, extreme codes included."""
+    g = torch.Generator().manual_seed(rows * 1000 + k + n)
+    w = torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=g)
+    w[0, : min(k, 4)] = torch.tensor([-128, 127, -1, 0][: min(k, 4)], dtype=torch.int8)
+    scale = torch.rand(n, generator=g) / 100
+    x = torch.randn(rows, k, generator=g)
+    got = op(x, w, scale)
+    assert got.dtype == torch.float32 and got.shape == (rows, n)
+    want = _reference(x, w, scale)
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * k**0.5)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_the_kernel_answers_in_the_inputs_dtype_as_atens_does(op, dtype):
+    """A 16-bit input: the same shape and dtype as torch._weight_int8pack_mm's answer, and
+    the same values up to one rounding of the output (both sum in float32)."""
+    g = torch.Generator().manual_seed(3)
+    w = torch.randint(-128, 128, (96, 64), dtype=torch.int8, generator=g)
+    scale = (torch.rand(96, generator=g) / 50).to(dtype)
+    x = torch.randn(2, 5, 64, generator=g).to(dtype)
+    got = op(x, w, scale)
+    assert got.dtype == dtype and got.shape == (2, 5, 96)
+    want = _reference(x.reshape(-1, 64), w, scale).reshape(2, 5, 96)
+    torch.testing.assert_close(got.double(), want, rtol=1e-2, atol=1e-2)
+    if dtype == torch.bfloat16:  # ATen's CPU kernel takes bf16 inputs
+        aten = torch._weight_int8pack_mm(x.reshape(-1, 64), w, scale).reshape(2, 5, 96)
+        torch.testing.assert_close(got.float(), aten.float(), rtol=1e-2, atol=1e-2)
+
+
+def test_the_kernel_refuses_what_it_cannot_multiply(op):
+    w = torch.zeros(4, 8, dtype=torch.int8)
+    with pytest.raises(RuntimeError, match="last size"):
+        op(torch.zeros(1, 9), w, torch.ones(4))
+    with pytest.raises(RuntimeError, match="one scale per output channel"):
+        op(torch.zeros(1, 8), w, torch.ones(3))
+    with pytest.raises(RuntimeError, match="int8"):
+        op(torch.zeros(1, 8), w.float(), torch.ones(4))
+
+
+def test_the_int8_layer_takes_the_kernel_where_it_is_ready(uses_kernel, monkeypatch):
+    """Int8WeightLinear calls the kernel when it is ready (the same values as ATen's kernel,
+    to bf16 rounding), ATen's kernel when not; exported, the program calls the op."""
+    torch.manual_seed(0)
+    layer = Int8WeightLinear(torch.nn.Linear(64, 24), torch.bfloat16).eval()
+    x = torch.randn(1, 3, 64).to(torch.bfloat16)
+    with torch.inference_mode():
+        mine = layer(x)
+        monkeypatch.setitem(kernels._state, "ready", False)
+        theirs = layer(x)
+    torch.testing.assert_close(mine.float(), theirs.float(), rtol=2e-2, atol=2e-2)
+    monkeypatch.setitem(kernels._state, "ready", True)
+    program = torch.export.export(layer, (x,))
+    ops = {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
+    assert "specviz.int8_linear.default" in ops and not any("int8pack" in o for o in ops)
+
+
+@pytest.mark.parametrize("act", [torch.float32, torch.bfloat16])
+def test_greedy_speculative_equals_autoregressive_with_the_kernels_draft(uses_kernel, act):
+    """The int8 draft on the kernel drafts, the target decides: greedy speculative output is
+    the target's greedy output token for token, and some drafts are accepted."""
+    import dataclasses
+
+    from specviz.config import Settings
+    from specviz.engine import generate
+    from specviz.pair import LoadedModel
+    from tests.tiny import tiny_pair
+
+    pair = tiny_pair(vocab=32)
+    draft = quantize_w8(pair.target.model, act)
+    loaded = LoadedModel("tiny-w8", draft, torch.device("cpu"), str(act), 32, 0.0, "test")
+    pair = dataclasses.replace(pair, draft=loaded)
+    s = Settings(gamma=3, max_new_tokens=12).with_(greedy=True)
+    spec, ar = generate(pair, "1 2 3", s), generate(pair, "1 2 3", s.with_(method="ar"))
+    assert spec.token_ids == ar.token_ids and len(spec.token_ids) == 12
+    assert spec.stats.accepted > 0
+
+
+def test_the_distribution_check_passes_with_the_kernels_draft(uses_kernel):
+    """The rule with the int8 draft on the kernel keeps the target's distribution (the
+    draft at temperature 2, so that rejections happen; q is what the kernel computes)."""
+    import dataclasses
+
+    from specviz.analysis import distribution_check
+    from specviz.config import Settings
+    from specviz.pair import LoadedModel
+    from tests.tiny import tiny_pair
+
+    pair = tiny_pair(vocab=8)
+    draft = quantize_w8(pair.target.model, torch.float32)
+    loaded = LoadedModel("tiny-w8", draft, torch.device("cpu"), "float32", 8, 0.0, "test")
+    pair = dataclasses.replace(pair, draft=loaded)
+    s = Settings(gamma=2, draft_temperature=2.0)
+    r = distribution_check.run_check(pair, "1 2", s, n=200, length=2)
+    assert r.passed, r.summary()
+    assert r.spec_acceptance < 1.0
+
+
+def test_a_package_of_the_kernels_draft_calls_it_and_decodes_as_eager(
+    uses_kernel, tmp_path, monkeypatch
+):
+    """The int8 draft's compiled package calls the op (through AOTInductor's proxy executor),
+    its key names the library, and greedy speculative decoding on the packages gives the
+    target's greedy output."""
+    import dataclasses
+
+    from specviz.compiled import cache_len, packages
+    from specviz.config import Settings
+    from specviz.engine import generate
+    from specviz.pair import LoadedModel
+    from tests.tiny import tiny_pair
+
+    monkeypatch.setattr(packages, "store", lambda: tmp_path)
+    pair = tiny_pair(vocab=16)
+    draft = quantize_w8(pair.target.model, torch.float32).eval()
+    loaded = LoadedModel("tiny-w8", draft, torch.device("cpu"), "float32", 16, 0.0, "test")
+    pair = dataclasses.replace(pair, draft=loaded)
+    s = Settings(gamma=2, max_new_tokens=16).with_(greedy=True)
+    length = cache_len(len(pair.encode_prompt("1 2 3")) + 16 + 2 + 2)
+    assert packages.key(draft, 1, length)["kernels"] == kernels.digest()
+    packages.prepare(
+        {"target": pair.target.model, "draft": draft},
+        {"target": (1, 3), "draft": (1, 2)},
+        length,
+        report=lambda _m: None,
+    )
+    code = "".join(
+        p.read_text(errors="ignore") for p in tmp_path.glob("*.json")
+    )  # the keys written beside the packages
+    assert kernels.digest() in code
+    want = generate(pair, "1 2 3", s.with_(method="ar")).token_ids
+    compiled = pair.with_compile("aoti")
+    got = generate(compiled, "1 2 3", s).token_ids
+    assert got == want and len(want) == 16
+    fw = packages.packaged(compiled.draft, (1, 2), length)
+    assert fw is not None and fw.calls > 0 and fw.eager_calls == 0
+
+
+def test_the_set_up_step_builds_the_library_once(tmp_path, monkeypatch):
+    """build() compiles the source with the system's compiler into the cache's path, whole
+    or not at all, and finds it there the next time without compiling."""
+    if kernels.compiler() is None:
+        pytest.skip("no C++ compiler")
+    target = tmp_path / "kernels" / "specviz_kernels-x.so"
+    monkeypatch.setattr(kernels, "wanted", lambda: True)
+    monkeypatch.setattr(kernels, "library_path", lambda: target)
+    lines: list[str] = []
+    assert kernels.build(report=lines.append) == target
+    assert target.stat().st_size > 0 and lines == []
+    assert sorted(p.name for p in target.parent.iterdir()) == [target.name]  # no temporary left
+    monkeypatch.setenv("CXX", "/nonexistent/compiler")
+    monkeypatch.setattr(kernels, "compiler", lambda: None)
+    assert kernels.build(report=lines.append) == target and lines == []  # found: no compiling
+
+
+def test_without_a_compiler_or_with_a_failing_one_the_draft_keeps_atens_kernel(
+    tmp_path, monkeypatch
+):
+    """One line each, no library left behind, and build() answers None."""
+    target = tmp_path / "specviz_kernels-x.so"
+    monkeypatch.setattr(kernels, "wanted", lambda: True)
+    monkeypatch.setattr(kernels, "library_path", lambda: target)
+    lines: list[str] = []
+    monkeypatch.setattr(kernels, "compiler", lambda: None)
+    assert kernels.build(report=lines.append) is None
+    monkeypatch.setattr(kernels, "compiler", lambda: "false")  # a compiler that fails
+    assert kernels.build(report=lines.append) is None
+    assert len(lines) == 2 and all(line.count("\n") == 0 for line in lines)
+    assert "no C++ compiler" in lines[0] and "did not compile" in lines[1]
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(kernels, "wanted", lambda: False)  # AVX-512: ATen's kernel, no build
+    monkeypatch.setattr(kernels, "compiler", lambda: pytest.fail("compiled"))
+    assert kernels.build(report=lines.append) is None
+
+
+def test_a_corrupt_library_is_removed_with_one_line(tmp_path):
+    """A library file that will not load: one line on stderr, the file removed, the op not
+    ready (ATen's kernel runs), no traceback."""
+    code = (
+        "from specviz import kernels; import torch\n"
+        "kernels.wanted = lambda: True\n"
+        "p = kernels.library_path(); p.parent.mkdir(parents=True)\n"
+        "p.write_bytes(b'not a library')\n"
+        "print(kernels.ready(), p.exists())\n"
+    )
+    env = dict(os.environ, SPECVIZ_CACHE=str(tmp_path))
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "False"]
+    err = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(err) == 1 and "unusable" in err[0] and "Traceback" not in done.stderr
+
+
+def test_the_machine_key_of_the_draft_choice_names_the_library(monkeypatch):
+    """The int8 variants' steps depend on the kernel: a choice measured without it is not
+    read once it is there (and the other way round)."""
+    from specviz import draft_choice
+
+    monkeypatch.setitem(kernels._state, "ready", False)
+    without = draft_choice.machine_key(torch.device("cpu"))
+    monkeypatch.setitem(kernels._state, "ready", True)
+    with_it = draft_choice.machine_key(torch.device("cpu"))
+    assert without["kernels"] == "" and with_it["kernels"] == kernels.digest()
+    assert draft_choice._key_id(without) != draft_choice._key_id(with_it)
+
+
+def test_a_tiny_int8_draft_with_the_kernel_matches_its_float_model(uses_kernel):
+    """The whole int8 model on the kernel gives logits close to the float32 model it was
+    quantised from (int8 weights: about one part in a hundred)."""
+    m = tiny_model(vocab=32, seed=5, layers=2).eval()
+    q = quantize_w8(m, torch.float32).eval()
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.inference_mode():
+        a, b = m(input_ids=ids).logits, q(input_ids=ids).logits
+    assert (a - b).abs().max() < 0.05 * a.abs().max()
+    assert torch.equal(a.argmax(-1), b.argmax(-1))
