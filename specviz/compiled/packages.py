@@ -193,7 +193,9 @@ def decompositions() -> Any:
     """The decomposition table a CPU package's program runs before compiling: torch.export's
     own, with linear, and under AVX-512 the int8 draft's kernel (torch._weight_int8pack_mm),
     as _rows_as_reductions, elsewhere as _int8_rows_as_words (on 2 cores of an
-    AVX2 AMD EPYC the w8-bf16 draft's step 15.6 ms, the kernel's eager step 38). Measured
+    AVX2 AMD EPYC the w8-bf16 draft's step 15.6 ms, the kernel's eager step 38; where
+    specviz's own kernel is built, specviz.kernels, the int8 layer calls it instead and
+    never reaches this entry), and attention as _attention_on_laid_out_query. Measured
     on 2 cores (AMD EPYC, AVX-512): the offline pair's fp32 target's 1-position step 14 ms
     against 35 ms for the BLAS call, its 5-position call 20 ms against 40 ms; the w8-bf16
     draft's step 5.7 ms against 7.4 ms with the int8 kernel. It is the same products summed
