@@ -18,6 +18,7 @@ draft calls the op, so its key names the library (specviz.compiled.packages.key)
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -55,8 +56,10 @@ def compiler() -> str | None:
     return None
 
 
+@functools.cache
 def digest() -> str:
-    """What the library's code depends on: the source, torch's version and the flags."""
+    """What the library's code depends on: the source, torch's version and the flags (read
+    once per process: package keys and the draft choice's key ask for it)."""
     h = hashlib.sha256(SOURCE.read_bytes())
     h.update(f"{torch.__version__}|{' '.join(FLAGS)}".encode())
     return h.hexdigest()[:16]

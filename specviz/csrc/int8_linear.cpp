@@ -136,20 +136,19 @@ void many_rows(const float* x, int64_t m, const int8_t* w, const float* scale, f
   }
 }
 
-template <typename T>
-std::vector<float> as_float(const at::Tensor& t) {
-  const T* p = t.data_ptr<T>();
-  return std::vector<float>(p, p + t.numel());
-}
-
-std::vector<float> floats(const at::Tensor& t) {
+// t's values as float32: its own memory where it is float32 and contiguous (a decode call's
+// usual case: no copy), else converted into `held`.
+const float* as_floats(const at::Tensor& t, std::vector<float>& held) {
+  if (t.scalar_type() == at::kFloat && t.is_contiguous()) return t.data_ptr<float>();
   const at::Tensor c = t.contiguous();
+  held.resize(c.numel());
   switch (c.scalar_type()) {
-    case at::kFloat: return as_float<float>(c);
-    case at::kBFloat16: return as_float<c10::BFloat16>(c);
-    case at::kHalf: return as_float<c10::Half>(c);
+    case at::kFloat: std::copy_n(c.data_ptr<float>(), c.numel(), held.begin()); break;
+    case at::kBFloat16: std::copy_n(c.data_ptr<c10::BFloat16>(), c.numel(), held.begin()); break;
+    case at::kHalf: std::copy_n(c.data_ptr<c10::Half>(), c.numel(), held.begin()); break;
     default: TORCH_CHECK(false, "specviz::int8_linear: x and scale are float32, bfloat16 or float16");
   }
+  return held.data();
 }
 
 template <typename T>
@@ -165,7 +164,9 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
   TORCH_CHECK(x.dim() >= 1 && x.size(-1) == k, "specviz::int8_linear: x's last size is w's in");
   TORCH_CHECK(scale.numel() == n, "specviz::int8_linear: one scale per output channel");
   const int64_t m = k ? x.numel() / k : 0;
-  const std::vector<float> xs = floats(x), ss = floats(scale);
+  std::vector<float> x_held, scale_held;
+  const float* X = as_floats(x, x_held);
+  const float* S = as_floats(scale, scale_held);
   const at::Tensor wc = w.contiguous();
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
   shape.back() = n;
@@ -178,8 +179,6 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
     acc.resize(m * n);
     o = acc.data();
   }
-  const float* X = xs.data();
-  const float* S = ss.data();
   const int8_t* W = wc.data_ptr<int8_t>();
   at::parallel_for(0, n, 64, [&](int64_t b, int64_t e) {
     if (m > MANY_ROWS) {
