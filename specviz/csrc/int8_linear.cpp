@@ -75,64 +75,31 @@ void rows(const float* x, const int8_t* w, const float* scale, float* out, int64
   }
 }
 
-// sums[i][q] = sum_j x[i][j] * wf[q][j] for MX rows of x and 2 rows of float32 weights wf
-// (row stride k): 2 * MX independent sums, each weight load used MX times.
-template <int MX>
-void dot2(const float* x, int64_t k, const float* wf, float sums[4][2]) {
-  const int64_t k8 = k & ~int64_t(7);
-  __m256 a[MX][2];
-  for (int i = 0; i < MX; ++i) a[i][0] = a[i][1] = _mm256_setzero_ps();
-  int64_t j = 0;
-  for (; j < k8; j += 8) {
-    const __m256 w0 = _mm256_loadu_ps(wf + j), w1 = _mm256_loadu_ps(wf + k + j);
-    for (int i = 0; i < MX; ++i) {
-      const __m256 xi = _mm256_loadu_ps(x + i * k + j);
-      a[i][0] = _mm256_fmadd_ps(xi, w0, a[i][0]);
-      a[i][1] = _mm256_fmadd_ps(xi, w1, a[i][1]);
-    }
-  }
-  for (int i = 0; i < MX; ++i)
-    for (int q = 0; q < 2; ++q) {
-      float s = hsum(a[i][q]);
-      for (int64_t t = j; t < k; ++t) s += x[i * k + t] * wf[q * k + t];
-      sums[i][q] = s;
-    }
-}
+// Many rows of x (a prompt's prefill) make the product compute-bound, not memory-bound: the
+// output channels [b, e) BLOCK at a time, their weights widened to float32 once into a buffer
+// that stays in L2, then multiplied by all of x with ATen's float32 matrix product (one
+// thread's share of the channels, so the product runs on that thread). Each channel's sum
+// is then multiplied by its scale, as on the streaming path.
+constexpr int64_t BLOCK = 64;
 
-// Many rows of x (a prompt's prefill): the output channels [b, e) two at a time, their
-// weights widened to float32 once into a buffer that stays in L1, then multiplied by every
-// row of x, four at a time. The streaming path above would widen each weight again for
-// every four rows of x.
 void many_rows(const float* x, int64_t m, const int8_t* w, const float* scale, float* out,
                int64_t k, int64_t n, int64_t b, int64_t e) {
-  std::vector<float> wf(2 * k);
+  std::vector<float> wf(BLOCK * k), part(m * BLOCK);
+  const at::Tensor xs = at::from_blob(const_cast<float*>(x), {m, k}, at::kFloat);
   const int64_t k8 = k & ~int64_t(7);
-  float sums[4][2];
-  for (int64_t r = b; r < e; r += 2) {
-    const int64_t here = std::min<int64_t>(2, e - r);
-    for (int64_t q = 0; q < 2; ++q) {
-      float* dst = wf.data() + q * k;
-      if (q >= here) {
-        std::fill(dst, dst + k, 0.f);
-        continue;
-      }
+  for (int64_t r = b; r < e; r += BLOCK) {
+    const int64_t here = std::min<int64_t>(BLOCK, e - r);
+    for (int64_t q = 0; q < here; ++q) {
       const int8_t* src = w + (r + q) * k;
+      float* dst = wf.data() + q * k;
       int64_t j = 0;
       for (; j < k8; j += 8) _mm256_storeu_ps(dst + j, widen8(src + j));
       for (; j < k; ++j) dst[j] = float(src[j]);
     }
-    for (int64_t i = 0; i < m; i += 4) {
-      const int64_t rows_x = std::min<int64_t>(4, m - i);
-      const float* xi = x + i * k;
-      switch (rows_x) {
-        case 1: dot2<1>(xi, k, wf.data(), sums); break;
-        case 2: dot2<2>(xi, k, wf.data(), sums); break;
-        case 3: dot2<3>(xi, k, wf.data(), sums); break;
-        default: dot2<4>(xi, k, wf.data(), sums); break;
-      }
-      for (int64_t t = 0; t < rows_x; ++t)
-        for (int64_t q = 0; q < here; ++q) out[(i + t) * n + r + q] = sums[t][q] * scale[r + q];
-    }
+    at::Tensor sums = at::from_blob(part.data(), {m, here}, at::kFloat);
+    at::mm_out(sums, xs, at::from_blob(wf.data(), {here, k}, at::kFloat).t());
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t q = 0; q < here; ++q) out[i * n + r + q] = part[i * here + q] * scale[r + q];
   }
 }
 
