@@ -1,12 +1,15 @@
-"""specviz's own CPU kernel: ``torch.ops.specviz.int8_linear``, the int8 draft's products on
-an AVX2 CPU (specviz/csrc/int8_linear.cpp).
+"""specviz's own CPU kernels: ``torch.ops.specviz.int8_linear``, the int8 draft's products on
+an AVX2 CPU, and ``torch.ops.specviz.linear`` (specviz/csrc/int8_linear.cpp).
 
 ATen's kernel for int8 weights (``torch._weight_int8pack_mm``) is written for AVX-512: on an
 AVX2 CPU its one-row product runs at a third of the memory's rate, and the int8 draft's step
 costs more than the bf16 copy's. This one sign-extends eight weights at a time and sums in
 float32, as ATen's does, and streams a layer's weights at close to the memory's rate on 2
 cores. It is used where torch's CPU capability is AVX2 (specviz.offline.Int8WeightLinear);
-under AVX-512 ATen's kernel is the faster one and stays.
+under AVX-512 ATen's kernel is the faster one and stays. The same loops over float32 weights
+are ``torch.ops.specviz.linear``: a compiled package of the fp32 target calls it for its
+layers (specviz.compiled.packages), one pass over the weights for up to 6 positions, where
+inductor's reductions made the 5-position verification half as slow again as a step.
 
 The set-up step (``python -m specviz prepare``) compiles it once with the system's C++
 compiler against the installed torch, into the specviz cache, keyed by the source, torch's
@@ -113,6 +116,10 @@ def build(report=_say) -> Path | None:
 def _register_fake() -> None:
     @torch.library.register_fake("specviz::int8_linear")
     def _(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        return x.new_empty((*x.shape[:-1], w.shape[0]))
+
+    @torch.library.register_fake("specviz::linear")
+    def _(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return x.new_empty((*x.shape[:-1], w.shape[0]))
 
 

@@ -96,6 +96,57 @@ def test_the_kernel_refuses_what_it_cannot_multiply(op):
         op(torch.zeros(1, 8), w.float(), torch.ones(4))
 
 
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 6, 7, 9, 40])
+@pytest.mark.parametrize("k, n", [(576, 103), (66, 7), (8, 1), (1536, 16)])
+def test_the_float32_kernel_computes_the_product_and_each_row_alone(op, rows, k, n):
+    """specviz.linear against float64 at every row path (one pass for up to 6 rows, then
+    more passes, a prefill's BLAS product beyond 8), and every output bit for bit what the
+    row alone gives: a 5-position verification and a 1-position step agree on the logits
+    of the same position."""
+    g = torch.Generator().manual_seed(rows * 1000 + k + n)
+    w = torch.randn(n, k, generator=g)
+    x = torch.randn(rows, k, generator=g)
+    got = torch.ops.specviz.linear(x, w)
+    assert got.dtype == torch.float32 and got.shape == (rows, n)
+    want = x.double() @ w.double().T
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * k**0.5)
+    if rows <= 8:
+        alone = torch.cat([torch.ops.specviz.linear(x[i : i + 1], w) for i in range(rows)])
+        assert torch.equal(got, alone)
+
+
+def test_the_float32_kernel_refuses_what_it_cannot_multiply(op):
+    with pytest.raises(RuntimeError, match="last size"):
+        torch.ops.specviz.linear(torch.zeros(1, 9), torch.zeros(4, 8))
+    with pytest.raises(RuntimeError, match="float32"):
+        torch.ops.specviz.linear(torch.zeros(1, 8), torch.zeros(4, 8, dtype=torch.int8))
+    with pytest.raises(RuntimeError, match="float32"):
+        torch.ops.specviz.linear(torch.zeros(1, 8, dtype=torch.bfloat16), torch.zeros(4, 8))
+
+
+def test_a_cpu_package_calls_the_float32_kernel_for_a_float32_linear(uses_kernel):
+    """Where the kernels are ready, a CPU package's float32 linear becomes specviz.linear
+    (bias added after), no matrix product or reduction left, and the program computes what
+    the module does; a bf16 linear keeps the reductions."""
+    from specviz.compiled import packages
+
+    torch.manual_seed(0)
+    block = torch.nn.Sequential(torch.nn.Linear(16, 24), torch.nn.SiLU(), torch.nn.Linear(24, 8))
+    for rows in (1, 5):
+        x = torch.randn(1, rows, 16)
+        program = torch.export.export(block, (x,)).run_decompositions(packages.decompositions())
+        ops = {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
+        assert "specviz.linear.default" in ops, ops
+        assert not [op for op in ops if "mm" in op or "aten.linear" in op or "sum" in op], ops
+        with torch.no_grad():
+            torch.testing.assert_close(program.module()(x), block(x))
+    half = block.to(torch.bfloat16)
+    x = torch.randn(1, 2, 16).to(torch.bfloat16)
+    program = torch.export.export(half, (x,)).run_decompositions(packages.decompositions())
+    ops = {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
+    assert "specviz.linear.default" not in ops and "aten.sum.dim_IntList" in ops, ops
+
+
 def test_the_int8_layer_takes_the_kernel_where_it_is_ready(uses_kernel, monkeypatch):
     """Int8WeightLinear calls the kernel when it is ready (the same values as ATen's kernel,
     to bf16 rounding), ATen's kernel when not; exported, the program calls the op."""

@@ -1,6 +1,7 @@
 // specviz::int8_linear(x, w, scale): x [..., k] (float32, bfloat16 or float16) times the int8
 // weights w [n, k] transposed, each output channel r multiplied by scale[r]; the result in
-// x's dtype. The products and sums are float32, as torch._weight_int8pack_mm computes them:
+// x's dtype. specviz::linear(x, w): float32 x times float32 weights w [n, k] transposed, the
+// same loops without the widening and the scale (the fp32 target's layers in a package). The products and sums are float32, as torch._weight_int8pack_mm computes them:
 // AVX2 and FMA, eight weights at a time sign-extended to int32 and converted to float, the
 // output channels split over the threads. ATen's own kernel for this op is written for
 // AVX-512; on an AVX2 CPU it runs a one-row product at a third of the memory's rate.
@@ -12,6 +13,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -28,6 +30,10 @@ inline __m256 widen8(const int8_t* p) {
       _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
 
+// Eight weights as float32: int8 widened, float32 loaded.
+inline __m256 load8(const int8_t* p) { return widen8(p); }
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+
 // out[i][r] = scale[r] * sum_j x[i][j] * w[r][j] for M rows of x (float32, row stride k) and
 // the output channels r in [b, e), R of them at a time (R * 2 * M independent sums, enough to
 // keep both FMA units busy); out rows have stride n. The weights are read as one stream, and
@@ -37,21 +43,23 @@ constexpr int64_t PREFETCH = 4096;
 // More rows than this take many_rows (a prefill); fewer stream the weights (a decode call).
 constexpr int64_t MANY_ROWS = 8;
 
-template <int M, int R>
-void rows(const float* x, const int8_t* w, const float* scale, float* out, int64_t k, int64_t n,
+template <int M, int R, typename T>
+void rows(const float* x, const T* w, const float* scale, float* out, int64_t k, int64_t n,
           int64_t b, int64_t e) {
   const int64_t k16 = k & ~int64_t(15);
   int64_t r = b;
   for (; r + R <= e; r += R) {
-    const int8_t* wr = w + r * k;
+    const T* wr = w + r * k;
     __m256 a0[M][R], a1[M][R];
     for (int i = 0; i < M; ++i)
       for (int q = 0; q < R; ++q) a0[i][q] = a1[i][q] = _mm256_setzero_ps();
     int64_t j = 0;
     for (; j < k16; j += 16) {
-      _mm_prefetch(reinterpret_cast<const char*>(wr + R * j + PREFETCH), _MM_HINT_T0);
+      const char* ahead = reinterpret_cast<const char*>(wr + R * j) + PREFETCH;
+      for (size_t line = 0; line < sizeof(T); ++line)  // R * 16 weights: sizeof(T) lines
+        _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
       for (int q = 0; q < R; ++q) {
-        const __m256 w0 = widen8(wr + q * k + j), w1 = widen8(wr + q * k + j + 8);
+        const __m256 w0 = load8(wr + q * k + j), w1 = load8(wr + q * k + j + 8);
         for (int i = 0; i < M; ++i) {
           a0[i][q] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + i * k + j), a0[i][q]);
           a1[i][q] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + i * k + j + 8), a1[i][q]);
@@ -62,16 +70,14 @@ void rows(const float* x, const int8_t* w, const float* scale, float* out, int64
       for (int i = 0; i < M; ++i) {
         float s = hsum(_mm256_add_ps(a0[i][q], a1[i][q]));
         for (int64_t t = j; t < k; ++t) s += float(wr[q * k + t]) * x[i * k + t];
-        out[i * n + r + q] = s * scale[r + q];
+        out[i * n + r + q] = scale ? s * scale[r + q] : s;
       }
   }
-  for (; r < e; ++r) {  // the last few channels, one at a time
-    const int8_t* wr = w + r * k;
-    for (int i = 0; i < M; ++i) {
-      float s = 0.f;
-      for (int64_t t = 0; t < k; ++t) s += float(wr[t]) * x[i * k + t];
-      out[i * n + r] = s * scale[r];
-    }
+  // the last few channels one at a time, summed in the same order: an output's value does
+  // not depend on how many rows or channels were computed beside it, so a 1-position call
+  // and a 5-position call give the same logits for the same position
+  if constexpr (R > 1) {
+    if (r < e) rows<M, 1>(x, w, scale, out, k, n, r, e);
   }
 }
 
@@ -124,6 +130,36 @@ void store(const std::vector<float>& src, at::Tensor& dst) {
   for (size_t i = 0; i < src.size(); ++i) p[i] = T(src[i]);
 }
 
+// out [m, n] = x [m, k] times w [n, k] transposed (times scale, where there is one): the
+// output channels split over the threads, each thread's share streamed once for every six
+// rows of x. Many rows (a prefill) go to many_rows instead, for int8 weights.
+template <typename T>
+void product(const float* X, int64_t m, const T* W, const float* S, float* o, int64_t k,
+             int64_t n) {
+  at::parallel_for(0, n, 64, [&](int64_t b, int64_t e) {
+    if constexpr (std::is_same_v<T, int8_t>) {
+      if (m > MANY_ROWS) {
+        many_rows(X, m, W, S, o, k, n, b, e);
+        return;
+      }
+    }
+    // up to 6 rows in one pass over the weights (a decode call is memory-bound: each pass
+    // streams every weight), 2 * rows * channels <= 12 accumulators in registers
+    for (int64_t i = 0; i < m; i += 6) {
+      const float* xi = X + i * k;
+      float* oi = o + i * n;
+      switch (std::min<int64_t>(6, m - i)) {
+        case 1: rows<1, 4>(xi, W, S, oi, k, n, b, e); break;
+        case 2: rows<2, 3>(xi, W, S, oi, k, n, b, e); break;
+        case 3: rows<3, 2>(xi, W, S, oi, k, n, b, e); break;
+        case 4: rows<4, 1>(xi, W, S, oi, k, n, b, e); break;
+        case 5: rows<5, 1>(xi, W, S, oi, k, n, b, e); break;
+        default: rows<6, 1>(xi, W, S, oi, k, n, b, e); break;
+      }
+    }
+  });
+}
+
 at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& scale) {
   TORCH_CHECK(w.scalar_type() == at::kChar && w.dim() == 2,
               "specviz::int8_linear: w is int8 [out, in]");
@@ -146,30 +182,36 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
     acc.resize(m * n);
     o = acc.data();
   }
-  const int8_t* W = wc.data_ptr<int8_t>();
-  at::parallel_for(0, n, 64, [&](int64_t b, int64_t e) {
-    if (m > MANY_ROWS) {
-      many_rows(X, m, W, S, o, k, n, b, e);
-      return;
-    }
-    for (int64_t i = 0; i < m; i += 4) {
-      const float* xi = X + i * k;
-      float* oi = o + i * n;
-      switch (std::min<int64_t>(4, m - i)) {
-        case 1: rows<1, 4>(xi, W, S, oi, k, n, b, e); break;
-        case 2: rows<2, 2>(xi, W, S, oi, k, n, b, e); break;
-        case 3: rows<3, 1>(xi, W, S, oi, k, n, b, e); break;
-        default: rows<4, 1>(xi, W, S, oi, k, n, b, e); break;
-      }
-    }
-  });
+  product(X, m, wc.data_ptr<int8_t>(), S, o, k, n);
   if (x.scalar_type() == at::kBFloat16) store<c10::BFloat16>(acc, out);
   if (x.scalar_type() == at::kHalf) store<c10::Half>(acc, out);
   return out;
 }
 
+at::Tensor linear(const at::Tensor& x, const at::Tensor& w) {
+  TORCH_CHECK(w.scalar_type() == at::kFloat && w.dim() == 2,
+              "specviz::linear: w is float32 [out, in]");
+  TORCH_CHECK(x.scalar_type() == at::kFloat, "specviz::linear: x is float32");
+  const int64_t n = w.size(0), k = w.size(1);
+  TORCH_CHECK(x.dim() >= 1 && x.size(-1) == k, "specviz::linear: x's last size is w's in");
+  const int64_t m = k ? x.numel() / k : 0;
+  if (m > MANY_ROWS) return at::matmul(x, w.t());  // compute-bound: the BLAS product
+  const at::Tensor xc = x.contiguous(), wc = w.contiguous();
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+  shape.back() = n;
+  at::Tensor out = at::empty(shape, x.options());
+  product(xc.data_ptr<float>(), m, wc.data_ptr<float>(), nullptr, out.data_ptr<float>(), k, n);
+  return out;
+}
+
 }  // namespace
 
-TORCH_LIBRARY(specviz, m) { m.def("int8_linear(Tensor x, Tensor w, Tensor scale) -> Tensor"); }
+TORCH_LIBRARY(specviz, m) {
+  m.def("int8_linear(Tensor x, Tensor w, Tensor scale) -> Tensor");
+  m.def("linear(Tensor x, Tensor w) -> Tensor");
+}
 
-TORCH_LIBRARY_IMPL(specviz, CPU, m) { m.impl("int8_linear", &int8_linear); }
+TORCH_LIBRARY_IMPL(specviz, CPU, m) {
+  m.impl("int8_linear", &int8_linear);
+  m.impl("linear", &linear);
+}
