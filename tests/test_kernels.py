@@ -209,8 +209,10 @@ def test_a_package_of_the_kernels_draft_calls_it_and_decodes_as_eager(
     uses_kernel, tmp_path, monkeypatch
 ):
     """The int8 draft's compiled package calls the op (through AOTInductor's proxy executor),
-    its key names the library, and greedy speculative decoding on the packages gives the
-    target's greedy output."""
+    the float32 target's calls specviz.linear, their keys name the library, and greedy
+    speculative decoding on the packages gives the target's greedy output."""
+    import zipfile
+
     import dataclasses
 
     from specviz.compiled import cache_len, packages
@@ -237,6 +239,18 @@ def test_a_package_of_the_kernels_draft_calls_it_and_decodes_as_eager(
         p.read_text(errors="ignore") for p in tmp_path.glob("*.json")
     )  # the keys written beside the packages
     assert kernels.digest() in code
+
+    def extern_ops(model, width):  # the ops the package's code calls through the executor
+        with zipfile.ZipFile(packages.path_of(packages.key(model, width, length))) as z:
+            return "".join(
+                z.read(n).decode() for n in z.namelist() if n.endswith("wrapper.json")
+            )
+
+    for w in (1, 2):
+        assert "specviz::int8_linear" in extern_ops(draft, w)
+    for w in (1, 3):
+        calls = extern_ops(pair.target.model, w)
+        assert "specviz::linear" in calls and "int8_linear" not in calls
     want = generate(pair, "1 2 3", s.with_(method="ar")).token_ids
     compiled = pair.with_compile("aoti")
     got = generate(compiled, "1 2 3", s).token_ids

@@ -198,7 +198,8 @@ def _attention_on_laid_out_query(
 
 def decompositions() -> Any:
     """The decomposition table a CPU package's program runs before compiling: torch.export's
-    own, with linear, and under AVX-512 the int8 draft's kernel (torch._weight_int8pack_mm),
+    own, with linear (a float32 one as specviz.linear where specviz's kernels are built),
+    and under AVX-512 the int8 draft's kernel (torch._weight_int8pack_mm),
     as _rows_as_reductions, elsewhere as _int8_rows_as_words (on 2 cores of an
     AVX2 AMD EPYC the w8-bf16 draft's step 15.6 ms, the kernel's eager step 38; where
     specviz's own kernel is built, specviz.kernels, the int8 layer calls it instead and
