@@ -7,9 +7,9 @@ costs more than the bf16 copy's. This one sign-extends eight weights at a time a
 float32, as ATen's does, and streams a layer's weights at close to the memory's rate on 2
 cores. It is used where torch's CPU capability is AVX2 (specviz.offline.Int8WeightLinear);
 under AVX-512 ATen's kernel is the faster one and stays. The same loops over float32 weights
-are ``torch.ops.specviz.linear``: a compiled package of the fp32 target calls it for its
-layers (specviz.compiled.packages), one pass over the weights for up to 6 positions, where
-inductor's reductions made the 5-position verification half as slow again as a step.
+are ``torch.ops.specviz.linear``: a compiled package of the fp32 target calls it for the
+layers of its calls over 2 to 8 positions (the verification; specviz.compiled.packages),
+one pass over the weights for up to 6 positions.
 
 The set-up step (``python -m specviz prepare``) compiles it once with the system's C++
 compiler against the installed torch, into the specviz cache, keyed by the source, torch's

@@ -125,19 +125,22 @@ def test_the_float32_kernel_refuses_what_it_cannot_multiply(op):
 
 
 def test_a_cpu_package_calls_the_float32_kernel_for_a_float32_linear(uses_kernel):
-    """Where the kernels are ready, a CPU package's float32 linear becomes specviz.linear
-    (bias added after), no matrix product or reduction left, and the program computes what
-    the module does; a bf16 linear keeps the reductions."""
+    """Where the kernels are ready, a CPU package's float32 linear over 2 to 8 rows becomes
+    specviz.linear (bias added after), no matrix product or reduction left, and the program
+    computes what the module does; one row, and a bf16 linear, keep the reductions."""
     from specviz.compiled import packages
 
     torch.manual_seed(0)
     block = torch.nn.Sequential(torch.nn.Linear(16, 24), torch.nn.SiLU(), torch.nn.Linear(24, 8))
-    for rows in (1, 5):
+    for rows in (1, 2, 5, 8):
         x = torch.randn(1, rows, 16)
         program = torch.export.export(block, (x,)).run_decompositions(packages.decompositions())
         ops = {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
-        assert "specviz.linear.default" in ops, ops
-        assert not [op for op in ops if "mm" in op or "aten.linear" in op or "sum" in op], ops
+        assert not [op for op in ops if "mm" in op or "aten.linear" in op], ops
+        if rows == 1:
+            assert "specviz.linear.default" not in ops and "aten.sum.dim_IntList" in ops, ops
+        else:
+            assert "specviz.linear.default" in ops and "aten.sum.dim_IntList" not in ops, ops
         with torch.no_grad():
             torch.testing.assert_close(program.module()(x), block(x))
     half = block.to(torch.bfloat16)
@@ -209,11 +212,10 @@ def test_a_package_of_the_kernels_draft_calls_it_and_decodes_as_eager(
     uses_kernel, tmp_path, monkeypatch
 ):
     """The int8 draft's compiled package calls the op (through AOTInductor's proxy executor),
-    the float32 target's calls specviz.linear, their keys name the library, and greedy
-    speculative decoding on the packages gives the target's greedy output."""
-    import zipfile
-
+    the float32 target's verification calls specviz.linear, their keys name the library,
+    and greedy speculative decoding on the packages gives the target's greedy output."""
     import dataclasses
+    import zipfile
 
     from specviz.compiled import cache_len, packages
     from specviz.config import Settings
@@ -242,15 +244,13 @@ def test_a_package_of_the_kernels_draft_calls_it_and_decodes_as_eager(
 
     def extern_ops(model, width):  # the ops the package's code calls through the executor
         with zipfile.ZipFile(packages.path_of(packages.key(model, width, length))) as z:
-            return "".join(
-                z.read(n).decode() for n in z.namelist() if n.endswith("wrapper.json")
-            )
+            return "".join(z.read(n).decode() for n in z.namelist() if n.endswith("wrapper.json"))
 
     for w in (1, 2):
         assert "specviz::int8_linear" in extern_ops(draft, w)
-    for w in (1, 3):
-        calls = extern_ops(pair.target.model, w)
-        assert "specviz::linear" in calls and "int8_linear" not in calls
+    assert "specviz::" not in extern_ops(pair.target.model, 1)  # one row: reductions
+    calls = extern_ops(pair.target.model, 3)
+    assert "specviz::linear" in calls and "int8_linear" not in calls
     want = generate(pair, "1 2 3", s.with_(method="ar")).token_ids
     compiled = pair.with_compile("aoti")
     got = generate(compiled, "1 2 3", s).token_ids

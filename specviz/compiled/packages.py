@@ -40,7 +40,7 @@ import torch
 from specviz import kernels
 from specviz.aoti import AotiForwards, AotiStep, export_step, say
 
-FORMAT = 7  # bump when a package's layout, calling convention or generated code changes
+FORMAT = 8  # bump when a package's layout, calling convention or generated code changes
 PROBE_TOKEN = 1
 aten = torch.ops.aten
 
@@ -122,12 +122,16 @@ def _rows_as_reductions(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 def _linear_as_reductions(
     x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """linear at a handful of rows as _rows_as_reductions, in x's dtype; in float32 where
-    specviz's kernels are built (an AVX2 CPU, specviz.kernels) as their specviz.linear,
-    which streams the weights once for up to 6 rows and sums each output in the same order
-    at every width: on 2 cores of an AMD EPYC (AVX2) the fp32 target's 5-position call
-    the same time as its 1-position call, where these reductions took half as long again."""
-    if x.dtype == w.dtype == torch.float32 and x.device.type == "cpu" and kernels.ready():
+    """linear at a handful of rows as _rows_as_reductions, in x's dtype; at 2 to 8 rows in
+    float32, where specviz's kernels are built (an AVX2 CPU, specviz.kernels), as their
+    specviz.linear, which streams the weights once for up to 6 rows. On 2 cores of an AMD
+    EPYC (AVX2), side by side in one process, the fp32 target's 5-position call took 30 to
+    32 ms with the kernel against 31.5 to 33.5 with the reductions; its 1-position step 25
+    to 27 ms against 25 to 26, so one row keeps the reductions (at the memory's rate there,
+    and no call through AOTInductor's proxy executor for each of the 211 layers)."""
+    rows = x.numel() // max(1, x.shape[-1])
+    kernel = 1 < rows <= 8 and x.dtype == w.dtype == torch.float32 and x.device.type == "cpu"
+    if kernel and kernels.ready():
         out = torch.ops.specviz.linear(x, w)
         return out if bias is None else out + bias
     out = _rows_as_reductions(x.reshape(-1, x.shape[-1]), w).to(x.dtype)
