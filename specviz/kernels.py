@@ -36,6 +36,9 @@ import torch
 from specviz.paths import cache_root
 
 SOURCE = Path(__file__).parent / "csrc" / "int8_linear.cpp"
+# The most rows the ops stream the weights for (csrc's MANY_ROWS); more are a prefill's
+# compute-bound product.
+STREAMED_ROWS = 8
 FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-fPIC", "-shared", "-std=c++17", "-w")
 _lock = threading.Lock()
 _state: dict[str, bool] = {}

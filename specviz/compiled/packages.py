@@ -130,7 +130,8 @@ def _linear_as_reductions(
     to 27 ms against 25 to 26, so one row keeps the reductions (at the memory's rate there,
     and no call through AOTInductor's proxy executor for each of the 211 layers)."""
     rows = x.numel() // max(1, x.shape[-1])
-    kernel = 1 < rows <= 8 and x.dtype == w.dtype == torch.float32 and x.device.type == "cpu"
+    kernel = 1 < rows <= kernels.STREAMED_ROWS and x.dtype == w.dtype == torch.float32
+    kernel = kernel and x.device.type == "cpu"
     if kernel and kernels.ready():
         out = torch.ops.specviz.linear(x, w)
         return out if bias is None else out + bias

@@ -1,10 +1,12 @@
 // specviz::int8_linear(x, w, scale): x [..., k] (float32, bfloat16 or float16) times the int8
 // weights w [n, k] transposed, each output channel r multiplied by scale[r]; the result in
-// x's dtype. specviz::linear(x, w): float32 x times float32 weights w [n, k] transposed, the
-// same loops without the widening and the scale (the fp32 target's layers in a package). The products and sums are float32, as torch._weight_int8pack_mm computes them:
+// x's dtype. The products and sums are float32, as torch._weight_int8pack_mm computes them:
 // AVX2 and FMA, eight weights at a time sign-extended to int32 and converted to float, the
 // output channels split over the threads. ATen's own kernel for this op is written for
 // AVX-512; on an AVX2 CPU it runs a one-row product at a third of the memory's rate.
+// specviz::linear(x, w): float32 x times float32 weights w [n, k] transposed, the same
+// streaming loops without the widening and the scale (a compiled package's verification
+// call over 2 to 8 positions of the fp32 target).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
@@ -13,7 +15,6 @@
 #include <torch/library.h>
 
 #include <algorithm>
-#include <type_traits>
 #include <vector>
 
 namespace {
@@ -41,12 +42,15 @@ inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 // at a third of the memory's rate on an AMD EPYC.
 constexpr int64_t PREFETCH = 4096;
 // More rows than this take many_rows (a prefill); fewer stream the weights (a decode call).
+// specviz.kernels.STREAMED_ROWS says the same to the package's decomposition.
 constexpr int64_t MANY_ROWS = 8;
 
 template <int M, int R, typename T>
 void rows(const float* x, const T* w, const float* scale, float* out, int64_t k, int64_t n,
           int64_t b, int64_t e) {
   const int64_t k16 = k & ~int64_t(15);
+  // a step reads 16 weights of each of R rows: this many 64-byte lines of the stream
+  constexpr int LINES = (R * 16 * int(sizeof(T)) + 63) / 64;
   int64_t r = b;
   for (; r + R <= e; r += R) {
     const T* wr = w + r * k;
@@ -56,8 +60,7 @@ void rows(const float* x, const T* w, const float* scale, float* out, int64_t k,
     int64_t j = 0;
     for (; j < k16; j += 16) {
       const char* ahead = reinterpret_cast<const char*>(wr + R * j) + PREFETCH;
-      for (size_t line = 0; line < sizeof(T); ++line)  // R * 16 weights: sizeof(T) lines
-        _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
+      for (int line = 0; line < LINES; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
       for (int q = 0; q < R; ++q) {
         const __m256 w0 = load8(wr + q * k + j), w1 = load8(wr + q * k + j + 8);
         for (int i = 0; i < M; ++i) {
@@ -74,8 +77,7 @@ void rows(const float* x, const T* w, const float* scale, float* out, int64_t k,
       }
   }
   // the last few channels one at a time, summed in the same order: an output's value does
-  // not depend on how many rows or channels were computed beside it, so a 1-position call
-  // and a 5-position call give the same logits for the same position
+  // not depend on how many rows or channels were computed beside it
   if constexpr (R > 1) {
     if (r < e) rows<M, 1>(x, w, scale, out, k, n, r, e);
   }
@@ -130,19 +132,13 @@ void store(const std::vector<float>& src, at::Tensor& dst) {
   for (size_t i = 0; i < src.size(); ++i) p[i] = T(src[i]);
 }
 
-// out [m, n] = x [m, k] times w [n, k] transposed (times scale, where there is one): the
-// output channels split over the threads, each thread's share streamed once for every six
-// rows of x. Many rows (a prefill) go to many_rows instead, for int8 weights.
+// out [m, n] = x [m, k] times w [n, k] transposed (times scale, where there is one), for a
+// decode call's few rows: the output channels split over the threads, each thread's share
+// streamed once for every six rows of x.
 template <typename T>
-void product(const float* X, int64_t m, const T* W, const float* S, float* o, int64_t k,
-             int64_t n) {
+void stream(const float* X, int64_t m, const T* W, const float* S, float* o, int64_t k,
+            int64_t n) {
   at::parallel_for(0, n, 64, [&](int64_t b, int64_t e) {
-    if constexpr (std::is_same_v<T, int8_t>) {
-      if (m > MANY_ROWS) {
-        many_rows(X, m, W, S, o, k, n, b, e);
-        return;
-      }
-    }
     // up to 6 rows in one pass over the weights (a decode call is memory-bound: each pass
     // streams every weight), 2 * rows * channels <= 12 accumulators in registers
     for (int64_t i = 0; i < m; i += 6) {
@@ -182,7 +178,13 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
     acc.resize(m * n);
     o = acc.data();
   }
-  product(X, m, wc.data_ptr<int8_t>(), S, o, k, n);
+  const int8_t* W = wc.data_ptr<int8_t>();
+  if (m > MANY_ROWS) {
+    at::parallel_for(0, n, 64,
+                     [&](int64_t b, int64_t e) { many_rows(X, m, W, S, o, k, n, b, e); });
+  } else {
+    stream(X, m, W, S, o, k, n);
+  }
   if (x.scalar_type() == at::kBFloat16) store<c10::BFloat16>(acc, out);
   if (x.scalar_type() == at::kHalf) store<c10::Half>(acc, out);
   return out;
@@ -200,7 +202,7 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w) {
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
   shape.back() = n;
   at::Tensor out = at::empty(shape, x.options());
-  product(xc.data_ptr<float>(), m, wc.data_ptr<float>(), nullptr, out.data_ptr<float>(), k, n);
+  stream(xc.data_ptr<float>(), m, wc.data_ptr<float>(), nullptr, out.data_ptr<float>(), k, n);
   return out;
 }
 
