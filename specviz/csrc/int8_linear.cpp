@@ -49,8 +49,11 @@ template <int M, int R, typename T>
 void rows(const float* x, const T* w, const float* scale, float* out, int64_t k, int64_t n,
           int64_t b, int64_t e) {
   const int64_t k16 = k & ~int64_t(15);
-  // a step reads 16 weights of each of R rows: this many 64-byte lines of the stream
-  constexpr int LINES = (R * 16 * int(sizeof(T)) + 63) / 64;
+  // lines prefetched per step of 16 weights: one for int8, four for float32 (a sweep over
+  // the R rows at R times the step's pace; for float32 at R = 1 three of the four were
+  // already asked for by the step before, kept because the verification was timed so and
+  // one line a step measured no faster)
+  constexpr int LINES = int(sizeof(T));
   int64_t r = b;
   for (; r + R <= e; r += R) {
     const T* wr = w + r * k;
