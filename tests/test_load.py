@@ -1,12 +1,16 @@
-"""Load: 8 concurrent gradio_client sessions against one app served on loopback, then 100
-sequential runs; the memory of the process serving it may grow by at most 100 MB."""
+"""Load: 8 concurrent gradio_client sessions against one app served on loopback in its own
+process, then 100 sequential runs; the memory of that process may grow by at most 100 MB."""
 
 from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
+import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import psutil
@@ -19,6 +23,8 @@ from specviz.config import Limits
 from specviz.engine import generate
 from specviz.trace import Trace
 from tests.tiny import tiny_pair
+
+ROOT = Path(__file__).resolve().parent.parent
 
 SESSIONS = 8
 
@@ -33,22 +39,45 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def app():
-    """The app on the tiny pair, served as tests/tiny_app.py serves it (ui.serve, at
-    concurrency 1 with a queue of 32), in this process: its memory is this process's."""
-    from specviz.config import Deployment
-
-    pair = tiny_pair()
-    demo = ui.build_app(loader=lambda p, d: pair, pairs=["tiny"])
-    ui.serve(
-        demo,
-        Deployment(concurrency=1, queue_size=32),
-        server_name="127.0.0.1",
-        server_port=free_port(),
-        prevent_thread_lock=True,
-        quiet=True,
-    )
-    yield demo.local_url, psutil.Process(os.getpid())
-    demo.close()
+    """The app on the tiny pair in a process of its own, served by tests/tiny_app.py (ui.serve
+    at concurrency 1, a queue of 32, one torch thread). The memory measured is the serving
+    process's alone: a test worker's heap, after the modules run before this one, keeps and
+    fragments memory that no run of this app allocated."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "GRADIO_SERVER_PORT": str(port),
+        "SPECVIZ_CONCURRENCY": "1",
+        "SPECVIZ_QUEUE_SIZE": "32",
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+    }
+    with tempfile.TemporaryFile() as log:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "tests.tiny_app"], cwd=ROOT, env=env, stdout=log, stderr=log
+        )
+        url = f"http://127.0.0.1:{port}/"
+        try:
+            deadline = time.monotonic() + 300
+            while True:
+                if child.poll() is not None:
+                    log.seek(0)
+                    tail = log.read().decode(errors="replace")[-2000:]
+                    pytest.fail(f"the app exited with {child.returncode} before serving:\n{tail}")
+                try:
+                    urllib.request.urlopen(url, timeout=2).close()
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline, "the app did not serve within 300 s"
+                    time.sleep(0.2)
+            yield url, psutil.Process(child.pid)
+        finally:
+            child.terminate()
+            try:
+                child.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
 
 
 def args(prompt: str, seed: int, max_new: int = 10) -> list:
