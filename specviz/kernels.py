@@ -49,7 +49,7 @@ def _say(message: str) -> None:
 
 
 def wanted() -> bool:
-    """Whether this CPU takes the kernel: torch's capability is AVX2 (not AVX-512, where
+    """Whether this CPU takes the kernels: torch's capability is AVX2 (not AVX-512, where
     ATen's kernel is faster, nor a CPU without AVX2)."""
     return str(torch.backends.cpu.get_cpu_capability()) == "AVX2"
 
@@ -127,8 +127,8 @@ def _register_fake() -> None:
 
 
 def ready() -> bool:
-    """Whether torch.ops.specviz.int8_linear is there to call: this CPU takes it and the
-    library is built (loaded on the first ask; a library that will not load is removed with
+    """Whether specviz's ops (int8_linear, linear) are there to call: this CPU takes them
+    and the library is built (loaded on the first ask; a library that will not load is removed with
     one line on stderr, and the set-up step builds it again)."""
     if "ready" in _state:
         return _state["ready"]

@@ -81,7 +81,7 @@ def key(model: torch.nn.Module, width: int, length: int) -> dict[str, Any]:
         "model": model_key(model),
         "width": int(width),
         "length": int(length),
-        # the int8 kernel library its code may call (specviz.kernels; "" where unused)
+        # specviz's kernel library its code may call (specviz.kernels; "" where unused)
         "kernels": kernels.tag() if device.type == "cpu" else "",
     }
 
@@ -119,24 +119,27 @@ def _rows_as_reductions(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.stack([(w * flat[m]).sum(-1) for m in range(flat.shape[0])], 0)
 
 
-def _linear_as_reductions(
+def _package_linear(
     x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """linear at a handful of rows as _rows_as_reductions, in x's dtype; at 2 to 8 rows in
-    float32, where specviz's kernels are built (an AVX2 CPU, specviz.kernels), as their
-    specviz.linear, which streams the weights once for up to 6 rows. On 2 cores of an AMD
+    """linear in a CPU package, in x's dtype: at 2 to 8 rows in float32 where specviz's
+    kernels are built (an AVX2 CPU, specviz.kernels), their specviz.linear, which streams
+    the weights once for up to 6 rows; otherwise _rows_as_reductions. On 2 cores of an AMD
     EPYC (AVX2), side by side in one process, the fp32 target's 5-position call took 30 to
     32 ms with the kernel against 31.5 to 33.5 with the reductions; its 1-position step 25
     to 27 ms against 25 to 26, so one row keeps the reductions (at the memory's rate there,
     and no call through AOTInductor's proxy executor for each of the 211 layers)."""
     rows = x.numel() // max(1, x.shape[-1])
-    kernel = 1 < rows <= kernels.STREAMED_ROWS and x.dtype == w.dtype == torch.float32
-    kernel = kernel and x.device.type == "cpu"
-    if kernel and kernels.ready():
+    if (
+        1 < rows <= kernels.STREAMED_ROWS
+        and x.dtype == w.dtype == torch.float32
+        and x.device.type == "cpu"
+        and kernels.ready()
+    ):
         out = torch.ops.specviz.linear(x, w)
-        return out if bias is None else out + bias
-    out = _rows_as_reductions(x.reshape(-1, x.shape[-1]), w).to(x.dtype)
-    out = out.reshape(*x.shape[:-1], w.shape[0])
+    else:
+        out = _rows_as_reductions(x.reshape(-1, x.shape[-1]), w).to(x.dtype)
+        out = out.reshape(*x.shape[:-1], w.shape[0])
     return out if bias is None else out + bias
 
 
@@ -220,7 +223,7 @@ def decompositions() -> Any:
     import torch._inductor.inductor_prims  # noqa: F401  (registers the prim; loads inductor)
 
     table = torch.export.default_decompositions()
-    table[aten.linear.default] = _linear_as_reductions
+    table[aten.linear.default] = _package_linear
     table[aten._weight_int8pack_mm.default] = _int8pack_mm_as_reductions
     table[aten.scaled_dot_product_attention.default] = _attention_on_laid_out_query
     return table
