@@ -51,6 +51,7 @@ def app():
         "SPECVIZ_QUEUE_SIZE": "32",
         "OMP_NUM_THREADS": "1",
         "HF_HUB_OFFLINE": "1",
+        "GRADIO_ANALYTICS_ENABLED": "False",  # as scripts/run.sh serves it: no network calls
     }
     with tempfile.TemporaryFile() as log:
         child = subprocess.Popen(
