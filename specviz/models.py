@@ -402,7 +402,33 @@ def prepare_offline_packages(device: str = "auto", say: Any = None) -> dict[str,
         length,
         report=say or (lambda _m: None),
         elsewhere=(lambda todo: _WorkerBuild(dev, length, todo)) if two else None,
+        check=lambda built: _fresh_check(dev, length, built),
     )
+
+
+def _worker(device: torch.device, length: int, todo: list[tuple[str, int]], *flags: str) -> Any:
+    """specviz.compiled.prepare_worker started on these (role, width) pairs."""
+    import subprocess
+    import sys
+
+    return subprocess.Popen(
+        [sys.executable, "-m", "specviz.compiled.prepare_worker", *flags, device.type]
+        + [str(length)]
+        + [f"{role}/{w}" for role, w in todo],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],  # where the specviz package is found
+    )
+
+
+def _last_json(proc: Any) -> dict[str, Any] | None:
+    import json
+
+    out, _ = proc.communicate()
+    try:
+        return dict(json.loads(out.strip().splitlines()[-1]))
+    except (ValueError, IndexError):
+        return None
 
 
 class _WorkerBuild:
@@ -410,22 +436,19 @@ class _WorkerBuild:
     gives the seconds of each it built ({} when it failed: the caller builds those)."""
 
     def __init__(self, device: torch.device, length: int, todo: list[tuple[str, int]]) -> None:
-        import subprocess
-        import sys
-
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "specviz.compiled.prepare_worker", device.type, str(length)]
-            + [f"{role}/{w}" for role, w in todo],
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=Path(__file__).resolve().parents[1],  # where the specviz package is found
-        )
+        self.proc = _worker(device, length, todo)
 
     def wait(self) -> dict[str, float]:
-        import json
+        return _last_json(self.proc) or {}
 
-        out, _ = self.proc.communicate()
-        try:
-            return dict(json.loads(out.strip().splitlines()[-1]))
-        except (ValueError, IndexError):
-            return {}
+
+def _fresh_check(device: torch.device, length: int, built: list[tuple[str, int]]) -> dict:
+    """Load and probe the packages just built in a fresh process (prepare_worker --check):
+    by "role/width", "" for each one it used, else why not; when the process itself fails
+    (a crash while loading), every package it was given is unproven, so none is kept."""
+    proc = _worker(device, length, built, "--check")
+    verdicts = _last_json(proc)
+    if verdicts is None:
+        why = f"the process that loads them ended with code {proc.returncode}"
+        return {f"{role}/{w}": why for role, w in built}
+    return {k: str(v) for k, v in verdicts.items()}

@@ -277,6 +277,7 @@ def test_the_set_up_step_builds_half_in_another_process_and_what_it_missed_here(
     )
     monkeypatch.setattr(packages, "path_of", lambda k: k["id"])
     monkeypatch.setattr(packages, "key", lambda m, w, n: {"id": (id(m), w)})
+    monkeypatch.setattr(packages, "failed", lambda m, w, n: None)
 
     def build(m, w, n):
         built_here.append((id(m), w))

@@ -16,6 +16,12 @@ step builds the right one beside it. A package that cannot be loaded, or whose c
 not give the eager model's argmax on a probe, is corrupt: one line on stderr says so, the
 file is removed, and the call runs eager (the set-up step builds it again).
 
+A package is written only when the loader can supply every constant its code needs (the
+model's own tensors: ``check_constants``), and the set-up step keeps it only once a fresh
+process has loaded and probed it (``prepare``'s ``check``). A package that could not be
+built or kept is recorded beside the store with its reason (``failed``): it is not tried
+again until torch, the CPU, the model or specviz's compiled-path code changes.
+
 ``python -m specviz prepare`` (run by scripts/setup.sh) builds the offline pair's packages
 for the default run; ``--compile aoti`` builds what a run needs and lacks; ``auto`` takes
 this path on a CPU wherever the packages exist (specviz.compiled.policy.auto_backend).
@@ -23,6 +29,7 @@ this path on a CPU wherever the packages exist (specviz.compiled.policy.auto_bac
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -40,7 +47,7 @@ import torch
 from specviz import kernels
 from specviz.aoti import AotiForwards, AotiStep, export_step, say
 
-FORMAT = 8  # bump when a package's layout, calling convention or generated code changes
+FORMAT = 9  # bump when a package's layout, calling convention or generated code changes
 PROBE_TOKEN = 1
 aten = torch.ops.aten
 
@@ -229,8 +236,60 @@ def decompositions() -> Any:
     return table
 
 
+class Refused(ValueError):
+    """A package that could not be built, or not kept: its one-line reason."""
+
+
+@contextlib.contextmanager
+def _package_lowerings() -> Any:
+    """Inductor's lowerings while a package compiles, with one change: ATen's int4 kernel
+    (torch._weight_int4pack_mm_for_cpu, the w4 drafts' layers) is called as it is, its
+    group size an integer in the generated code. Inductor's own lowering of it turns the
+    group size into a tensor constant of the graph (``add_tensor_constant``); a package
+    built without its constants stores that tensor nowhere, and the loader supplies only the
+    model's tensors, so no process could ever load the package. Called through
+    AOTInductor's proxy executor, the kernel is the one the eager layer runs."""
+    import logging
+
+    from torch._inductor import lowering
+
+    # inductor warns at each such call that the kernel has no C shim: that is the intent
+    quiet = logging.getLogger("torch._inductor.ir")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    ops = [aten._weight_int4pack_mm_for_cpu, aten._weight_int4pack_mm_for_cpu.default]
+    saved = {op: lowering.lowerings[op] for op in ops if op in lowering.lowerings}
+    for op in ops:
+        lowering.lowerings[op] = lowering.fallback_handler(
+            aten._weight_int4pack_mm_for_cpu.default, add_to_fallback_set=False
+        )
+    try:
+        yield
+    finally:
+        quiet.setLevel(level)
+        for op in ops:
+            if op in saved:
+                lowering.lowerings[op] = saved[op]
+            else:
+                lowering.lowerings.pop(op, None)
+
+
+def check_constants(path: str | Path, model: torch.nn.Module, what: str) -> None:
+    """Refuse (Refused, naming one) a compiled package whose code needs a constant that the
+    loader cannot supply: load() passes the model's own tensors (constants()) and nothing
+    else, since the package stores none."""
+    wanted = set(torch._inductor.aoti_load_package(str(path)).get_constant_fqns())
+    missing = sorted(wanted - set(constants(model)))
+    if missing:
+        raise Refused(
+            f"{what} needs {len(missing)} constant(s) the loader cannot supply, first "
+            f"{missing[0]!r} (a lowering added a tensor that is not the model's)"
+        )
+
+
 def build(model: torch.nn.Module, width: int, length: int) -> Path:
-    """Export and compile one package (the file appears whole or not at all)."""
+    """Export and compile one package (the file appears whole or not at all); Refused when
+    its code would need a constant the loader cannot supply (nothing is written)."""
     k = key(model, width, length)
     path = path_of(k)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -243,11 +302,13 @@ def build(model: torch.nn.Module, width: int, length: int) -> Path:
             exported = export_step(step, step.example_args())
             if next(model.parameters()).device.type == "cpu":
                 exported = exported.run_decompositions(decompositions())
-            torch._inductor.aoti_compile_and_package(
-                exported,
-                package_path=tmp,
-                inductor_configs={"aot_inductor.package_constants_in_so": False},
-            )
+            with _package_lowerings():
+                torch._inductor.aoti_compile_and_package(
+                    exported,
+                    package_path=tmp,
+                    inductor_configs={"aot_inductor.package_constants_in_so": False},
+                )
+        check_constants(tmp, model, f"{type(model).__name__}'s {width}-position package")
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     finally:
@@ -378,15 +439,22 @@ class Packages:
             loaded = self._loaded.setdefault(model, {})
             if loaded.get(k) is None:
                 fn = load(model, width, length, self.report)
-                if fn is None and build_missing:
+                why = failed(model, width, length) if fn is None else None
+                if fn is None and build_missing and why is None:
                     t0 = time.perf_counter()
                     self.report(
                         f"specviz: compiling {type(model).__name__}'s {width}-position call on a "
                         f"cache of {length} ahead of time (one to three minutes on 2 CPU cores)"
                     )
-                    build(model, width, length)
-                    fn = load(model, width, length, self.report)
-                    self.report(f"specviz: compiled in {time.perf_counter() - t0:.0f} s")
+                    try:
+                        build(model, width, length)
+                    except Exception as exc:  # recorded: not tried again (see failed())
+                        why = f"its build failed ({_reason(exc)})"
+                        record_failure(model, width, length, why)
+                        self.report(f"specviz: {why}; it runs eager")
+                    else:
+                        fn = load(model, width, length, self.report)
+                        self.report(f"specviz: compiled in {time.perf_counter() - t0:.0f} s")
                 loaded[k] = fn
             return loaded[k]
 
@@ -411,19 +479,76 @@ def forwards_for(
     return out
 
 
+def code_digest() -> str:
+    """specviz's code that a package's generated code depends on beyond its key: the
+    compiled path's modules, the export step, the offline models' layers and the kernels'
+    loader. A recorded failure (failed()) stands only while this is unchanged."""
+    root = Path(__file__).resolve().parents[1]
+    files = sorted(root.joinpath("compiled").glob("*.py"))
+    files += [root / "aoti.py", root / "offline.py", root / "kernels.py"]
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _failed_path(k: dict[str, Any]) -> Path:
+    return path_of(k).with_suffix(".failed.json")
+
+
+def failed(model: torch.nn.Module, width: int, length: int) -> str | None:
+    """Why this package could not be built or kept here, when that is recorded for this
+    torch, CPU, model, shape and code; None otherwise (then it may be built)."""
+    k = key(model, width, length)
+    try:
+        rec = json.loads(_failed_path(k).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(rec, dict) or rec.get("key") != k or rec.get("code") != code_digest():
+        return None
+    return str(rec.get("reason") or "unknown")
+
+
+def record_failure(model: torch.nn.Module, width: int, length: int, reason: str) -> None:
+    """Record why a package could not be built or kept (written whole), and remove any file
+    of it: set-up does not try it again until torch, the CPU, the model or the code changes."""
+    k = key(model, width, length)
+    path = path_of(k)
+    for p in (path, path.with_suffix(".json")):
+        p.unlink(missing_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rec = {"key": k, "code": code_digest(), "reason": reason, "made": time.strftime("%F %T")}
+    fd, tmp = tempfile.mkstemp(prefix=path.stem + ".", suffix=".tmp", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        json.dump(rec, f, indent=1, sort_keys=True)
+    os.replace(tmp, _failed_path(k))
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:160]}" if text else type(exc).__name__
+
+
 def prepare(
     models: dict[str, torch.nn.Module],
     shapes: dict[str, tuple[int, ...]],
     length: int,
     report: Callable[[str], None] = say,
     elsewhere: Callable[[list[tuple[str, int]]], Any] | None = None,
+    check: Callable[[list[tuple[str, int]]], dict[str, str]] | None = None,
 ) -> dict[str, float]:
     """The set-up step's builds: each model's widths at one cache length, those missing
     built (seconds per built package, by "role/width"; a package already there costs a
     load and a probe). elsewhere, given half of the missing (role, width) pairs, starts
     building them in another process and returns a handle whose wait() gives a dict of
     their seconds when it is done (a build is mostly one core's work: code generation in
-    Python, then one compiler process); what it did not build is built here after it."""
+    Python, then one compiler process); what it did not build is built here after it.
+
+    check, given the (role, width) pairs built, loads and probes them in a fresh process
+    and returns, by "role/width", why each one it could not use failed ("" for a good one):
+    only a package a fresh process loaded is kept. A package that could not be built or
+    kept is recorded with its reason (record_failure) and not tried again while that record
+    stands (failed()); one line says so."""
     took: dict[str, float] = {}
     todo: list[tuple[str, int]] = []
     paths: set[Path] = set()
@@ -433,7 +558,13 @@ def prepare(
             if path in paths:  # the same model and shape under another role
                 continue
             paths.add(path)
-            if load(model, w, length, report) is None:
+            why = failed(model, w, length)
+            if why is not None:
+                report(
+                    f"specviz: the {role}'s {w}-position call is not compiled here: {why} "
+                    "(recorded; tried again when torch, the CPU or specviz's code changes)"
+                )
+            elif load(model, w, length, report) is None:
                 todo.append((role, w))
     theirs: list[tuple[str, int]] = []
     handle = None
@@ -443,7 +574,12 @@ def prepare(
 
     def here(role: str, w: int) -> None:
         t0 = time.perf_counter()
-        build(models[role], w, length)
+        try:
+            build(models[role], w, length)
+        except Exception as exc:  # any failure of a build is recorded
+            record_failure(models[role], w, length, f"its build failed ({_reason(exc)})")
+            report(f"specviz: the {role}'s {w}-position call could not be compiled: {_reason(exc)}")
+            return
         took[f"{role}/{w}"] = time.perf_counter() - t0
         report(
             f"specviz: compiled the {role}'s {w}-position call ahead of time in "
@@ -459,6 +595,15 @@ def prepare(
                 here(role, w)  # the other process did not build it
             else:
                 took[f"{role}/{w}"] = float(done.get(f"{role}/{w}", float("nan")))
+    built = [(r, w) for r, w in [*todo, *theirs] if f"{r}/{w}" in took]
+    if check is not None and built:
+        verdicts = check(built)
+        for role, w in built:
+            why = verdicts.get(f"{role}/{w}", "a fresh process did not report on it")
+            if why:
+                record_failure(models[role], w, length, f"a fresh process could not use it ({why})")
+                report(f"specviz: the {role}'s {w}-position package is not kept: {why}")
+                del took[f"{role}/{w}"]
     return took
 
 

@@ -1,10 +1,15 @@
-"""Builds some of the offline pair's packages in a process of its own, beside the set-up
-step's (specviz.models.prepare_offline_packages starts it): two builds at once on two cores.
+"""The set-up step's second process (specviz.models.prepare_offline_packages starts it):
 
-    python -m specviz.compiled.prepare_worker DEVICE LENGTH ROLE/WIDTH ...
+python -m specviz.compiled.prepare_worker DEVICE LENGTH ROLE/WIDTH ...
+    builds some of the offline pair's packages beside the set-up step's own (two builds
+    at once on two cores), and prints one JSON object on stdout: the seconds of each
+    package it built by "role/width". A build that fails is left to the set-up step's
+    process, which builds what is missing.
 
-Prints one JSON object on stdout, the seconds of each package it built by "role/width"; a
-build that fails is left to the set-up step's process, which builds what is missing.
+python -m specviz.compiled.prepare_worker --check DEVICE LENGTH ROLE/WIDTH ...
+    loads and probes packages just built, in a process that did not build them (so
+    nothing of the build's process state can stand in for what the file holds), and
+    prints one JSON object: by "role/width", "" for a package it used, else why not.
 """
 
 from __future__ import annotations
@@ -14,13 +19,17 @@ import sys
 import time
 
 
-def main(argv: list[str]) -> int:
-    from specviz.compiled import packages
+def _pair_models(device: str) -> dict:
     from specviz.models import load_pair
 
-    device, length, wanted = argv[0], int(argv[1]), argv[2:]
     pair = load_pair(None, device=device)
-    models = {"target": pair.target.model, "draft": pair.draft.model}
+    return {"target": pair.target.model, "draft": pair.draft.model}
+
+
+def build(device: str, length: int, wanted: list[str]) -> dict[str, float]:
+    from specviz.compiled import packages
+
+    models = _pair_models(device)
     took = {}
     for item in wanted:
         role, _, width = item.partition("/")
@@ -38,7 +47,30 @@ def main(argv: list[str]) -> int:
             f"specviz: compiled the {role}'s {width}-position call ahead of time in "
             f"{took[item]:.0f} s (in a second process)"
         )
-    print(json.dumps(took), flush=True)
+    return took
+
+
+def check(device: str, length: int, wanted: list[str]) -> dict[str, str]:
+    from specviz.compiled import packages
+
+    models = _pair_models(device)
+    verdicts = {}
+    for item in wanted:
+        role, _, width = item.partition("/")
+        said: list[str] = []
+        # load() removes a package it cannot use, with the line it reports
+        fn = packages.load(models[role], int(width), length, report=said.append)
+        verdicts[item] = "" if fn is not None else (said[-1] if said else "no package found")
+    return verdicts
+
+
+def main(argv: list[str]) -> int:
+    checking = argv[:1] == ["--check"]
+    if checking:
+        argv = argv[1:]
+    device, length, wanted = argv[0], int(argv[1]), argv[2:]
+    out = (check if checking else build)(device, length, wanted)
+    print(json.dumps(out), flush=True)
     return 0
 
 
