@@ -129,16 +129,20 @@ def _rows_as_reductions(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 def _package_linear(
     x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """linear in a CPU package, in x's dtype: at 2 to 8 rows in float32 where specviz's
+    """linear in a CPU package, in x's dtype: at 1 to 8 rows in float32 where specviz's
     kernels are built (an AVX2 CPU, specviz.kernels), their specviz.linear, which streams
-    the weights once for up to 6 rows; otherwise _rows_as_reductions. On 2 cores of an AMD
-    EPYC (AVX2), side by side in one process, the fp32 target's 5-position call took 30 to
-    32 ms with the kernel against 31.5 to 33.5 with the reductions; its 1-position step 25
-    to 27 ms against 25 to 26, so one row keeps the reductions (at the memory's rate there,
-    and no call through AOTInductor's proxy executor for each of the 211 layers)."""
+    the weights once for up to 6 rows and sums each output in the same order whatever rows
+    are beside it; otherwise _rows_as_reductions. The target's one-position step (the
+    autoregressive call) and its verification then give bit-identical logits for the same
+    position, so greedy speculative output equals greedy autoregressive output on the
+    packages as on the eager path. (With inductor's reductions at one row and the kernel at
+    2 to 8, 76 % of outputs differed in their last bits, and a near tie could part the two
+    texts.) On 2 cores of an AMD EPYC (AVX2), side by side in one process, the fp32 target's
+    1-position step took 25 to 27 ms with the kernel against 25 to 26 with the reductions,
+    its 5-position call 30 to 32 ms against 31.5 to 33.5."""
     rows = x.numel() // max(1, x.shape[-1])
     if (
-        1 < rows <= kernels.STREAMED_ROWS
+        rows <= kernels.STREAMED_ROWS
         and x.dtype == w.dtype == torch.float32
         and x.device.type == "cpu"
         and kernels.ready()
@@ -213,7 +217,8 @@ def _attention_on_laid_out_query(
 
 def decompositions() -> Any:
     """The decomposition table a CPU package's program runs before compiling: torch.export's
-    own, with linear (a float32 one as specviz.linear where specviz's kernels are built),
+    own, with linear (a float32 one of up to 8 rows as specviz.linear where specviz's kernels
+    are built),
     and under AVX-512 the int8 draft's kernel (torch._weight_int8pack_mm),
     as _rows_as_reductions, elsewhere as _int8_rows_as_words (on 2 cores of an
     AVX2 AMD EPYC the w8-bf16 draft's step 15.6 ms, the kernel's eager step 38; where

@@ -172,6 +172,7 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
   const at::Tensor wc = w.contiguous();
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
   shape.back() = n;
+  if (k == 0) return at::zeros(shape, x.options());  // an empty sum: no loop writes out
   at::Tensor out = at::empty(shape, x.options());
   std::vector<float> acc;
   float* o = nullptr;
@@ -200,10 +201,11 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w) {
   const int64_t n = w.size(0), k = w.size(1);
   TORCH_CHECK(x.dim() >= 1 && x.size(-1) == k, "specviz::linear: x's last size is w's in");
   const int64_t m = k ? x.numel() / k : 0;
-  if (m > MANY_ROWS) return at::matmul(x, w.t());  // compute-bound: the BLAS product
-  const at::Tensor xc = x.contiguous(), wc = w.contiguous();
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
   shape.back() = n;
+  if (k == 0) return at::zeros(shape, x.options());  // an empty sum: no loop writes out
+  if (m > MANY_ROWS) return at::matmul(x, w.t());  // compute-bound: the BLAS product
+  const at::Tensor xc = x.contiguous(), wc = w.contiguous();
   at::Tensor out = at::empty(shape, x.options());
   stream(xc.data_ptr<float>(), m, wc.data_ptr<float>(), nullptr, out.data_ptr<float>(), k, n);
   return out;
