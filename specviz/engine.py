@@ -31,11 +31,9 @@ from typing import Any, Protocol
 import torch
 
 from specviz import metrics
-from specviz.compiled import StaticLM, cache_len, compiler_for
-from specviz.compiled.packages import packaged
 from specviz.config import Settings
 from specviz.drafters import Draft, Drafter, ModelDrafter, NgramDrafter
-from specviz.lm import CachedLM, ModelCache
+from specviz.lm import ModelCache
 from specviz.pair import LoadedModel, ModelPair
 from specviz.record import round_decisions
 from specviz.sampling import next_token, top2_gap, warp
@@ -116,27 +114,18 @@ class Run:
         return self.open_lm(self.pair.target, self._verify_widths())
 
     def open_lm(self, m: LoadedModel, widths: tuple[int, ...]) -> ModelCache:
-        """A cache for one model: dynamic (eager), or static on the compiled path, where
-        calls after the prefill are padded to one of widths (specviz.compiled)."""
-        backend = self.pair.compile_backend
-        if backend is None or self.settings.drafts_tree:  # trees: the eager path only
-            return CachedLM(m.model, self.pair.vocab_size, self.device)
+        """A cache for one model, as the pair opens it (ModelPair.open_cache: eager, or on
+        the pair's compiled path with calls after the prefill padded to one of widths).
+        A model that runs eager although the compiled path was asked for says why in the
+        trace's description of it."""
         s = self.settings
         max_len = len(self.prompt_ids) + s.max_new_tokens + max(widths) + 1
-        compiler: Any = compiler_for(backend) if backend != "aoti" else None
-        if backend == "aoti":
-            compiler = packaged(m, widths, cache_len(max_len), self.pair.aoti_build)
-            if compiler is None:  # no package for this shape: the eager path, said once
-                return CachedLM(m.model, self.pair.vocab_size, self.device)
-        return StaticLM(
-            m.model,
-            m.name,
-            self.pair.vocab_size,
-            compiler,
-            widths,
-            max_len,
-            self.device,
-        )
+        lm = self.pair.open_cache(m, widths, max_len, eager=s.drafts_tree)
+        why = None if s.drafts_tree else self.pair.ran_eager(m, lm)
+        role = "target" if m is self.pair.target else "draft"
+        if why and role in self.trace.models and "ran eager" not in self.trace.models[role]:
+            self.trace.models[role] += f"; ran eager: {why}"
+        return lm
 
     def _verify_widths(self) -> tuple[int, ...]:
         """The target's call shapes: one token (ar, and a round that drafted nothing) and

@@ -134,6 +134,52 @@ class ModelPair:
         bench, the sweep and the cost measurement compare runs of one length)."""
         return dataclasses.replace(self, eos_ids=frozenset())
 
+    def open_cache(
+        self, m: LoadedModel, widths: tuple[int, ...], max_len: int, eager: bool = False
+    ) -> Any:
+        """A cache for one of the pair's models (a specviz.lm.ModelCache): on the eager path
+        (specviz.lm.CachedLM) when the pair has no compiled path or eager is asked (trees),
+        else on the compiled path (specviz.compiled.StaticLM), its calls after the prefill
+        padded to one of widths on a static cache of at least max_len positions. On the
+        aoti path a model without its packages runs eager (ran_eager says why). The engine
+        opens every cache here, so it names no backend."""
+        from specviz.lm import CachedLM
+
+        backend = self.compile_backend
+        if backend is None or eager:
+            return CachedLM(m.model, self.vocab_size, self.device)
+        from specviz.compiled import StaticLM, cache_len, compiler_for
+
+        if backend == "aoti":
+            from specviz.compiled.packages import packaged
+
+            compiler: Any = packaged(m, widths, cache_len(max_len), self.aoti_build)
+            if compiler is None:  # no package for this shape: the eager path, said once
+                return CachedLM(m.model, self.vocab_size, self.device)
+        else:
+            compiler = compiler_for(backend)
+        return StaticLM(m.model, m.name, self.vocab_size, compiler, widths, max_len, self.device)
+
+    def ran_eager(self, m: LoadedModel, cache: Any) -> str | None:
+        """Why this model's cache (from open_cache) runs eager although the pair is on the
+        compiled path; None when it runs compiled, or the pair is eager."""
+        from specviz.lm import CachedLM
+
+        if self.compile_backend is None or not isinstance(cache, CachedLM):
+            return None
+        if self.compile_backend == "aoti":
+            from specviz.compiled.packages import why_eager
+
+            return why_eager(m.model) or "no compiled package for this model here"
+        return "this model cannot run compiled"
+
+    def check_tree(self) -> None:
+        """Refuse (ValueError, one line) a tree on a compiled path that was named: trees run
+        on the eager path only (a backend "auto" chose leaves them there quietly)."""
+        from specviz.compiled.policy import check_tree_path
+
+        check_tree_path(None if self.compile_auto else self.compile_backend)
+
     def _packaged(self) -> bool:
         """Whether either model has a package compiled ahead of time on this machine."""
         from specviz.compiled.packages import has_any

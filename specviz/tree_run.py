@@ -15,7 +15,6 @@ from collections.abc import Callable
 
 import torch
 
-from specviz.compiled.policy import check_tree_path
 from specviz.config import Settings
 from specviz.lm import ModelCache, tree_refusal
 from specviz.pair import ModelPair
@@ -41,8 +40,7 @@ def check_tree_request(pair: ModelPair, settings: Settings) -> None:
     a model whose attention a custom mask would change."""
     if not settings.drafts_tree:
         return
-    # a backend auto chose leaves trees to the eager path (Run.open_lm); a named one refuses
-    check_tree_path(None if pair.compile_auto else pair.compile_backend)
+    pair.check_tree()  # a named compiled path refuses; one auto chose leaves trees eager
     for role, m in (("target", pair.target), ("draft", pair.draft)):
         why = None if m is None else tree_refusal(m.model)
         if why:

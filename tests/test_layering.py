@@ -111,3 +111,18 @@ def test_only_the_registry_and_config_ask_a_verification_by_name() -> None:
 def test_the_name_finder_finds_a_comparison() -> None:
     tree = ast.parse('if s.verification == "exact-match" or rule in ("resample-from-p",): pass')
     assert name_comparisons(tree) == [1, 1]
+
+
+def test_the_engine_names_no_backend():
+    """The engine and the tree's run open their caches through the pair
+    (ModelPair.open_cache): neither imports anything of specviz.compiled, anywhere in its
+    body, so a new backend touches the pair and the compiled path only."""
+    found = modules()
+    for name in ("specviz.engine", "specviz.tree_run"):
+        touched = {
+            m for m in imports(name, found[name], set(found)) if m.startswith("specviz.compiled")
+        }
+        assert not touched, f"{name} imports {sorted(touched)}"
+    # and the check can see such an import
+    probe = ast.parse("def f():\n    from specviz.compiled.packages import packaged\n")
+    assert imports("specviz.engine", probe, set(found)) >= {"specviz.compiled.packages"}

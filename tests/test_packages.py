@@ -124,6 +124,9 @@ def test_a_corrupt_package_is_removed_with_one_line_and_the_run_goes_eager(store
         assert run.trace.token_ids == generate(pair, PROMPT, _greedy(method="ar")).token_ids
         err = capsys.readouterr().err
         assert err.count("no compiled package") == 1 and "Traceback" not in err
+        # the run's description of its models says which one ran eager, and why
+        assert "ran eager: no compiled package for 1/3 positions" in run.trace.models["target"]
+        assert "ran eager" not in run.trace.models["draft"]
     finally:
         path.write_bytes(saved)
 
@@ -369,3 +372,80 @@ def test_a_cpu_package_lays_out_the_attentions_query_and_computes_the_same():
         for token in (3, 5, 7):
             want = step(torch.tensor([[token]]), *state)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def _w4_draft():
+    from specviz.offline import quantize_w4
+    from tests.tiny import tiny_model
+
+    base = tiny_model(32, 0, hidden_size=64, intermediate_size=128)
+    return quantize_w4(base, torch.bfloat16).eval()
+
+
+def test_an_int4_package_is_refused_when_it_needs_a_constant_and_loads_when_it_does_not(
+    tmp_path, monkeypatch, one_thread
+):
+    """Inductor's own lowering of the int4 kernel adds a tensor constant (its group size)
+    that no loader supplies: such a package is refused at build, naming the constant, and
+    nothing is written. With specviz's lowering (the kernel called as it is) the package
+    builds, and loads and agrees with the eager draft."""
+    import contextlib
+
+    monkeypatch.setattr(packages, "store", lambda: tmp_path)
+    draft = _w4_draft()
+    with monkeypatch.context() as m:
+        m.setattr(packages, "_package_lowerings", contextlib.nullcontext)
+        with pytest.raises(packages.Refused, match=r"cannot supply, first 'constant\d*'"):
+            packages.build(draft, 1, 64)
+    assert not list(tmp_path.iterdir())  # nothing half-written
+    packages.build(draft, 1, 64)
+    said: list[str] = []
+    assert packages.load(draft, 1, 64, said.append) is not None and not said
+
+
+def test_a_failed_build_is_recorded_and_not_tried_again_until_the_code_changes(
+    tmp_path, monkeypatch
+):
+    """A build that fails is recorded with its reason; the next set-up says so in one line
+    and builds nothing, until specviz's compiled-path code (or torch, the CPU, the model)
+    changes. A package the fresh process could not use is removed and recorded alike."""
+    monkeypatch.setattr(packages, "store", lambda: tmp_path)
+    model = tiny_pair(vocab=16, target_seed=21).target.model
+    calls: list[int] = []
+
+    def failing(m, w, n):
+        calls.append(w)
+        raise RuntimeError("the compiler crashed\nmore lines")
+
+    monkeypatch.setattr(packages, "build", failing)
+    said: list[str] = []
+    took = packages.prepare({"target": model}, {"target": (1,)}, 256, said.append)
+    assert took == {} and calls == [1]
+    assert packages.failed(model, 1, 256) == "its build failed (RuntimeError: the compiler crashed)"
+    said.clear()
+    assert packages.prepare({"target": model}, {"target": (1,)}, 256, said.append) == {}
+    assert calls == [1] and len(said) == 1 and "not compiled here" in said[0]
+    assert "the compiler crashed" in said[0]
+    monkeypatch.setattr(packages, "code_digest", lambda: "changed")
+    packages.prepare({"target": model}, {"target": (1,)}, 256, said.append)
+    assert calls == [1, 1]  # tried again
+
+    def writes(m, w, n):  # a build that writes a file the fresh process then refuses
+        calls.append(w)
+        p = packages.path_of(packages.key(m, w, n))
+        p.write_bytes(b"x")
+        return p
+
+    monkeypatch.setattr(packages, "build", writes)
+    monkeypatch.setattr(packages, "code_digest", lambda: "changed again")
+    said.clear()
+    took = packages.prepare(
+        {"target": model},
+        {"target": (1,)},
+        256,
+        said.append,
+        check=lambda built: {f"{r}/{w}": "its probe disagrees" for r, w in built},
+    )
+    assert took == {} and not packages.path_of(packages.key(model, 1, 256)).exists()
+    assert "its probe disagrees" in packages.failed(model, 1, 256)
+    assert any("not kept" in line for line in said)

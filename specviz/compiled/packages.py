@@ -616,6 +616,12 @@ _forwards: weakref.WeakKeyDictionary[torch.nn.Module, dict[tuple[Any, ...], Any]
     weakref.WeakKeyDictionary()
 )
 _told: set[tuple[str, tuple[int, ...], int]] = set()
+_why_eager: weakref.WeakKeyDictionary[torch.nn.Module, str] = weakref.WeakKeyDictionary()
+
+
+def why_eager(model: torch.nn.Module) -> str | None:
+    """Why packaged() last found no packages for this model (None if it did not fail)."""
+    return _why_eager.get(model)
 
 
 def packaged(
@@ -628,10 +634,19 @@ def packaged(
     k = (tuple(widths), int(length))
     mine = _forwards.setdefault(m.model, {})
     if k not in mine:
+        recorded = [why for w in widths if (why := failed(m.model, w, length))]
+        if recorded:
+            _why_eager[m.model] = f"its package could not be built here ({recorded[0]})"
         if not build_missing and not has_any(m.model):
+            _why_eager.setdefault(m.model, "no compiled package was built for it here")
             return None  # never compiled for this model: the eager path, as auto promises
         fns = forwards_for(m.model, widths, length, build_missing)
         if fns is None:
+            _why_eager.setdefault(
+                m.model,
+                f"no compiled package for {'/'.join(map(str, widths))} positions on a cache "
+                f"of {length}",
+            )
             told = (m.name, tuple(widths), int(length))
             if told not in _told:
                 _told.add(told)
@@ -642,6 +657,7 @@ def packaged(
                     "builds what a run needs): it runs eager"
                 )
             return None
+        _why_eager.pop(m.model, None)
         fw = AotiForwards()
         for w, fn in fns.items():
             fw.add(m.model, w, length, fn)
