@@ -61,9 +61,10 @@ log = logging.getLogger(__name__)
 ENV = "SPECVIZ_OFFLINE_DRAFT"
 VARIANTS = ("w8-bf16", "w8-fp16", "w8-fp32", "bf16", "fp16", "dyn8", "w4-bf16", "w4-fp32")
 GAMMAS = range(1, 9)  # the gammas a choice is judged at (verify widths 2..9 are measured)
-RECORD_FORMAT = 2
-# The gamma a choice is judged at: the one an untouched page and the command line run.
-JUDGE_GAMMA = 4
+RECORD_FORMAT = 3
+# How many candidates, the best by their eager prediction, are compiled ahead of time and
+# measured on that path where it runs (a CPU with packages on): ranked by what will run.
+SHORTLIST = 3
 # A choice predicting less than this is not kept (see offline_draft).
 MIN_KEPT_PREDICTION = 1.0
 # Steps are timed on this many cached positions: a prompt and a reply of a few sentences.
@@ -91,6 +92,26 @@ ALPHA_TEXT = (
     "every direction of the sky, while the sun itself looks slightly yellow. At sunset the "
     "light crosses much more air, and the reds and oranges remain."
 )
+
+
+def judged_at() -> dict[str, Any]:
+    """The settings a choice is judged at: an untouched page's and the command line's
+    (specviz.config.Settings' defaults). They key the record, so that a changed default
+    measures the choice again."""
+    from specviz.config import Settings
+
+    s = Settings()
+    w, dw = s.target_warp(), s.draft_warp()
+    return {
+        "gamma": s.gamma,
+        "warp": [w.temperature, w.top_k, w.top_p],
+        "draft_warp": [dw.temperature, dw.top_k, dw.top_p],
+    }
+
+
+def judge_gamma() -> int:
+    """The gamma a choice is judged at (judged_at's)."""
+    return int(judged_at()["gamma"])
 
 
 def requested() -> str:
@@ -146,6 +167,7 @@ def machine_key(device: torch.device) -> dict[str, Any]:
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "device": device.type,
+        "judged_at": judged_at(),
     }
     if device.type == "cuda":
         key["gpu"] = torch.cuda.get_device_name(device)
@@ -184,9 +206,22 @@ class Candidate:
     c: float
     c2: float
     alpha: float | None  # None: not measured, since c >= 1 (it cannot win at any alpha)
-    predicted: float  # at JUDGE_GAMMA; at alpha 1 when alpha is None (an upper bound)
+    predicted: float  # at judge_gamma(); at alpha 1 when alpha is None (an upper bound)
     gamma: int  # the best gamma in GAMMAS by the same prediction
     predicted_best: float
+    # On the path that runs, where packages are on (None: not measured there): the
+    # draft's packaged step and two-token call, and the prediction from them against the
+    # target's packaged step and verification; or why it has no packages (it runs eager
+    # beside the packaged target, and its prediction is its eager step against that).
+    packaged_step_ms: float | None = None
+    packaged_step2_ms: float | None = None
+    packaged_predicted: float | None = None
+    packaged_why: str | None = None
+
+    @property
+    def ranked(self) -> float:
+        """The prediction the choice compares: on the path that runs where measured there."""
+        return self.predicted if self.packaged_predicted is None else self.packaged_predicted
 
 
 @dataclass
@@ -201,6 +236,11 @@ class DraftChoice:
     machine: dict[str, Any]
     measured_s: float
     made: str = field(default_factory=lambda: time.strftime("%Y-%m-%d %H:%M:%S"))
+    # "eager": the candidates' eager calls decided; "packaged": the shortlist's calls
+    # compiled ahead of time (the path a CPU runs) decided (rank_packaged)
+    decided_by: str = "eager"
+    packaged_target_ms: float | None = None  # the target's packaged step
+    packaged_verify_steps: float | None = None  # its packaged verification, in steps
 
     @property
     def chosen(self) -> Candidate:
@@ -210,7 +250,12 @@ class DraftChoice:
         """'w8-bf16 chosen by measurement: c 0.33, alpha 0.960' (or 'forced by ...')."""
         cand = self.chosen
         how = f"forced by {ENV}" if self.forced else "chosen by measurement"
-        return f"{self.variant} {how}: c {cand.c:.2f}, alpha {metrics.alpha_text(cand.alpha)}"
+        c = cand.c
+        if self.decided_by == "packaged":
+            how += " of the compiled path"
+            if cand.packaged_step_ms is not None and self.packaged_target_ms:
+                c = cand.packaged_step_ms / self.packaged_target_ms
+        return f"{self.variant} {how}: c {c:.2f}, alpha {metrics.alpha_text(cand.alpha)}"
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -229,6 +274,9 @@ class DraftChoice:
             machine=dict(d["machine"]),
             measured_s=float(d["measured_s"]),
             made=str(d.get("made", "")),
+            decided_by=str(d.get("decided_by", "eager")),
+            packaged_target_ms=d.get("packaged_target_ms"),
+            packaged_verify_steps=d.get("packaged_verify_steps"),
         )
         if choice.variant not in VARIANTS or not choice.candidates:
             raise ValueError("unknown variant")
@@ -250,7 +298,7 @@ def candidate(
     target_ms: float,
     v: dict[int, float],
 ) -> Candidate:
-    """A measured variant with its prediction at JUDGE_GAMMA and at its best gamma (at
+    """A measured variant with its prediction at judge_gamma() and at its best gamma (at
     alpha 1, an upper bound, when alpha was not measured)."""
     c, c2 = step_ms / target_ms, step2_ms / target_ms
     a = 1.0 if alpha is None else alpha
@@ -262,16 +310,17 @@ def candidate(
         c,
         c2,
         alpha,
-        predict(a, JUDGE_GAMMA, c, c2, v),
+        predict(a, judge_gamma(), c, c2, v),
         best,
         predict(a, best, c, c2, v),
     )
 
 
 def choose(candidates: list[Candidate]) -> Candidate:
-    """The candidate with the largest prediction at JUDGE_GAMMA: what a visitor's untouched
-    run gets (at a larger gamma a closer but dearer copy can rank first on paper)."""
-    return max(candidates, key=lambda cand: cand.predicted)
+    """The candidate with the largest prediction at judge_gamma(), on the path that runs
+    where it was measured there (Candidate.ranked): what a visitor's untouched run gets (at
+    a larger gamma a closer but dearer copy can rank first on paper)."""
+    return max(candidates, key=lambda cand: cand.ranked)
 
 
 # --- the record in the cache ----------------------------------------------------------
@@ -398,6 +447,133 @@ def measure(
         measured_s=time.perf_counter() - t0,
     )
     return choice, built
+
+
+def shortlist(choice: DraftChoice) -> list[str]:
+    """The SHORTLIST candidates with the best eager predictions, among those that can win
+    (alpha measured: a draft step cheaper than the target's)."""
+    able = [cand for cand in choice.candidates if cand.alpha is not None]
+    return [cand.variant for cand in sorted(able, key=lambda c: -c.predicted)[:SHORTLIST]]
+
+
+def rank_packaged(
+    choice: DraftChoice,
+    base: torch.nn.Module,
+    tokenizer: Any,
+    device: torch.device,
+    length: int,
+    compile_packages: Callable[[dict[str, torch.nn.Module], dict[str, tuple[int, ...]]], Any],
+    reps: int = 7,
+    say: Callable[[str], None] | None = None,
+) -> DraftChoice:
+    """The choice made again on the path a CPU runs: the shortlist's drafts and the target
+    compiled ahead of time (compile_packages(models, widths) builds and keeps their
+    packages, by role: "target" and each variant's name; specviz.compiled.packages.prepare),
+    then the target's packaged step and verification at judge_gamma() + 1 and each draft's
+    packaged step and two-token call timed together, repetition by repetition
+    (costs.interleaved_medians), and ranked by rerank. A draft whose packages could not be
+    built runs eager beside the packaged target and is timed so. Where the target itself
+    has no packages, the eager choice stands."""
+    import dataclasses
+
+    from specviz.compiled import StaticLM
+    from specviz.compiled.packages import failed, packaged
+    from specviz.costs import Timer, interleaved_medians
+    from specviz.lm import CachedLM
+    from specviz.pair import LoadedModel, token_width
+
+    say = say or log.info
+    t0 = time.perf_counter()
+    g = judge_gamma()
+    names = shortlist(choice)
+    models = {"target": base} | {name: build(base, name).to(device) for name in names}
+    widths = {"target": (1, g + 1)} | dict.fromkeys(names, (1, 2))
+    compile_packages(models, widths)
+    ids = list(tokenizer(ALPHA_TEXT)["input_ids"])
+    context = (ids * (TIMING_CONTEXT // max(1, len(ids)) + 1))[:TIMING_CONTEXT]
+
+    def timer(role: str) -> tuple[Timer, str | None] | None:
+        """The role's timer on its packages, or eager with why it has none (None for a
+        target without packages)."""
+        m = models[role]
+        vocab = token_width(m) if role != "target" else len(tokenizer)
+        fw = packaged(LoadedModel(role, m, device, "", vocab, 0.0, "derived"), widths[role], length)
+        if fw is not None:
+            lm = StaticLM(m, role, vocab, fw, widths[role], length - 1, device)
+            return Timer(lm, context), None
+        if role == "target":
+            return None
+        why = next((r for w in widths[role] if (r := failed(m, w, length))), None)
+        return Timer(CachedLM(m, vocab, device), context), why or "no package was built"
+
+    made = {role: timer(role) for role in models}
+    target = made["target"]
+    if target is None:
+        say("offline draft: the target has no compiled packages here; the eager choice stands")
+        return choice
+    plan = {role: (t[0], list(widths[role])) for role, t in made.items() if t is not None}
+    timed = interleaved_medians(plan, reps, warmup=1)
+    whys = {name: t[1] for name, t in made.items() if name != "target" and t is not None}
+    for lm in (t[0].lm for t in made.values() if t is not None):
+        if hasattr(lm, "close"):
+            lm.close()
+    ranked = rerank(choice, timed, whys, say)
+    return dataclasses.replace(ranked, measured_s=choice.measured_s + time.perf_counter() - t0)
+
+
+def rerank(
+    choice: DraftChoice,
+    timed: dict[str, dict[int, float]],
+    whys: dict[str, str | None],
+    say: Callable[[str], None] | None = None,
+) -> DraftChoice:
+    """The choice on the compiled path from what rank_packaged timed: timed["target"] its
+    packaged step (width 1) and verification (judge_gamma() + 1) in ms, timed[name] each
+    shortlisted draft's step and two-token call (packaged, or eager where whys[name] says
+    why it has no packages). A candidate outside the shortlist is ranked by its eager calls
+    against the packaged target. Returns the choice with decided_by "packaged"."""
+    import dataclasses
+
+    say = say or log.info
+    g = judge_gamma()
+    t_ms = timed["target"]
+    v = t_ms[g + 1] / t_ms[1]
+    out = []
+    for cand in choice.candidates:
+        if cand.alpha is None:  # a draft step dearer than the target's: it cannot win
+            out.append(cand)
+            continue
+        if cand.variant in whys:
+            steps, why = timed[cand.variant], whys[cand.variant]
+        else:  # not shortlisted: its eager draft beside the packaged target
+            steps, why = {1: cand.step_ms, 2: cand.step2_ms}, "not shortlisted, eager"
+        c, c2 = steps[1] / t_ms[1], steps[2] / t_ms[1]
+        pred = metrics.refined_speedup(cand.alpha, g, c, v, c2=c2)
+        out.append(
+            dataclasses.replace(
+                cand,
+                packaged_step_ms=None if why else steps[1],
+                packaged_step2_ms=None if why else steps[2],
+                packaged_predicted=pred,
+                packaged_why=why,
+            )
+        )
+        if cand.variant in whys:
+            how = f"eager beside the packaged target: {why}" if why else "packaged"
+            say(
+                f"offline draft {cand.variant} on the compiled path: step {steps[1]:.1f} ms "
+                f"({how}), c {c:.2f}, predicted {pred:.2f}x at gamma {g} "
+                f"(eager {cand.predicted:.2f}x)"
+            )
+    best = choose(out)
+    return dataclasses.replace(
+        choice,
+        variant=best.variant,
+        candidates=out,
+        decided_by="packaged",
+        packaged_target_ms=t_ms[1],
+        packaged_verify_steps=v,
+    )
 
 
 def _logits(model: torch.nn.Module, ids: list[int], device: torch.device, vocab: int) -> Any:

@@ -365,13 +365,63 @@ def prepare_offline_pair(device: str = "auto", remeasure: bool = False, say: Any
     if dev.type == "cpu":  # before the choice: the int8 variants' steps depend on it
         kernels.build(report=say or (lambda _m: None))
     known = None if remeasure else draft_choice.recorded(dev)
-    if known is not None:  # measured before on this machine: nothing to load
-        return known
+    on_packages = packages_on(dev)
+    if known is not None and (known.forced or known.decided_by == "packaged" or not on_packages):
+        return known  # measured before on this machine, on the path it runs: nothing to load
     with _lock:
         base = _get_model(OFFLINE_TARGET, dev, torch.float32)
         tokenizer = _get_tokenizer(OFFLINE_TARGET)
-    _, choice = draft_choice.offline_draft(base.model, tokenizer, dev, remeasure=remeasure, say=say)
+    choice = known
+    if choice is None:
+        _, choice = draft_choice.offline_draft(
+            base.model, tokenizer, dev, remeasure=remeasure, say=say
+        )
+    if choice.forced or not on_packages:
+        return choice
+    # On a CPU the draft runs compiled ahead of time: the shortlist is measured there, and
+    # the choice is made on what will run (its packages are kept for the runs).
+    length = default_cache_len(tokenizer)
+    report = say or (lambda _m: None)
+
+    def compile_packages(models: dict, widths: dict) -> dict[str, float]:
+        from specviz.compiled.packages import prepare
+
+        return prepare(
+            models,
+            widths,
+            length,
+            report=report,
+            elsewhere=(lambda todo: _WorkerBuild(dev, length, todo)) if _two_cores() else None,
+            check=lambda built: _fresh_check(dev, length, built),
+        )
+
+    choice = draft_choice.rank_packaged(
+        choice, base.model, tokenizer, dev, length, compile_packages, say=say
+    )
+    if choice.chosen.ranked >= draft_choice.MIN_KEPT_PREDICTION:
+        draft_choice.save_record(choice)
     return choice
+
+
+def packages_on(dev: torch.device) -> bool:
+    """Whether the set-up step compiles the offline pair's calls ahead of time: on a CPU,
+    unless SPECVIZ_AOTI is off."""
+    off = os.environ.get("SPECVIZ_AOTI", "").lower() in ("0", "off", "no")
+    return dev.type == "cpu" and not off
+
+
+def default_cache_len(tokenizer: Any) -> int:
+    """The static cache length of a default run (the default prompt, settings and gamma)."""
+    from specviz.compiled import cache_len
+    from specviz.config import DEFAULT_PROMPT, Settings
+    from specviz.pair import encode_prompt
+
+    s = Settings()
+    return cache_len(len(encode_prompt(tokenizer, DEFAULT_PROMPT)) + s.max_new_tokens + s.gamma + 2)
+
+
+def _two_cores() -> bool:
+    return (os.cpu_count() or 1) >= 2  # a second process builds half of the packages
 
 
 def prepare_offline_packages(device: str = "auto", say: Any = None) -> dict[str, float] | None:
@@ -380,28 +430,23 @@ def prepare_offline_packages(device: str = "auto", say: Any = None) -> dict[str,
     positions, the draft's 1 and 2, on the default run's cache), each once; later processes
     load them in milliseconds. SPECVIZ_AOTI=off skips it. Returns the seconds each build
     took ({} when every package was there), or None where nothing is built (a GPU, or off)."""
-    from specviz.compiled import cache_len
     from specviz.compiled.packages import prepare
-    from specviz.config import DEFAULT_PROMPT, Settings
+    from specviz.config import Settings
 
-    if os.environ.get("SPECVIZ_AOTI", "").lower() in ("0", "off", "no"):
-        return None
     dev = resolve_device(device)
-    if dev.type != "cpu":
+    if not packages_on(dev):
         return None
     pair = load_pair(None, device=device)
     s = Settings()
     widths = {"target": (1, s.gamma + 1), "draft": (1, 2)}
-    needed = len(pair.encode_prompt(DEFAULT_PROMPT)) + s.max_new_tokens + s.gamma + 2
     models = {"target": pair.target.model, "draft": pair.draft.model}
-    length = cache_len(needed)
-    two = (os.cpu_count() or 1) >= 2  # a second process builds half of them
+    length = default_cache_len(pair.tokenizer)
     return prepare(
         models,
         widths,
         length,
         report=say or (lambda _m: None),
-        elsewhere=(lambda todo: _WorkerBuild(dev, length, todo)) if two else None,
+        elsewhere=(lambda todo: _WorkerBuild(dev, length, todo)) if _two_cores() else None,
         check=lambda built: _fresh_check(dev, length, built),
     )
 

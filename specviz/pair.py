@@ -55,6 +55,19 @@ def token_width(model: torch.nn.Module) -> int:
     return min(widths)
 
 
+def encode_prompt(tok: Any, prompt: str, raw: bool = False) -> list[int]:
+    """Token ids of a user prompt for a tokenizer, inside its chat template unless raw (or
+    it has none)."""
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise ValueError("prompt is empty")
+    if not raw and getattr(tok, "chat_template", None):
+        text = tok.apply_chat_template(
+            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+        )
+        return list(tok(text, add_special_tokens=False)["input_ids"])
+    return list(tok(prompt)["input_ids"])
+
+
 @dataclass
 class ModelPair:
     """A target, its draft and their shared tokenizer.
@@ -110,15 +123,7 @@ class ModelPair:
 
     def encode_prompt(self, prompt: str, raw: bool = False) -> list[int]:
         """Token ids of a user prompt, inside the chat template unless raw (or none exists)."""
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise ValueError("prompt is empty")
-        tok = self.tokenizer
-        if not raw and getattr(tok, "chat_template", None):
-            text = tok.apply_chat_template(
-                [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
-            )
-            return list(tok(text, add_special_tokens=False)["input_ids"])
-        return list(tok(prompt)["input_ids"])
+        return encode_prompt(self.tokenizer, prompt, raw)
 
     def describe(self) -> dict[str, str]:
         how = f", compiled with {self.compile_backend}" if self.compile_backend else ""

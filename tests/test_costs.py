@@ -210,6 +210,85 @@ def test_a_draft_as_slow_as_the_target_is_never_measured_for_alpha():
     assert draft_choice.choose([slow, cand("bf16", 20.0, 0.9)]).variant == "bf16"
 
 
+def _eager_choice(*cands) -> draft_choice.DraftChoice:
+    v = {w: 1.0 + 0.1 * (w - 1) for w in range(1, 10)}
+    return draft_choice.DraftChoice(
+        variant=draft_choice.choose(list(cands)).variant,
+        forced=False,
+        candidates=list(cands),
+        target_step_ms=40.0,
+        verify_steps=v,
+        machine={},
+        measured_s=1.0,
+    )
+
+
+def test_the_choice_on_the_compiled_path_ranks_by_what_runs_there():
+    """Eagerly the fp16 copy wins; compiled ahead of time the int8 draft's step falls to a
+    third and the fp16 copy's does not, so the packaged ranking takes w8-bf16. A shortlisted
+    draft without packages is timed eager beside the packaged target, and a candidate
+    outside the shortlist is ranked by its eager step against the packaged target; the
+    record keeps both timings and which path decided, and reads back the same."""
+    eager = _eager_choice(
+        cand("fp16", 14.0, 0.99),
+        cand("w8-bf16", 16.0, 0.96),
+        cand("w4-bf16", 15.0, 0.87),
+        cand("bf16", 30.0, 0.98),
+        cand("w8-fp32", 60.0, None),
+    )
+    assert eager.variant == "fp16" and eager.decided_by == "eager"
+    assert draft_choice.shortlist(eager) == ["fp16", "w8-bf16", "w4-bf16"][: draft_choice.SHORTLIST]
+    timed = {
+        "target": {1: 20.0, 5: 25.0},
+        "fp16": {1: 9.0, 2: 10.0},
+        "w8-bf16": {1: 5.0, 2: 6.0},
+        "w4-bf16": {1: 15.0, 2: 16.0},  # eager: its packages failed
+    }
+    whys = {"fp16": None, "w8-bf16": None, "w4-bf16": "its build failed (Refused: x)"}
+    said: list[str] = []
+    got = draft_choice.rerank(eager, timed, whys, said.append)
+    assert got.variant == "w8-bf16" and got.decided_by == "packaged"
+    assert got.packaged_target_ms == 20.0 and got.packaged_verify_steps == 1.25
+    by = {c.variant: c for c in got.candidates}
+    g = draft_choice.judge_gamma()
+    want = metrics.refined_speedup(0.96, g, 5.0 / 20, 1.25, c2=6.0 / 20)
+    assert by["w8-bf16"].packaged_predicted == pytest.approx(want)
+    assert by["w8-bf16"].packaged_step_ms == 5.0 and by["w8-bf16"].packaged_why is None
+    assert by["w4-bf16"].packaged_step_ms is None and "Refused" in by["w4-bf16"].packaged_why
+    # bf16, not shortlisted: its eager 30 ms step against the packaged 20 ms target
+    assert by["bf16"].packaged_predicted == pytest.approx(
+        metrics.refined_speedup(0.98, g, 1.5, 1.25, c2=1.5)
+    )
+    assert by["w8-fp32"].packaged_predicted is None  # c >= 1: never a candidate
+    assert len(said) == 3 and any("eager beside the packaged target" in x for x in said)
+    assert "of the compiled path: c 0.25" in got.summary()
+    again = draft_choice.DraftChoice.from_dict(json.loads(json.dumps(got.to_dict())))
+    assert again == got
+    # a record from before the packaged fields existed still reads (decided eagerly)
+    old = eager.to_dict()
+    for c in old["candidates"]:
+        for k in ("packaged_step_ms", "packaged_step2_ms", "packaged_predicted", "packaged_why"):
+            c.pop(k)
+    for k in ("decided_by", "packaged_target_ms", "packaged_verify_steps"):
+        old.pop(k)
+    assert draft_choice.DraftChoice.from_dict(old).decided_by == "eager"
+
+
+def test_the_choice_is_keyed_by_the_settings_it_was_judged_at(monkeypatch):
+    """The judge's gamma is the default settings' gamma, not a second literal, and the
+    record's key holds the settings judged at: a changed default finds no record."""
+    from specviz.config import Settings
+
+    assert draft_choice.judge_gamma() == Settings().gamma
+    cpu = torch.device("cpu")
+    key = draft_choice.machine_key(cpu)
+    assert key["judged_at"]["gamma"] == Settings().gamma
+    monkeypatch.setattr(
+        draft_choice, "judged_at", lambda: {"gamma": 7, "warp": [], "draft_warp": []}
+    )
+    assert draft_choice.machine_key(cpu) != key and draft_choice.judge_gamma() == 7
+
+
 class TinyTok:
     """A tokenizer stand-in for the tiny model: the alpha text is ids 1..24."""
 
@@ -475,19 +554,34 @@ def test_setup_reads_a_recorded_choice_without_loading_a_model(
     cache, base, monkeypatch, one_thread
 ):
     """`python -m specviz prepare` (every set-up run) with this machine's record: the record,
-    and no model loaded; without one it loads the base network and measures."""
+    and no model loaded; without one it loads the base network, measures, and on a CPU with
+    packages on ranks the shortlist on the compiled path once (a record decided there is
+    not ranked again); with packages off, the eager record stands."""
     from specviz import models
 
     loads: list[str] = []
+    ranks: list[str] = []
     monkeypatch.setattr(
         models, "_get_model", lambda name, *a: loads.append(name) or SimpleNamespace(model=base)
     )
     monkeypatch.setattr(models, "_get_tokenizer", lambda name: TinyTok())
+    monkeypatch.setattr(models, "default_cache_len", lambda tok: 256)
+
+    def rank(choice, *a, **k):
+        ranks.append(choice.variant)
+        return dataclasses.replace(choice, decided_by="packaged")
+
+    monkeypatch.setattr(draft_choice, "rank_packaged", rank)
     calls = measured(monkeypatch)
     first = models.prepare_offline_pair("cpu")
     assert loads == [models.OFFLINE_TARGET] and calls == [draft_choice.VARIANTS]
+    assert len(ranks) == 1 and first.decided_by == "packaged"
     again = models.prepare_offline_pair("cpu")
     assert loads == [models.OFFLINE_TARGET] and len(calls) == 1  # read, nothing loaded
     assert again.variant == first.variant and again.candidates == first.candidates
+    assert len(ranks) == 1 and again.decided_by == "packaged"
     models.prepare_offline_pair("cpu", remeasure=True)
-    assert len(loads) == 2 and len(calls) == 2
+    assert len(loads) == 2 and len(calls) == 2 and len(ranks) == 2
+    monkeypatch.setenv("SPECVIZ_AOTI", "off")
+    off = models.prepare_offline_pair("cpu", remeasure=True)
+    assert len(calls) == 3 and len(ranks) == 2 and off.decided_by == "eager"

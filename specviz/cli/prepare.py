@@ -33,12 +33,29 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     print(prepare_offline())
     choice = prepare_offline_pair(args.device, remeasure=args.remeasure, say=say)
     print(f"offline draft: {choice.summary()}")
+    g = draft_choice.judge_gamma()
     for cand in choice.candidates:
         print(
-            f"  {cand.variant:8s} step {cand.step_ms:6.1f} ms (2 tokens {cand.step2_ms:6.1f})  "
-            f"c {cand.c:.2f}  alpha {metrics.alpha_text(cand.alpha):>12s}  predicted "
-            f"{cand.predicted:.2f}x at gamma {draft_choice.JUDGE_GAMMA}, "
-            f"{cand.predicted_best:.2f}x at gamma {cand.gamma}"
+            f"  {cand.variant:8s} eager step {cand.step_ms:6.1f} ms (2 tokens "
+            f"{cand.step2_ms:6.1f})  c {cand.c:.2f}  alpha {metrics.alpha_text(cand.alpha):>12s}"
+            f"  predicted {cand.predicted:.2f}x at gamma {g}"
+        )
+        if cand.packaged_step_ms is not None and choice.packaged_target_ms:
+            print(
+                f"  {'':8s} packaged step {cand.packaged_step_ms:6.1f} ms (2 tokens "
+                f"{cand.packaged_step2_ms:6.1f})  c "
+                f"{cand.packaged_step_ms / choice.packaged_target_ms:.2f}  predicted "
+                f"{cand.packaged_predicted:.2f}x at gamma {g} on the compiled path"
+            )
+        elif cand.packaged_predicted is not None:
+            print(
+                f"  {'':8s} {cand.packaged_why}: predicted {cand.packaged_predicted:.2f}x at "
+                f"gamma {g} beside the packaged target"
+            )
+    if choice.decided_by == "packaged":
+        print(
+            f"decided on the compiled path: target step {choice.packaged_target_ms:.1f} ms, "
+            f"verification at {g + 1} positions {choice.packaged_verify_steps:.2f} steps"
         )
     built = prepare_offline_packages(args.device, say=say)
     if built is not None:

@@ -3,8 +3,8 @@
 python -m specviz.compiled.prepare_worker DEVICE LENGTH ROLE/WIDTH ...
     builds some of the offline pair's packages beside the set-up step's own (two builds
     at once on two cores), and prints one JSON object on stdout: the seconds of each
-    package it built by "role/width". A build that fails is left to the set-up step's
-    process, which builds what is missing.
+    package it built by "role/width" (a role: target, draft, or a draft variant's name).
+    A build that fails is left to the set-up step's process, which builds what is missing.
 
 python -m specviz.compiled.prepare_worker --check DEVICE LENGTH ROLE/WIDTH ...
     loads and probes packages just built, in a process that did not build them (so
@@ -19,17 +19,31 @@ import sys
 import time
 
 
-def _pair_models(device: str) -> dict:
-    from specviz.models import load_pair
+def _models(device: str, wanted: list[str]) -> dict:
+    """The models by role: "target" (the offline target), "draft" (the offline pair's
+    draft, as its record chose it) and each variant of specviz.draft_choice.VARIANTS named
+    (built from the target, as the set-up step's process builds it)."""
+    import torch
 
-    pair = load_pair(None, device=device)
-    return {"target": pair.target.model, "draft": pair.draft.model}
+    from specviz import draft_choice
+    from specviz.models import OFFLINE_TARGET, _get_model, _lock, load_pair
+
+    roles = {item.partition("/")[0] for item in wanted}
+    if "draft" in roles:
+        pair = load_pair(None, device=device)
+        out = {"target": pair.target.model, "draft": pair.draft.model}
+    else:
+        with _lock:
+            out = {"target": _get_model(OFFLINE_TARGET, torch.device(device), torch.float32).model}
+    for role in roles & set(draft_choice.VARIANTS):
+        out[role] = draft_choice.build(out["target"], role).to(device)
+    return out
 
 
 def build(device: str, length: int, wanted: list[str]) -> dict[str, float]:
     from specviz.compiled import packages
 
-    models = _pair_models(device)
+    models = _models(device, wanted)
     took = {}
     for item in wanted:
         role, _, width = item.partition("/")
@@ -53,7 +67,7 @@ def build(device: str, length: int, wanted: list[str]) -> dict[str, float]:
 def check(device: str, length: int, wanted: list[str]) -> dict[str, str]:
     from specviz.compiled import packages
 
-    models = _pair_models(device)
+    models = _models(device, wanted)
     verdicts = {}
     for item in wanted:
         role, _, width = item.partition("/")
