@@ -79,6 +79,11 @@ class Drafted:
     # a tree's later sibling: the updated target p'(x) it was tried against, left by the
     # siblings rejected before it (accept_prob is computed from it); None where p' = p
     p_prime: float | None = None
+    # the probability that the verification's decision here ends in its fallback draw, from
+    # the verification itself: on a chain 1 - kept_mass (1 - sum_x min(p, q) under the
+    # rejection rule only); at a tree's node of b children, that all b are rejected, each
+    # tried against the updated p'. None: not measured (minimal, discarded, older traces)
+    reject_prob: float | None = None
 
 
 @dataclass
@@ -466,6 +471,7 @@ def _round(r: Any, i: int) -> Round:
                 out_tv=_opt_num(x, "out_tv", w, optional=True),
                 kept_mass=_opt_num(x, "kept_mass", w, optional=True),
                 p_prime=_opt_num(x, "p_prime", w, optional=True),
+                reject_prob=_opt_num(x, "reject_prob", w, optional=True),
             )
         )
     added = r.get("added")
