@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -564,3 +565,14 @@ def _stats(d: dict[str, Any]) -> Stats:
         else:
             values[name] = _num(d, name, "trace.stats")
     return Stats(**values)
+
+
+_DESCRIBED_DTYPE = re.compile(r" on \S+ \(([^;()]+)[;)]")
+
+
+def target_dtype(trace: Trace) -> str | None:
+    """The dtype the trace's target ran in, read from its description in trace.models
+    ("name on cpu (float32; ...)", as specviz.pair.LoadedModel.describe writes it); None
+    when the trace does not say."""
+    m = _DESCRIBED_DTYPE.search(str(trace.models.get("target", "")))
+    return m.group(1).strip() if m else None
