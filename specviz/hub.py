@@ -52,12 +52,14 @@ def budget(device: torch.device, spread: bool = False) -> Budget:
     gb = model_budget_gb()
     if gb is not None:
         return Budget(int(gb * 1e9), "SPECVIZ_MODEL_BUDGET_GB")
+    total, where = ram_bytes(), "its memory"
     if device.type == "cuda":
-        gpus = range(torch.cuda.device_count()) if spread else [device.index or 0]
-        total = sum(torch.cuda.get_device_properties(i).total_memory for i in gpus)
-        where = "its GPUs' memory" if spread else "its GPU's memory"
-    else:
-        total, where = ram_bytes(), "its memory"
+        try:
+            gpus = range(torch.cuda.device_count()) if spread else [device.index or 0]
+            total = sum(torch.cuda.get_device_properties(i).total_memory for i in gpus)
+            where = "its GPUs' memory" if spread else "its GPU's memory"
+        except (AssertionError, RuntimeError):  # no GPU attached yet (ZeroGPU's start-up)
+            pass
     return Budget(int(total * SHARE), f"{SHARE * 100:.0f} % of {where}")
 
 

@@ -193,6 +193,19 @@ def test_the_budget_is_a_share_of_memory_or_the_hosts_setting(monkeypatch) -> No
         with pytest.raises(ValueError, match="SPECVIZ_MODEL_BUDGET_GB must be a number of GB"):
             hub.budget(torch.device("cpu"))
     assert 0 < hub.ram_bytes()  # the machine's own, cgroup limit included
+    monkeypatch.delenv("SPECVIZ_MODEL_BUDGET_GB")
+    gpu = SimpleNamespace(total_memory=80_000_000_000)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: gpu)
+    cuda = torch.device("cuda")
+    assert hub.budget(cuda).text() == "32.0 GB (40 % of its GPU's memory)"
+    assert hub.budget(cuda, spread=True).text() == "64.0 GB (40 % of its GPUs' memory)"
+
+    def no_gpu_yet(i):
+        raise RuntimeError("no CUDA GPUs are available")
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", no_gpu_yet)
+    assert hub.budget(cuda).text() == "6.4 GB (40 % of its memory)"  # ZeroGPU's start-up
 
 
 def test_the_weights_are_the_files_transformers_loads() -> None:
