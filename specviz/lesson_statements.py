@@ -5,7 +5,6 @@ goes through markup.esc. Pure: no gradio, no torch.
 
 from __future__ import annotations
 
-import re
 import statistics
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -14,7 +13,7 @@ from typing import Any
 
 from specviz import costs, metrics
 from specviz.config import Settings
-from specviz.trace import Drafted, Round, Trace, round_number
+from specviz.trace import Drafted, Round, Trace, round_number, target_dtype
 from specviz.verify import verification_for
 from specviz.verify.words import source_text
 from specviz.views.markup import esc, num, sampling_text, warped_apart
@@ -281,17 +280,6 @@ def greedy_statement(
             "argmax changes all that follows."
         )
     return f"<p>{said}</p>"
-
-
-_DESCRIBED_DTYPE = re.compile(r" on \S+ \(([^;()]+)[;)]")
-
-
-def target_dtype(trace: Trace) -> str | None:
-    """The dtype the trace's target ran in, read from its description in trace.models
-    ("name on cpu (float32; ...)", as specviz.pair.LoadedModel.describe writes it); None
-    when the trace does not say."""
-    m = _DESCRIBED_DTYPE.search(str(trace.models.get("target", "")))
-    return m.group(1).strip() if m else None
 
 
 def sweep_statement(rows: Sequence[dict[str, Any]], verification: str = "rejection") -> str:

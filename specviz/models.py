@@ -8,10 +8,18 @@ off, straight onto their device (or spread by a device map).
 The loaded model and the pair themselves are specviz.pair. Models load once per process and
 are shared read-only by every request; each request keeps its own KV caches and generator
 (see specviz.engine).
+
+The app loads with ``guarded``: every hub model not yet loaded is sized from the hub's
+metadata before anything of it downloads, and refused above the server's budget
+(specviz.hub). A process keeps at most SPECVIZ_MAX_PAIRS hub pairs (and their models within
+the budget): loading one more releases the least recently used first, with the models no
+kept pair shares. The offline pair is pinned. Releasing only drops this module's references:
+a run in flight holds its pair, whose models live until it ends.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import re
@@ -23,7 +31,8 @@ from typing import Any
 
 import torch
 
-from specviz import kernels
+from specviz import hub, kernels
+from specviz.config.deployment import max_pairs
 from specviz.offline import (
     OFFLINE_DRAFT,
     OFFLINE_IDS,
@@ -322,8 +331,58 @@ def load_pair(
     target: str | None = None,
     dtype: str = "auto",
     device: str = "auto",
+    guarded: bool = False,
 ) -> ModelPair:
-    """Load (once per process) a named pair or a custom draft/target pair of model ids."""
+    """Load (once per process) a named pair or a custom draft/target pair of model ids.
+
+    guarded (the app's loads): the hub models not yet loaded are sized first and refused
+    above the server's budget (specviz.hub.check_fits), before any file downloads; the
+    least recently used hub pairs are released first to make room (SPECVIZ_MAX_PAIRS)."""
+    spec, key, dev, dt, spread = _resolve(pair, draft, target, dtype, device)
+    with _lock:
+        if key in _pairs:
+            _pairs[key] = _pairs.pop(key)  # the most recently used goes last
+            return _pairs[key]
+        limit = hub.budget(dev, spread is not None) if guarded else None
+        needed = [m for m in _hub_ids(spec) if not _model_loaded(m, dev, dt)]
+        incoming = sum(hub.check_fits(needed, limit).values()) if limit is not None else 0
+        if not _pinned(key):
+            _make_room(limit, incoming, spare=_hub_ids(spec))
+        target_tok = _get_tokenizer(spec.target)
+        draft_tok = _get_tokenizer(spec.draft)
+        check_tokenizers(draft_tok, target_tok, spec.draft, spec.target)
+        t = _get_model(spec.target, dev, dt, spread)
+        d = _get_model(spec.draft, dev, dt)
+        _pairs[key] = ModelPair(
+            name=spec.name,
+            target=t,
+            draft=d,
+            tokenizer=target_tok,
+            eos_ids=_eos_ids(t.model, target_tok),
+            context_len=int(getattr(t.model.config, "max_position_embeddings", 0) or 2048),
+        )
+        return _pairs[key]
+
+
+def needs_hub_load(
+    pair: str | None = None,
+    *,
+    draft: str | None = None,
+    target: str | None = None,
+    dtype: str = "auto",
+    device: str = "auto",
+) -> bool:
+    """Whether load_pair would load a hub model for this pair (it is not kept, and one of
+    its models is a hub id): what the app lets one visitor at a time do (hub.LOADS)."""
+    spec, key, dev, dt, _ = _resolve(pair, draft, target, dtype, device)
+    with _lock:
+        return key not in _pairs and any(not _model_loaded(m, dev, dt) for m in _hub_ids(spec))
+
+
+def _resolve(
+    pair: str | None, draft: str | None, target: str | None, dtype: str, device: str
+) -> tuple[PairSpec, tuple[str, ...], torch.device, torch.dtype, str | None]:
+    """The pair's spec, its cache key, device, dtype and device map (None: whole)."""
     spec = resolve_pair(pair, draft, target)
     dev = resolve_device(device)
     offline = spec.target in OFFLINE_IDS
@@ -337,22 +396,62 @@ def load_pair(
 
         variant = requested()  # a bad SPECVIZ_OFFLINE_DRAFT fails here, before any load
     key = (spec.name, spec.draft, spec.target, str(dev), str(dt), spread or "", variant)
-    with _lock:
-        if key not in _pairs:
-            target_tok = _get_tokenizer(spec.target)
-            draft_tok = _get_tokenizer(spec.draft)
-            check_tokenizers(draft_tok, target_tok, spec.draft, spec.target)
-            t = _get_model(spec.target, dev, dt, spread)
-            d = _get_model(spec.draft, dev, dt)
-            _pairs[key] = ModelPair(
-                name=spec.name,
-                target=t,
-                draft=d,
-                tokenizer=target_tok,
-                eos_ids=_eos_ids(t.model, target_tok),
-                context_len=int(getattr(t.model.config, "max_position_embeddings", 0) or 2048),
-            )
-        return _pairs[key]
+    return spec, key, dev, dt, spread
+
+
+def _hub_ids(spec: PairSpec) -> list[str]:
+    return [m for m in dict.fromkeys((spec.target, spec.draft)) if m not in OFFLINE_IDS]
+
+
+def _model_loaded(model_id: str, device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether a model of this id is kept on this device in this dtype (any placement)."""
+    return any(k[:3] == (model_id, str(device), str(dtype)) for k in _models)
+
+
+def _pinned(key: tuple[str, ...]) -> bool:
+    """The offline pair is never released: it is the app's default, and costs no download."""
+    return key[2] in OFFLINE_IDS
+
+
+def _make_room(limit: hub.Budget | None, incoming: int, spare: list[str]) -> None:
+    """Release the least recently used hub pairs until one more fits: fewer than
+    SPECVIZ_MAX_PAIRS kept, and (with a budget) the kept hub weights plus incoming within it.
+    The models of the ids in spare (the incoming pair's) stay. Callers hold _lock."""
+    most = max_pairs()
+    for key in [k for k in _pairs if not _pinned(k)]:  # least recently used first
+        kept = sum(1 for k in _pairs if not _pinned(k))
+        over = limit is not None and _hub_bytes() + incoming > limit.bytes
+        if kept < most and not over:
+            break
+        _release(key, spare)
+
+
+def _hub_bytes() -> int:
+    """The bytes of the hub models kept (parameters and buffers, as loaded)."""
+    return sum(
+        sum(t.numel() * t.element_size() for t in (*m.model.parameters(), *m.model.buffers()))
+        for k, m in _models.items()
+        if k[0] not in OFFLINE_IDS
+    )
+
+
+def _release(key: tuple[str, ...], spare: list[str]) -> None:
+    """Drop a pair, and the hub models and tokenizers that no kept pair uses and no id in
+    spare names. Callers hold _lock."""
+    gone = _pairs.pop(key)
+    log.info("released pair %s (%s -> %s): least recently used", gone.name, key[1], key[2])
+    used = {id(m) for p in _pairs.values() for m in (p.target, p.draft) if m is not None}
+    for k, m in list(_models.items()):
+        if k[0] not in OFFLINE_IDS and k[0] not in spare and id(m) not in used:
+            del _models[k]
+    names = {n for p in _pairs.values() for n in (p.target.name, p.draft and p.draft.name)}
+    names |= set(spare)
+    for name in [n for n in _tokenizers if n != "offline" and n not in names]:
+        del _tokenizers[name]
+    del gone
+    gc.collect()  # a model's modules hold reference cycles
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def prepare_offline_pair(device: str = "auto", remeasure: bool = False, say: Any = None) -> Any:

@@ -38,7 +38,9 @@ def round_decisions(
     A "full" trace also records, per drafted position, the overlap sum_x min(p, q), exact
     match's sum_x p q and the top tokens, and per verified position the verification's computed
     output distribution out (the verification's out, or out_siblings at a tree's node of b
-    children) as TV(out, p), the mass it keeps of q,
+    children) as TV(out, p), the mass it keeps of q, the probability that it rejects there
+    (reject_prob, or at a node of b children reject_prob_siblings: all b rejected, p'
+    updated between them),
     and out beside p and q in the top tokens (computed in float64 from the rows at hand:
     O(V) per position, no model call); a "minimal" one only the decisions."""
     k, n, full = len(draft_ids), verdict.n_accepted, settings.trace_level == "full"
@@ -49,6 +51,7 @@ def round_decisions(
     overlaps, matches = [None] * k, [None] * k
     out_tvs: list[float | None] = [None] * k
     kept: list[float | None] = [None] * k
+    rejects: list[float | None] = [None] * k
     tops: list[list[dict[str, Any]]] = [[] for _ in range(k)]
     if full and k:
         overlaps, matches = torch.stack([overlap(p[:k], q), match_prob(p[:k], q)]).tolist()
@@ -60,11 +63,14 @@ def round_decisions(
         cols = ((p[:m] > 0) | (q[:m] > 0)).any(0).nonzero().squeeze(1)  # [S] ascending
         pc, qc = p[:m, cols], q[:m, cols]
         out = verification.out(pc, qc)  # [m, S] float64
+        reject = verification.reject_prob(pc, qc)  # [m] float64
         for i, b in enumerate((fan or [])[:m]):
-            if b > 1:  # a node of b children: the siblings' formula
+            if b > 1:  # a node of b children: the siblings' formulas, over p'
                 out[i] = verification.out_siblings(pc[i], qc[i], b)
+                reject[i] = verification.reject_prob_siblings(pc[i], qc[i], b)
         out_tvs[:m] = total_variation(out, normalised(pc)).tolist()
         kept[:m] = verification.kept_mass(pc, qc).tolist()
+        rejects[:m] = reject.tolist()
         score = torch.maximum(p[:k], q)
         if not verification.lossless:  # out may put mass where neither p nor q leads
             score[:m, cols] = torch.maximum(score[:m, cols], out.to(score.dtype))
@@ -90,6 +96,7 @@ def round_decisions(
                 target_text=None if sample is None else text(sample),
                 out_tv=out_tvs[i],
                 kept_mass=kept[i],
+                reject_prob=rejects[i],
                 p_prime=None if p_primes is None or i > n else p_primes[i],
             )
         )

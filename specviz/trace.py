@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -79,6 +80,11 @@ class Drafted:
     # a tree's later sibling: the updated target p'(x) it was tried against, left by the
     # siblings rejected before it (accept_prob is computed from it); None where p' = p
     p_prime: float | None = None
+    # the probability that the verification's decision here ends in its fallback draw, from
+    # the verification itself: on a chain 1 - kept_mass (1 - sum_x min(p, q) under the
+    # rejection rule only); at a tree's node of b children, that all b are rejected, each
+    # tried against the updated p'. None: not measured (minimal, discarded, older traces)
+    reject_prob: float | None = None
 
 
 @dataclass
@@ -466,6 +472,7 @@ def _round(r: Any, i: int) -> Round:
                 out_tv=_opt_num(x, "out_tv", w, optional=True),
                 kept_mass=_opt_num(x, "kept_mass", w, optional=True),
                 p_prime=_opt_num(x, "p_prime", w, optional=True),
+                reject_prob=_opt_num(x, "reject_prob", w, optional=True),
             )
         )
     added = r.get("added")
@@ -558,3 +565,14 @@ def _stats(d: dict[str, Any]) -> Stats:
         else:
             values[name] = _num(d, name, "trace.stats")
     return Stats(**values)
+
+
+_DESCRIBED_DTYPE = re.compile(r" on \S+ \(([^;()]+)[;)]")
+
+
+def target_dtype(trace: Trace) -> str | None:
+    """The dtype the trace's target ran in, read from its description in trace.models
+    ("name on cpu (float32; ...)", as specviz.pair.LoadedModel.describe writes it); None
+    when the trace does not say."""
+    m = _DESCRIBED_DTYPE.search(str(trace.models.get("target", "")))
+    return m.group(1).strip() if m else None

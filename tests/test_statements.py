@@ -571,3 +571,34 @@ def test_the_exact_note_mentions_the_draft_temperature_only_when_it_differs(
     assert differs == (settings.draft_warp() != settings.target_warp())
     assert ("can change how many drafts are accepted" in note) == differs
     assert "fewer drafts are accepted" not in note
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", None])
+def test_the_exact_note_follows_the_targets_dtype(greedy, dtype) -> None:
+    """Greedy speculative text must equal the target's own greedy text in float32 only: in
+    a 16-bit dtype the note allows the texts to part (as the greedy check and lesson step 4
+    do), and it reads the dtype from the trace the run recorded."""
+    from html import unescape
+
+    from specviz.ui.frames import exact_note
+
+    settings = Settings(greedy=greedy)
+    note = unescape(exact_note_html(settings, dtype=dtype))
+    exact = dtype in ("float32", None)
+    assert ("never which text" in note) == exact
+    assert ("distributed exactly as" in note) == exact
+    if dtype not in ("float32", None):
+        assert f"this target runs in {dtype}" in note
+        assert ("the argmax can flip" in note) == greedy
+        assert ("up to rounding" in note) == (not greedy)
+    if dtype is None:  # before a run: the promise is stated with its condition
+        assert "exact in float32; in a 16-bit dtype rounding can part a greedy text" in note
+    trace = Trace(
+        method="spec",
+        prompt="1 2",
+        prompt_ids=[1, 2],
+        settings=settings.to_dict(),
+        models={"pair": "p", "target": f"owner/t on cuda ({dtype or 'float32'})"},
+    )
+    assert exact_note(trace) == exact_note_html(settings, "the draft", dtype or "float32")

@@ -14,7 +14,10 @@ decision the engine recorded:
   first), says "u < a(x)" only where a drawn u decided, and the chart's bar is named by
   the object's keep label.
 Beside it, each entry's exact out on a node's siblings is checked against an independent
-enumeration of the sibling procedure, written here from the rules' definitions.
+enumeration of the sibling procedure, written here from the rules' definitions; and each
+entry's probability of rejecting, on a chain against the rate its own decide_chain rejects
+at (Monte Carlo), on a node's siblings against the same enumeration, and as a round's
+record holds it (over p' at a node of b children).
 """
 
 from __future__ import annotations
@@ -122,6 +125,12 @@ def test_every_decision_agrees_with_the_object_and_its_sentences(
                     assert (a >= 1.0) == kept, (d, a)
                 if v.lossless and d.out_tv is not None:
                     assert d.out_tv < 1e-6
+                if d.reject_prob is not None and rnd.nodes is None:  # a chain's position
+                    assert d.reject_prob == pytest.approx(1.0 - d.kept_mass, abs=1e-9)
+                    if entry.key == ("rejection", "rejection"):
+                        assert d.reject_prob == pytest.approx(1.0 - d.overlap, abs=1e-5)
+                    if entry.verification == "exact-match":
+                        assert d.reject_prob == pytest.approx(1.0 - d.match_prob, abs=1e-5)
             for n in rnd.nodes or []:
                 if n.trial is not None and n.u is not None:
                     assert (n.u < n.accept_prob) == (n.status == "accepted")
@@ -234,3 +243,102 @@ def test_a_later_siblings_shown_keep_reads_p_prime(entry):
     at_p = float(v.sibling_keep(torch.tensor([[0.3, 0.7]]).double(), q.double())[0, 0])
     assert at_p_prime != at_p
     assert v.shown_keep(d) == pytest.approx(at_p_prime)
+
+
+def sibling_reject(entry, p: torch.Tensor, q: torch.Tensor, b: int) -> float:
+    """The probability that all b children (i.i.d. from q) of a node are rejected, by
+    enumerating every tuple of children (and, for exact match, the target's own y), written
+    from each rule's definition."""
+    total = 0.0
+    for kids in itertools.product(range(len(p)), repeat=b):
+        w = float(torch.prod(q[list(kids)]))
+        if w == 0:
+            continue
+        if entry.verification == "exact-match":  # rejected iff no child equals y ~ p
+            total += w * sum(float(p[y]) for y in range(len(p)) if y not in kids)
+            continue
+        pp, reach = p.clone(), 1.0
+        for x in kids:
+            target = p if entry.rule == "same-target-for-siblings" else pp
+            if entry.rule == "accept-without-draw":
+                a = 1.0 if target[x] >= q[x] else 0.0
+            else:
+                a = min(1.0, float(target[x] / q[x]))
+            reach *= 1.0 - a
+            r = (pp - q).clamp_min(0)
+            pp = r / r.sum() if r.sum() > 0 else pp
+        total += w * reach
+    return total
+
+
+@pytest.mark.parametrize("entry", [e for e in ENTRIES if e.chain], ids=lambda e: e.cls)
+def test_the_rejection_probability_is_the_rate_the_decision_rejects_at(entry):
+    """reject_prob(p, q) against the share of drafts x ~ q that the entry's own decide_chain
+    rejects, over many seeded draws (4000 a row: 5 standard errors are at most 0.04); for the
+    rejection rule it is 1 - sum min(p, q), for exact match 1 - sum p q, which differ here."""
+    v = verification_of_entry(entry, PARAMS)
+    g = torch.Generator().manual_seed(5)
+    n = 4000
+    for _ in range(2):
+        p = normalised(torch.rand(5, generator=g, dtype=torch.float64) ** 3)
+        q = normalised(torch.rand(5, generator=g, dtype=torch.float64) ** 3)
+        want = float(v.reject_prob(p, q))
+        drafts = torch.multinomial(q, n, replacement=True, generator=g)
+        rejected = 0
+        for x in drafts.tolist():
+            verdict, _ = v.decide_chain(
+                torch.stack([p, p]), q[None], torch.tensor([x]), g, greedy=False
+            )
+            rejected += verdict.n_accepted == 0
+        assert rejected / n == pytest.approx(want, abs=0.04), (entry.cls, want)
+        if entry.key == ("rejection", "rejection"):
+            assert want == pytest.approx(1.0 - float(torch.minimum(p, q).sum()), abs=1e-12)
+        if entry.verification == "exact-match":
+            assert want == pytest.approx(1.0 - float((p * q).sum()), abs=1e-12)
+            overlap = float(torch.minimum(p, q).sum())
+            assert abs(want - (1.0 - overlap)) > 0.05  # 1 - overlap would be wrong here
+
+
+@pytest.mark.parametrize("entry", [e for e in ENTRIES if e.tree], ids=lambda e: e.rule)
+@pytest.mark.parametrize("b", [1, 2, 3])
+def test_the_rejection_probability_on_siblings_matches_the_enumerated_procedure(entry, b):
+    v = verification_of_entry(entry, PARAMS)
+    g = torch.Generator().manual_seed(10 + b)
+    for _ in range(3):
+        p = normalised(torch.rand(4, generator=g, dtype=torch.float64) ** 2)
+        q = normalised(torch.rand(4, generator=g, dtype=torch.float64) ** 2)
+        got = float(v.reject_prob_siblings(p, q, b))
+        assert got == pytest.approx(sibling_reject(entry, p, q, b), abs=1e-12), (entry.rule, b)
+        if b == 1:
+            assert got == pytest.approx(float(v.reject_prob(p, q)), abs=1e-12)
+
+
+@pytest.mark.parametrize("entry", [e for e in ENTRIES if e.tree], ids=lambda e: e.rule)
+def test_a_rounds_record_holds_the_rejection_probability_over_p_prime(entry):
+    """A tree round's recorded path, built by specviz.record: at a node of b = 2 children the
+    recorded rejection probability is that both are rejected (the enumeration above), not
+    the first child's 1 - sum q a at p; at a node of one child it is the chain's."""
+    from specviz.record import round_decisions
+    from specviz.sampling import Verdict
+
+    v = verification_of_entry(entry, PARAMS)
+    g = torch.Generator().manual_seed(3)
+    p = normalised(torch.rand(3, 4, generator=g, dtype=torch.float64) ** 2).float()
+    q = normalised(torch.rand(2, 4, generator=g, dtype=torch.float64) ** 2).float()
+    drafts = [1, 2]
+    ids = torch.tensor(drafts)
+    p_x, q_x = p[torch.arange(2), ids], q[torch.arange(2), ids]
+    verdict = Verdict(1, p_x, q_x, p_x / q_x, p[1], True)
+    s = Settings(
+        temperature=1.0,
+        top_p=1.0,
+        tree=(2, 1),
+        verification=entry.verification,
+        rule=entry.rule,
+    )
+    drafted, _ = round_decisions(s, str, drafts, p, q, verdict, torch.zeros(2), 0, v, fan=[2, 1])
+    pd, qd = p.double(), q.double()
+    assert drafted[0].reject_prob == pytest.approx(sibling_reject(entry, pd[0], qd[0], 2), abs=1e-6)
+    assert drafted[1].reject_prob == pytest.approx(float(v.reject_prob(pd[1], qd[1])), abs=1e-6)
+    if entry.key == ("rejection", "rejection"):
+        assert drafted[0].reject_prob != pytest.approx(1.0 - drafted[0].overlap, abs=1e-3)

@@ -1,7 +1,8 @@
 """Where and how the app is served, read from environment variables when it is built
 (never at import time): the input limits a public deployment lowers (:class:`Limits`), the
-queue, concurrency and which model ids may load (:class:`Deployment`), and whether this
-process serves a ZeroGPU Space."""
+queue, concurrency and which model ids may load (:class:`Deployment`), whether this
+process serves a ZeroGPU Space or a public one, and what a server keeps of its models
+(:func:`max_pairs`, :func:`model_budget_gb`, read when a pair loads)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,36 @@ def on_zero_gpu() -> bool:
     """Whether SPACES_ZERO_GPU says this process serves a ZeroGPU Space (the GPU is attached
     per call there, and torch.compile is not supported)."""
     return os.environ.get("SPACES_ZERO_GPU", "").strip().lower() in ("1", "t", "true")
+
+
+def on_public() -> bool:
+    """Whether this process serves the public: SPACE_ID is set (Hugging Face Spaces sets it
+    in every Space) or SPECVIZ_PUBLIC=1. There, anything a visitor types must not decide
+    what the server downloads, so the custom hub-id pair is off unless the host turns it on."""
+    return bool(os.environ.get("SPACE_ID", "").strip()) or _env_bool("SPECVIZ_PUBLIC", False)
+
+
+def max_pairs() -> int:
+    """SPECVIZ_MAX_PAIRS (default 2): how many hub pairs a process keeps loaded; beyond it the
+    least recently used is released (the offline pair is kept whatever the count)."""
+    return _env_int("SPECVIZ_MAX_PAIRS", 2)
+
+
+def model_budget_gb() -> float | None:
+    """SPECVIZ_MODEL_BUDGET_GB: the weights in GB (1e9 bytes) a server may hold at once, or
+    None where unset (specviz.hub then takes a share of the memory the models go to)."""
+    raw = os.environ.get("SPECVIZ_MODEL_BUDGET_GB", "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise ValueError(
+            f"environment variable SPECVIZ_MODEL_BUDGET_GB must be a number of GB > 0, got {raw!r}"
+        )
+    return value
 
 
 def _env_bool(name: str, default: bool) -> bool:
@@ -65,7 +96,9 @@ class Deployment:
     """How a public app is served: input limits, the queue, and which model ids may load.
 
     ``allowed_models`` None allows any hub id; the offline pair's ids are always allowed
-    (they load from an installed package, never from the network).
+    (they load from an installed package, never from the network). ``custom_models`` is the
+    custom hub-id pair: on by default for a server of one's own, off by default on a public
+    one (:func:`on_public`), where only SPECVIZ_CUSTOM_MODELS=1 turns it on.
     """
 
     limits: Limits = field(default_factory=Limits)
@@ -73,19 +106,24 @@ class Deployment:
     queue_size: int = 64
     allowed_models: frozenset[str] | None = None
     custom_models: bool = True
+    public: bool = False
 
     @classmethod
     def from_env(cls) -> Deployment:
         """Read SPECVIZ_CONCURRENCY, SPECVIZ_QUEUE_SIZE, SPECVIZ_ALLOWED_MODELS (comma
-        separated ids), SPECVIZ_CUSTOM_MODELS (1 or 0) and the :class:`Limits` variables."""
+        separated ids), SPECVIZ_CUSTOM_MODELS (1 or 0; unset: on, except on a public
+        deployment), SPACE_ID and SPECVIZ_PUBLIC (:func:`on_public`) and the
+        :class:`Limits` variables."""
         raw = os.environ.get("SPECVIZ_ALLOWED_MODELS", "").strip()
         allowed = frozenset(x.strip() for x in raw.split(",") if x.strip()) if raw else None
+        public = on_public()
         return cls(
             limits=Limits.from_env(),
             concurrency=_env_int("SPECVIZ_CONCURRENCY", cls.concurrency),
             queue_size=_env_int("SPECVIZ_QUEUE_SIZE", cls.queue_size),
             allowed_models=allowed,
-            custom_models=_env_bool("SPECVIZ_CUSTOM_MODELS", cls.custom_models),
+            custom_models=_env_bool("SPECVIZ_CUSTOM_MODELS", not public),
+            public=public,
         )
 
     def allows(self, model_id: str) -> bool:

@@ -104,7 +104,7 @@ def costliest_html(report: dict[str, Any]) -> str:
             f"{e['draft_position']}, output position {e['output_position']}: "
             f"p(x) = {e['p']:.4f} given away, q(x) = {e['q']:.4f}, accept probability "
             f"{e['accept_prob']:.4f}{u}; "
-            f"1 - overlap = {_num(rej, '.4f')}; {replaced}. After "
+            f"P(reject here) = {_num(rej, '.4f')}; {replaced}. After "
             f"{_tok(e.get('context', ''))}. Trace: <a href='{esc(e['trace'])}'>"
             f"{esc(e['trace'])}</a>{_fig(figures.decision_figure(e))}</div>"
         )

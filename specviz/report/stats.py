@@ -22,8 +22,11 @@ Definitions (also in DEFINITIONS, printed in the report):
   the verification threw away (what the text would have kept with that probability had the target
   sampled it itself). The 20 costliest are the rejected drafts of largest p(x) (ties: by
   prompt, round, position). Greedy p is one-hot, so a greedy rejection costs 0 and none is
-  listed. Each also records 1 - overlap = 1 - sum_x min(p, q), the probability that the
-  verification rejects at that position at all.
+  listed. Each also records the probability that the verification rejects at that
+  position at all, as the verification that decided computed it when the run recorded the
+  decision (trace.Drafted.reject_prob, specviz.verify): 1 - sum_x min(p, q) for the rejection
+  rule on a chain, 1 - sum_x p q for exact match, 1 - the kept mass for a lossy rule; at a
+  tree's node of b children, that all b are rejected, each tried against the updated p'.
 - kind of token: the drafted token's text alone (TOKEN_KINDS, :func:`token_kind`).
 """
 
@@ -39,7 +42,7 @@ from typing import Any
 from specviz import metrics
 from specviz.report.prompts import CATEGORIES
 from specviz.report.records import Record
-from specviz.trace import Trace, round_number
+from specviz.trace import Drafted, Round, Trace, round_number
 
 Z95 = 1.959963984540054  # the normal quantile of 0.975
 BOOTSTRAP_SEED = 0  # fixed: a report's intervals are reproducible
@@ -68,7 +71,10 @@ DEFINITIONS = {
     "Wilson 95% interval",
     "histogram": "rounds by the number of drafts they accepted",
     "cost": "p(x) of a rejected draft x: the target's probability of the token the verification "
-    "threw away; 1 - overlap is the probability of a rejection at that position",
+    "threw away; P(reject) is the probability that the verification rejects at that position, "
+    "from its own decision: 1 - sum_x min(p, q) under the rejection rule on a chain, "
+    "1 - sum_x p q under exact match, 1 - the kept mass under a lossy rule, and at a tree's "
+    "node that every child is rejected, each tried against the updated p'",
     "token kind": "the drafted token's text: whitespace only; punctuation only; digits "
     "(after optional leading space); code symbols (any of " + "".join(sorted(CODE_CHARS)) + ", "
     "no letters or digits); word start (leading space, then a letter); word piece (a "
@@ -222,6 +228,18 @@ def trace_file(index: int, which: str = "spec") -> str:
     return f"traces/{index:04d}-{which}.json"
 
 
+def rejection_prob(d: Drafted, r: Round) -> float | None:
+    """The probability that the verification rejects at d's position, as it computed it
+    (d.reject_prob). A trace written before that field: on a chain, 1 - its kept mass, which
+    is the same quantity; on a tree, or without a kept mass, None (1 - overlap is the
+    rejection rule's figure only, and the trace does not say which rule a tree's p' took)."""
+    if d.reject_prob is not None:
+        return d.reject_prob
+    if r.nodes is None and d.kept_mass is not None:
+        return 1.0 - d.kept_mass
+    return None
+
+
 def costliest(records: list[Record], n: int = COSTLIEST) -> list[dict[str, Any]]:
     """The n rejected drafts of largest p(x), over every prompt (see the module docstring)."""
     found = []
@@ -248,7 +266,7 @@ def costliest(records: list[Record], n: int = COSTLIEST) -> list[dict[str, Any]]
                 "q": d.q,
                 "accept_prob": d.accept_prob,
                 "u": d.u,
-                "rejection_prob": None if d.overlap is None else 1.0 - d.overlap,
+                "rejection_prob": rejection_prob(d, r),
                 "context": "".join(
                     rec.spec.token_texts[max(0, r.start + i - CONTEXT) : r.start + i]
                 ),

@@ -21,7 +21,7 @@ from specviz.analysis import calibration
 from specviz.analysis.runlog import LOG_COLUMNS
 from specviz.config import Settings
 from specviz.costs import guard_sentence
-from specviz.trace import Trace, decision_at, round_number
+from specviz.trace import Trace, decision_at, round_number, target_dtype
 from specviz.ui.state import Changes, Session
 from specviz.views import across_runs, figures, markup, theory_figures, timing, tree_view
 
@@ -181,9 +181,10 @@ def race_hint(spec: Trace | None, ar: Trace | None) -> str:
 
 
 def exact_note(trace: Trace) -> str:
-    """The sentence under the text: what it is distributed as, for this trace's settings."""
+    """The sentence under the text: what it is distributed as, for this trace's settings
+    and the dtype its target ran in."""
     drafter = "the n-gram drafter" if trace.models.get("drafter") == "ngram" else "the draft"
-    return markup.exact_note_html(trace.settings, drafter)
+    return markup.exact_note_html(trace.settings, drafter, target_dtype(trace))
 
 
 def speed_guard(spec: Trace | None, ar: Trace | None) -> str | None:

@@ -2,6 +2,11 @@
 allow-list) and the loaders behind it, and whether this is a ZeroGPU Space. A load that
 fails is one line (specviz.ui.errors).
 
+The app's loaders are guarded (specviz.models.load_pair): a hub model is sized from the
+hub's metadata before anything downloads, and refused above the server's budget. One hub
+load runs at a time (specviz.hub.LOADS): a visitor asking for another while one loads is
+told so in one line at once, rather than queued on the model thread behind a download.
+
 Models load once per process (specviz.models caches them) and every model call runs on the
 model thread (specviz.modelthread). On a ZeroGPU Space (the ``spaces`` package importable
 and SPACES_ZERO_GPU set) each event is one GPU-decorated call instead, which streams its
@@ -10,12 +15,14 @@ rounds out as they are made (specviz.ui.runners, specviz.ui.zerogpu).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from specviz.compiled import auto_backend
 from specviz.config import Deployment, on_zero_gpu
-from specviz.models import PAIRS, check_model_id, load_pair, resolve_device
+from specviz.hub import LOADS
+from specviz.models import PAIRS, check_model_id, load_pair, needs_hub_load, resolve_device
 from specviz.modelthread import MODEL_THREAD
 from specviz.offline import OFFLINE_IDS
 from specviz.pair import ModelPair
@@ -32,13 +39,15 @@ CustomLoader = Callable[[str, str, str], ModelPair]  # (draft id, target id, dty
 
 
 def default_loader(pair: str, dtype: str) -> ModelPair:
-    """The registry's pairs through specviz.models (cached once per process)."""
-    return load_pair(pair, dtype=dtype)
+    """The registry's pairs through specviz.models (cached, guarded: a hub pair is sized
+    before it downloads)."""
+    return load_pair(pair, dtype=dtype, guarded=True)
 
 
 def default_custom_loader(draft: str, target: str, dtype: str) -> ModelPair:
-    """A custom pair of hub ids through specviz.models (cached once per process)."""
-    return load_pair(draft=draft, target=target, dtype=dtype)
+    """A custom pair of hub ids through specviz.models (cached, guarded: sized before
+    anything downloads, refused above the server's budget)."""
+    return load_pair(draft=draft, target=target, dtype=dtype, guarded=True)
 
 
 def zero_gpu() -> bool:
@@ -155,13 +164,29 @@ def compiled_by_default() -> bool:
 def _load(loader: Loader, form: Form) -> ModelPair:
     with model_failures(f"loading pair {pair_label(form)!r}"):
         if form.pair != CUSTOM:
-            return MODEL_THREAD.call(lambda: loader(form.pair, form.dtype))
+            with one_hub_load(form, pair=form.pair):
+                return MODEL_THREAD.call(lambda: loader(form.pair, form.dtype))
         if not isinstance(loader, PairSource):
             raise ValueError("custom pairs are not available in this app")
         source = loader
-        return MODEL_THREAD.call(
-            lambda: source.custom(form.custom_draft, form.custom_target, form.dtype)
-        )
+        draft, target = source.check(CUSTOM, form.custom_draft, form.custom_target)
+        with one_hub_load(form, draft=draft, target=target):
+            return MODEL_THREAD.call(lambda: source.custom(draft, target, form.dtype))
+
+
+@contextmanager
+def one_hub_load(form: Form, **pair: str) -> Iterator[None]:
+    """Around a load: where the pair (a registry name, or checked custom ids) still has a hub
+    model to load, claim the one hub load (a second visitor meanwhile gets one line at
+    once); a kept pair, the offline pair and the test loaders' pairs pass freely."""
+    if "pair" in pair and pair["pair"] not in PAIRS:
+        yield
+        return
+    if not needs_hub_load(**pair, dtype=form.dtype):
+        yield
+        return
+    with LOADS.claim(pair_label(form)):
+        yield
 
 
 def load_default(form: Form) -> ModelPair:

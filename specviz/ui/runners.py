@@ -13,6 +13,7 @@ Handlers (specviz.ui.live, the sweep) call the context's runner and never ask wh
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
@@ -66,6 +67,12 @@ class Runner(Protocol):
         ...
 
 
+def decoder(pair: ModelPair) -> Callable[[list[int]], str]:
+    """The pair's decode for a session to keep: its tokenizer's, not a bound method of the
+    pair, which would keep the pair's models alive after specviz.models released them."""
+    return functools.partial(pair.tokenizer.decode, skip_special_tokens=True)
+
+
 class LocalRunner:
     """The models in this process, on the model thread."""
 
@@ -85,7 +92,7 @@ class LocalRunner:
         spec_run = Run(pair, form.prompt, settings)
         ar_run = Run(pair, form.prompt, settings.with_(method="ar")) if form.compare else None
         session.start(spec_run.trace, ar_run.trace if ar_run else None, "run")
-        session.decode = pair.decode
+        session.decode = decoder(pair)
         worker = Worker([spec_run] + ([ar_run] if ar_run else []), session.stop)
         yield {
             "models": markup.models_html(pair.describe()),
@@ -114,7 +121,7 @@ class LocalRunner:
             run = Run(pair, form.prompt, settings)
             session.start(run.trace, None, "step")
             session.stepper, session.step_key = iter(run), key
-            session.decode = pair.decode
+            session.decode = decoder(pair)
             out["models"] = markup.models_html(pair.describe())
         assert session.stepper is not None and session.spec is not None
         with model_failures(running(form), lambda: session.start(None, None, "idle")):

@@ -6,12 +6,13 @@ handlers that time what they run.
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any, Protocol
 
 from specviz.config import Settings
 from specviz.engine import warm_up
 from specviz.modelthread import MODEL_THREAD
-from specviz.pair import ModelPair
+from specviz.pair import LoadedModel, ModelPair
 from specviz.ui.errors import model_failures
 from specviz.ui.pairs import pair_label
 from specviz.ui.state import Form
@@ -30,8 +31,12 @@ class Models(Protocol):
 
 
 _warm_lock = threading.Lock()
-# The pairs that have run once in this process (held, so that no other object takes an id)
-_warmed: dict[tuple[int, str | None], ModelPair] = {}
+# The targets of the pairs that have run once in this process, held weakly: an entry lives as
+# long as its target, so no other object takes its id meanwhile, and a pair that
+# specviz.models released is not kept alive here
+_warmed: weakref.WeakValueDictionary[tuple[int, str | None], LoadedModel] = (
+    weakref.WeakValueDictionary()
+)
 
 
 def running(form: Form) -> str:
@@ -48,5 +53,5 @@ def warmed_pair(ctx: Models, form: Form) -> ModelPair:
         if key not in _warmed:
             with model_failures(running(form)):
                 MODEL_THREAD.call(lambda: warm_up(pair, form.prompt, settings))
-            _warmed[key] = pair
+            _warmed[key] = pair.target
     return pair

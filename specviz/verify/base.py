@@ -201,6 +201,28 @@ class Verification(ABC):
         """sum_x q(x) a(x) per row: the probability that a draw from q is kept."""
         return (normalised(q) * self.keep_prob(normalised(p), normalised(q))).sum(-1)
 
+    def reject_prob(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        """The probability per row that this decision rejects a draft drawn from q at a
+        chain's position: 1 - sum_x q(x) a(x). It is 1 - sum_x min(p, q) (1 - the overlap)
+        for the rejection rule only; exact match's is 1 - sum_x p q, a lossy rule's 1 - its
+        kept mass."""
+        return 1.0 - self.kept_mass(p, q)
+
+    def reject_prob_siblings(self, p: torch.Tensor, q: torch.Tensor, b: int) -> torch.Tensor:
+        """The probability per row that every one of a node's b children (drawn i.i.d. from
+        q, tried in draw order) is rejected, so that the node's token comes from the
+        fallback: the product over the trials of 1 - sum_x q(x) a'(x), a' the keep against
+        the updated target p' (sibling_next after each rejection), by the same recursion as
+        out_siblings; with b = 1 it is reject_prob. Exact for a verification whose update
+        does not depend on the rejected token."""
+        p_hat, q_hat = normalised(p), normalised(q)
+        p_prime = p_hat
+        reach = torch.ones(p_hat.shape[:-1], dtype=p_hat.dtype)
+        for _ in range(b):
+            reach = reach * (1.0 - (q_hat * self.sibling_keep(p_prime, q_hat)).sum(-1))
+            p_prime = self.sibling_next(p_hat, p_prime, q_hat)
+        return reach
+
     def out_tv(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         """TV(out, p) per row: the probability this decision moves away from the target's."""
         return total_variation(self.out(p, q), normalised(p))

@@ -43,6 +43,12 @@ class ExactMatch(Verification):
         # y ~ p is drawn once at the node and emitted whether or not a child equals it
         return normalised(p)
 
+    def reject_prob_siblings(self, p: torch.Tensor, q: torch.Tensor, b: int) -> torch.Tensor:
+        # the node's y ~ p is drawn once; every child is rejected iff none of the b i.i.d.
+        # draws from q equals it: sum_y p(y) (1 - q(y))^b (p' depends on which were tried)
+        p, q = normalised(p), normalised(q)
+        return (p * (1.0 - q) ** b).sum(-1)
+
     def decide_chain(self, p, q, drafts, gen, greedy):
         return verify_exact_match(p, q, drafts, draw(p, gen, greedy)), None
 

@@ -338,9 +338,16 @@ def warped_apart(settings: Settings) -> bool:
     return dt is not None and not settings.is_greedy and float(dt) != float(settings.temperature)
 
 
-def exact_note_html(settings: Settings, drafter: str = "the draft") -> str:
+def exact_note_html(
+    settings: Settings, drafter: str = "the draft", dtype: str | None = None
+) -> str:
     """What the text is distributed as: the target's own sampling at these settings,
-    whatever the draft does (the promise of both papers, in one sentence). A draft
+    whatever the draft does (the promise of both papers, in one sentence), as the run's
+    verification and its target's dtype (as the trace records it; None before a run) allow.
+    The promise is one of exact arithmetic: in float32 greedy speculative text must equal
+    the target's own greedy text; in a 16-bit dtype the verify call and a one-token call
+    round differently, a near tie's argmax can flip and the texts may part (Chen et al.:
+    "within hardware numerics"), so the note says so there rather than "never". A draft
     temperature is mentioned only when it differs from the target's (then q's warp differs
     from p's); it can raise or lower the acceptance, so no direction is claimed."""
     greedy = settings.is_greedy
@@ -357,10 +364,29 @@ def exact_note_html(settings: Settings, drafter: str = "the draft") -> str:
         how = "the target's own greedy decoding (argmax of p at every step)"
     else:
         how = "the target's own sampling at " + sampling_text(settings)
-    note = (
-        f"This text is distributed exactly as {how}, whatever {drafter} proposes: "
-        "the draft changes how fast the text comes, never which text it is likely to be."
-    )
+    if dtype is None or dtype == "float32":
+        note = (
+            f"This text is distributed exactly as {how}, whatever {drafter} proposes: "
+            "the draft changes how fast the text comes, never which text it is likely to be."
+        )
+        if dtype is None:
+            note += (
+                " That is exact in float32; in a 16-bit dtype rounding can part a greedy text "
+                "from the target's own."
+            )
+    elif greedy:
+        note = (
+            f"In exact arithmetic this text is {how}, whatever {drafter} proposes; this "
+            f"target runs in {dtype}, where its verify call and a one-token call round "
+            "differently, so where two tokens nearly tie the argmax can flip and the text "
+            "part from the autoregressive one (the Exactness tab's greedy check shows where)."
+        )
+    else:
+        note = (
+            f"This text is distributed as {how}, whatever {drafter} proposes, up to rounding: "
+            f"this target runs in {dtype}, where its verify call and a one-token call round "
+            "p differently; the draft changes how fast the text comes."
+        )
     dt, t = settings.draft_temperature, settings.temperature
     if warped_apart(settings):
         note += (
