@@ -71,7 +71,16 @@ class Timer:
 def interleaved_medians(
     plan: dict[str, tuple[Timer, Iterable[int]]], reps: int, warmup: int = 2
 ) -> dict[str, dict[int, float]]:
-    """Median ms of each timer's calls at each of its widths, all timed together.
+    """Median ms of each timer's calls at each of its widths, all timed together
+    (interleaved_times)."""
+    times = interleaved_times(plan, reps, warmup)
+    return {name: {w: statistics.median(t) for w, t in ws.items()} for name, ws in times.items()}
+
+
+def interleaved_times(
+    plan: dict[str, tuple[Timer, Iterable[int]]], reps: int, warmup: int = 2
+) -> dict[str, dict[int, list[float]]]:
+    """Every ms of each timer's calls at each of its widths, all timed together.
 
     Each repetition makes every (timer, width) call once, in an order rotated as the
     repetitions go on and reversed in every other one, so that a spell of other work on the
@@ -88,9 +97,9 @@ def interleaved_medians(
         order = calls[k:] + calls[:k]
         for name, w in order[::-1] if rep % 2 else order:
             times[name, w].append(plan[name][0].once(w))
-    out: dict[str, dict[int, float]] = {name: {} for name in plan}
+    out: dict[str, dict[int, list[float]]] = {name: {} for name in plan}
     for (name, w), t in times.items():
-        out[name][w] = statistics.median(t)
+        out[name][w] = t
     for timer, _ in plan.values():
         timer.lm.rollback(timer.context)
     return out

@@ -71,6 +71,31 @@ def test_greedy_speculative_equals_greedy_autoregressive_in_fp32(
         assert spec.token_ids == greedy_ar[prompt], where
 
 
+def test_greedy_speculative_equals_greedy_autoregressive_on_the_offline_pairs_packages(
+    offline_pair,
+):
+    """On the offline pair's own compiled packages (built by the set-up step for the
+    default run: target 1 and gamma + 1 positions, draft 1 and 2), greedy speculative output
+    equals greedy autoregressive output on every test prompt, every call after the prefill
+    running a package: the target's one-position step and its verification sum each output
+    in the same order (specviz.compiled.packages._package_linear)."""
+    from specviz.compiled import cache_len, packages
+
+    compiled = offline_pair.with_compile("auto")
+    assert compiled.compile_backend == "aoti", "the set-up step built no packages"
+    s = Settings(greedy=True, max_new_tokens=GREEDY_TOKENS)
+    for prompt in PROMPTS:
+        ar = generate(compiled, prompt, s.with_(method="ar"))
+        spec = generate(compiled, prompt, s)
+        assert spec.token_ids == ar.token_ids, prompt
+        assert "ran eager" not in " ".join(spec.models.values()), spec.models
+        assert spec.stats.target_calls < len(ar.token_ids)  # it did speculate
+    length = cache_len(len(offline_pair.encode_prompt(PROMPTS[0])) + GREEDY_TOKENS + s.gamma + 2)
+    for m, widths in ((compiled.target, (1, s.gamma + 1)), (compiled.draft, (1, 2))):
+        fw = packages.packaged(m, widths, length)
+        assert fw is not None and fw.calls > 0 and fw.eager_calls == 0, m.name
+
+
 def _check_caches(run: Run, seq: list[int]) -> None:
     target = run.target_lm
     # the target holds every accepted token but the last, which the next round feeds
