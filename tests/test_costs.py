@@ -355,13 +355,13 @@ def test_the_choice_is_measured_once_then_read_from_the_cache(cache, base, monke
 
 def test_the_target_and_the_variants_are_timed_together(base, monkeypatch, one_thread):
     plans: list[dict[str, list[int]]] = []
-    real = costs.interleaved_medians
+    real = costs.interleaved_times
 
     def spy(plan, reps, warmup=2):
         plans.append({name: sorted(ws) for name, (_, ws) in plan.items()})
         return real(plan, reps, warmup)
 
-    monkeypatch.setattr(costs, "interleaved_medians", spy)
+    monkeypatch.setattr(costs, "interleaved_times", spy)
     # forced: no variant is left out as slower than the target (a tiny network's copies
     # are no cheaper than itself)
     variants = ("w8-bf16", "bf16")
