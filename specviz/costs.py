@@ -130,6 +130,9 @@ class StepCosts:
     ar_overhead_ms_per_token: float = 0.0
     alpha: float | None = None  # measured in the overhead runs (None: not measured)
     roofline: Roofline | None = None  # each call against its memory-bound floor
+    # the path each model's timed calls ran, by role: "eager", "compiled (backend)", or
+    # "eager, although <backend> was asked for: <why>" (ModelPair.ran_eager)
+    paths: dict[str, str] = field(default_factory=dict)
 
     @property
     def c(self) -> float:
@@ -379,6 +382,10 @@ def measure_costs(
     context = ids + (ids * (tokens // (2 * len(ids)) + 1))[: tokens // 2]
     target = Timer(base.open_lm(pair.target, tuple(widths)), context)
     draft = Timer(base.open_lm(pair.draft, (1, 2)), context)
+    paths = {
+        role: _path(pair, m, t.lm)
+        for role, m, t in (("target", pair.target, target), ("draft", pair.draft, draft))
+    }
     say("timing the target's calls and the draft's step")
     timed = interleaved_medians({"target": (target, widths), "draft": (draft, [1, 2])}, reps)
     t_ms, d_ms = timed["target"], timed["draft"]
@@ -411,6 +418,7 @@ def measure_costs(
         overhead_ms_by_gamma=by_gamma,
         ar_overhead_ms_per_token=max(0.0, ar_over),
         alpha=statistics.fmean(overlaps) if overlaps else None,
+        paths=paths,
     )
     if roofline:
         say("measuring the memory bandwidth")
@@ -425,6 +433,15 @@ def measure_costs(
             len(context),
         )
     return sc
+
+
+def _path(pair: ModelPair, m: Any, lm: Any) -> str:
+    """The path a model's timed calls ran (StepCosts.paths)."""
+    backend = pair.compile_backend
+    if backend is None:
+        return "eager"
+    why = pair.ran_eager(m, lm)
+    return f"eager, although {backend} was asked for: {why}" if why else f"compiled ({backend})"
 
 
 def _run(pair: ModelPair, prompt: str, settings: Settings) -> Any:
@@ -731,5 +748,8 @@ def remember_pair(pair: ModelPair) -> None:
 
 
 def remembered(name: str) -> tuple[str, int, int] | None:
-    """(device type, weight bytes, KV bytes per position) of a model as a trace names it."""
-    return _step_bytes.get(name)
+    """(device type, weight bytes, KV bytes per position) of a model as a trace names it
+    (whatever path it ran: a note that it ran eager is not part of its name)."""
+    from specviz.pair import RAN_EAGER
+
+    return _step_bytes.get(name.split(RAN_EAGER)[0])

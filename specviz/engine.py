@@ -34,7 +34,7 @@ from specviz import metrics
 from specviz.config import Settings
 from specviz.drafters import Draft, Drafter, ModelDrafter, NgramDrafter
 from specviz.lm import ModelCache
-from specviz.pair import LoadedModel, ModelPair
+from specviz.pair import RAN_EAGER, LoadedModel, ModelPair
 from specviz.record import round_decisions
 from specviz.sampling import next_token, top2_gap, warp
 from specviz.trace import SCHEMA, Round, Trace
@@ -123,8 +123,8 @@ class Run:
         lm = self.pair.open_cache(m, widths, max_len, eager=s.drafts_tree)
         why = None if s.drafts_tree else self.pair.ran_eager(m, lm)
         role = "target" if m is self.pair.target else "draft"
-        if why and role in self.trace.models and "ran eager" not in self.trace.models[role]:
-            self.trace.models[role] += f"; ran eager: {why}"
+        if why and role in self.trace.models and RAN_EAGER not in self.trace.models[role]:
+            self.trace.models[role] += RAN_EAGER + why
         return lm
 
     def _verify_widths(self) -> tuple[int, ...]:

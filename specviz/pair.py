@@ -55,6 +55,11 @@ def token_width(model: torch.nn.Module) -> int:
     return min(widths)
 
 
+# What a run's description of a model gains when the model ran eager although the pair is
+# on the compiled path (Run.open_lm), followed by why.
+RAN_EAGER = "; ran eager: "
+
+
 def encode_prompt(tok: Any, prompt: str, raw: bool = False) -> list[int]:
     """Token ids of a user prompt for a tokenizer, inside its chat template unless raw (or
     it has none)."""

@@ -118,7 +118,8 @@ def test_a_corrupt_package_is_removed_with_one_line_and_the_run_goes_eager(store
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "unusable" in err[0] and "Traceback" not in err[0]
         assert not path.exists()
-        run = Run(pair.with_compile("auto"), PROMPT, _greedy())
+        auto = pair.with_compile("auto")
+        run = Run(auto, PROMPT, _greedy())
         for _ in run:
             pass  # the target has no package now: eager, said once; the draft's are used
         assert run.trace.token_ids == generate(pair, PROMPT, _greedy(method="ar")).token_ids
@@ -127,6 +128,10 @@ def test_a_corrupt_package_is_removed_with_one_line_and_the_run_goes_eager(store
         # the run's description of its models says which one ran eager, and why
         assert "ran eager: no compiled package for 1/3 positions" in run.trace.models["target"]
         assert "ran eager" not in run.trace.models["draft"]
+        from specviz import costs
+
+        costs.remember_pair(auto)  # the page's floors still find the model by its name
+        assert costs.remembered(run.trace.models["target"]) is not None
     finally:
         path.write_bytes(saved)
 

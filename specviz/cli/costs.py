@@ -65,6 +65,8 @@ def cmd_costs(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(sc.to_dict()) + "\n")
         return 0
     print(f"device {sc.device}, {sc.threads} threads, draft variant {sc.draft_variant}")
+    for role, path in sc.paths.items():
+        print(f"{role} ran {path}")
     print(f"target step      {sc.target_step_ms:.2f} ms")
     print(f"draft step       {sc.draft_step_ms:.2f} ms   c = {sc.c:.3f}")
     if sc.draft_step2_ms is not None and sc.c2 is not None:
