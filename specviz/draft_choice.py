@@ -585,11 +585,31 @@ def _logits(model: torch.nn.Module, ids: list[int], device: torch.device, vocab:
     return model(input_ids=x).logits[0, :, :vocab].float()
 
 
+# Choices this process made but did not keep (keep() says why), by machine key: the rest of
+# the process runs what it chose, and the next process measures again.
+_made_here: dict[str, DraftChoice] = {}
+
+
+def keep(choice: DraftChoice) -> bool:
+    """Save a choice as this machine's record, unless it predicts no speedup at all on the
+    path that decided it (a machine busy with other work may have made it): then it holds
+    for this process only. Returns whether it was saved."""
+    if choice.chosen.ranked >= MIN_KEPT_PREDICTION:
+        save_record(choice)
+        _made_here.pop(_key_id(choice.machine), None)
+        return True
+    _made_here[_key_id(choice.machine)] = choice
+    return False
+
+
 def recorded(device: torch.device) -> DraftChoice | None:
     """The choice offline_draft would read for this machine without measuring (the
     record, with a forced variant applied), or None when it has to measure."""
     want = requested()
-    rec = load_record(machine_key(device))
+    key = machine_key(device)
+    rec = load_record(key) or _made_here.get(_key_id(key))
+    if rec is not None:
+        rec = copy.deepcopy(rec)  # a forced variant below changes it
     if rec is not None and want != "auto":
         known = {cand.variant: cand for cand in rec.candidates}
         if want not in known or known[want].alpha is None:  # measure it whole
@@ -618,8 +638,8 @@ def offline_draft(
     # A forced run measured one variant: no record of the choice. Nor is a choice kept that
     # predicts no speedup at all: a machine busy with other work may have made it, and the
     # next load measures again.
-    if not forced and choice.chosen.predicted >= MIN_KEPT_PREDICTION:
-        save_record(choice)
+    if not forced:
+        keep(choice)
     log.info("offline draft: %s (measured in %.1f s)", choice.summary(), choice.measured_s)
     model = built.get(choice.variant)
     return (model if model is not None else build(base, choice.variant).to(device)), choice

@@ -497,8 +497,12 @@ def prepare_offline_pair(device: str = "auto", remeasure: bool = False, say: Any
     choice = draft_choice.rank_packaged(
         choice, base.model, tokenizer, dev, length, compile_packages, say=say
     )
-    if choice.chosen.ranked >= draft_choice.MIN_KEPT_PREDICTION:
-        draft_choice.save_record(choice)
+    if not draft_choice.keep(choice):
+        report(
+            f"specviz: the choice ({choice.variant}) predicts no speedup on this machine as "
+            "measured (busy with other work?): it holds for this process, and the next set-up "
+            "measures again"
+        )
     return choice
 
 

@@ -305,14 +305,21 @@ def cache(tmp_path, monkeypatch):
     monkeypatch.delenv(draft_choice.ENV, raising=False)
     # a tiny network's copies are no cheaper than itself: keep its choice all the same
     monkeypatch.setattr(draft_choice, "MIN_KEPT_PREDICTION", 0.0)
+    monkeypatch.setattr(draft_choice, "_made_here", {})  # a fresh process's
     return tmp_path
 
 
 def test_a_choice_that_predicts_no_speedup_is_not_kept(cache, base, monkeypatch, one_thread):
+    """Not saved: the rest of this process runs the same choice (read without measuring,
+    so the set-up's printed choice is the one its packages are built for), and the next
+    process measures again."""
     calls = measured(monkeypatch)
     monkeypatch.setattr(draft_choice, "MIN_KEPT_PREDICTION", 1e9)  # nothing reaches it
-    draft_choice.offline_draft(base, TinyTok(), torch.device("cpu"))
+    _, first = draft_choice.offline_draft(base, TinyTok(), torch.device("cpu"))
     assert not draft_choice.record_path().exists()
+    _, again = draft_choice.offline_draft(base, TinyTok(), torch.device("cpu"))
+    assert len(calls) == 1 and again.variant == first.variant
+    monkeypatch.setattr(draft_choice, "_made_here", {})  # the next process
     draft_choice.offline_draft(base, TinyTok(), torch.device("cpu"))
     assert len(calls) == 2  # measured again on the next load
 
