@@ -31,9 +31,12 @@ class ModelThread:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._pending = 0  # calls queued or running
+        self._calls = 0  # calls made since the process started
 
     def call(self, fn: Callable[[], T]) -> T:
         """fn() on the model thread (inline when already there); its result or its error."""
+        with self._lock:
+            self._calls += 1
         if threading.current_thread() is self._thread:
             return fn()
         future: Future = Future()
@@ -42,6 +45,13 @@ class ModelThread:
         self._jobs.put((fn, future))
         self._start()
         return future.result()
+
+    @property
+    def calls(self) -> int:
+        """How many calls were made to this thread so far (inline ones included): a count
+        that stays put over a stretch shows that nothing in it asked for model work."""
+        with self._lock:
+            return self._calls
 
     def idle(self) -> bool:
         """Whether no call is running or queued."""

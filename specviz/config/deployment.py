@@ -107,13 +107,15 @@ class Deployment:
     allowed_models: frozenset[str] | None = None
     custom_models: bool = True
     public: bool = False
+    shared_runs: int = 200  # shared runs kept on disk (specviz.sharestore), the oldest go first
+    shared_mb: int = 200  # and their JSON at most this many MB
 
     @classmethod
     def from_env(cls) -> Deployment:
         """Read SPECVIZ_CONCURRENCY, SPECVIZ_QUEUE_SIZE, SPECVIZ_ALLOWED_MODELS (comma
         separated ids), SPECVIZ_CUSTOM_MODELS (1 or 0; unset: on, except on a public
-        deployment), SPACE_ID and SPECVIZ_PUBLIC (:func:`on_public`) and the
-        :class:`Limits` variables."""
+        deployment), SPACE_ID and SPECVIZ_PUBLIC (:func:`on_public`), SPECVIZ_SHARED_RUNS and
+        SPECVIZ_SHARED_MB (the shared runs kept) and the :class:`Limits` variables."""
         raw = os.environ.get("SPECVIZ_ALLOWED_MODELS", "").strip()
         allowed = frozenset(x.strip() for x in raw.split(",") if x.strip()) if raw else None
         public = on_public()
@@ -124,6 +126,8 @@ class Deployment:
             allowed_models=allowed,
             custom_models=_env_bool("SPECVIZ_CUSTOM_MODELS", not public),
             public=public,
+            shared_runs=_env_int("SPECVIZ_SHARED_RUNS", cls.shared_runs),
+            shared_mb=_env_int("SPECVIZ_SHARED_MB", cls.shared_mb),
         )
 
     def allows(self, model_id: str) -> bool:

@@ -16,6 +16,7 @@ from typing import Any
 import gradio as gr
 
 from specviz.config import Deployment, Limits, Setting, Settings, form_defaults, offered
+from specviz.ui import share
 from specviz.ui.content import HOW_TO_READ, PRESET_FIELDS, PRESETS, apply_preset
 from specviz.ui.context import AppContext
 from specviz.ui.errors import user_errors
@@ -54,6 +55,7 @@ def layout(pairs: list[str], dep: Deployment, runner: Runner) -> dict[str, Any]:
             label="presentation mode (Space or → takes a Step)",
             elem_id="sv-present-toggle",
         )
+        share.layout(controls)
         with gr.Accordion("How to read this", open=False, elem_id="sv-help"):
             gr.Markdown(HOW_TO_READ)
     with gr.Column(elem_id="sv-settings"):
@@ -163,7 +165,8 @@ def pair_updates(ctx: AppContext, form: Form) -> Iterator[Changes]:
 
 
 def wire(page: Page) -> None:
-    """A preset fills the controls; a new pair (or the page opening) loads and warms it."""
+    """A preset fills the controls; a new pair (or the page opening, unless on a shared
+    run) loads and warms it."""
     controls = page.controls
     controls["preset"].change(
         user_errors(apply_preset),
@@ -188,7 +191,8 @@ def wire(page: Page) -> None:
         comp.change(load, page.inputs, page.outputs, **options)
     for comp in (controls["custom_draft"], controls["custom_target"]):
         comp.submit(load, page.inputs, page.outputs, **options)
-    page.blocks.load(load, page.inputs, page.outputs, **options)
+    # the page's load event (specviz.ui.share) sets pair_go unless it shows a shared run
+    controls["pair_go"].change(load, page.inputs, page.outputs, **options)
 
 
 def compile_label(runner: str) -> str:

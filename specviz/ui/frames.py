@@ -104,8 +104,9 @@ def _progress(spec: Trace | None, ar: Trace | None) -> str:
     return text or "generating ..."
 
 
-def final_frame(session: Session, gamma: int) -> Changes:
-    """Every view, from the session's traces alone."""
+def final_frame(session: Session, gamma: int, measure: bool = True) -> Changes:
+    """Every view, from the session's traces alone (measure: the roofline may measure the
+    device's bandwidth, once per process; a shared run's page never does)."""
     sync_rounds(session)
     spec, ar = session.spec, session.ar
     main = spec or ar
@@ -124,7 +125,7 @@ def final_frame(session: Session, gamma: int) -> Changes:
         "time_split": timing.breakdown_figure(spec)
         if spec is not None and spec.rounds
         else figures.empty_figure("no speculative rounds"),
-        "time_totals": time_html(spec, session.mode, measure=True),
+        "time_totals": time_html(spec, session.mode, measure=measure),
         "tree": tree_frame(spec),
         "tree_compare": tree_compare_html(spec, ar),
     }

@@ -30,6 +30,7 @@ from typing import Any
 import gradio as gr
 
 from specviz.config import Deployment, Limits
+from specviz.sharestore import SharedRuns
 from specviz.ui import (
     api,
     check_tab,
@@ -42,6 +43,7 @@ from specviz.ui import (
     race,
     report_tab,
     runs_tab,
+    share,
     sweep_tab,
     theory_tab,
     token_view,
@@ -70,6 +72,7 @@ SECTIONS = (
     token_view,
     present,
     race,
+    share,
     inspector_tab,
     runs_tab,
     theory_tab,
@@ -90,15 +93,17 @@ def build_app(
     deployment: Deployment | None = None,
     custom_loader: CustomLoader | None = None,
     runner: Runner | None = None,
+    shared: SharedRuns | None = None,
 ) -> gr.Blocks:
     """The Blocks app. Loads nothing: models load on the first event that needs them.
 
     pairs: the registry pairs offered (default: those the deployment allows, ordered for
     this machine's device); limits overrides the deployment's input limits; runner is where
-    the models run (default: chosen for this machine, specviz.ui.runners.choose_runner)."""
+    the models run (default: chosen for this machine, specviz.ui.runners.choose_runner);
+    shared is the store of shared runs (default: under the specviz cache)."""
     dep = deployment or Deployment.from_env()
     dep = replace(dep, limits=limits) if limits is not None else dep
-    ctx, menu = app_context(dep, loader, pairs, custom_loader, runner)
+    ctx, menu = app_context(dep, loader, pairs, custom_loader, runner, shared)
     with Blocks(title="specviz: speculative decoding, decision by decision") as demo:
         page, lesson_state = compose(ctx, menu, dep, demo)
         for section in SECTIONS:

@@ -274,7 +274,7 @@ def wire(page: Page, state: Any) -> None:
         [page.session, state, page.lesson["lesson_index"], *page.inputs],
         go_outputs,
         api_name="lesson",
-        show_progress="minimal",
+        **page.waiting,
         # a press while a step runs is queued behind it (the default drops it)
         trigger_mode="multiple",
         **page.model_queue,

@@ -15,6 +15,7 @@ from typing import Any
 
 from specviz.config import Settings
 from specviz.trace import Round, Trace, round_number
+from specviz.ui import share
 from specviz.ui.context import AppContext
 from specviz.ui.frames import (
     final_frame,
@@ -51,7 +52,10 @@ def complete_traces(ctx: AppContext, form: Form, settings: Settings) -> tuple[Tr
 
 
 def step_update(session: Session, form: Form, ctx: AppContext) -> Changes:
-    """Step: one round of a speculative run (a new one when the controls changed)."""
+    """Step: one round of a speculative run (a new one when the controls changed); on a
+    shared run with the controls untouched, its next stored round (specviz.ui.share)."""
+    if share.walks(session, form):
+        return share.step_changes(session)
     settings = ctx.settings(form)
     key = (form.pair, form.custom_draft, form.custom_target, form.dtype, form.prompt, settings)
     rnd, out = ctx.runner.step(session, form, ctx, settings, key)

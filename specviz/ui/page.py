@@ -60,8 +60,16 @@ class Page:
         return {"concurrency_id": "model", "concurrency_limit": self.concurrency}
 
     @property
+    def waiting(self) -> dict[str, Any]:
+        """Where a model-running event shows its wait: gradio's tracker on the status line
+        alone, which reads "queue: 2/3 | 4.1/12.0s" while the event waits behind others
+        (its place, the seconds waited, and once an event of its kind has finished in this
+        process, gradio's estimate), and a full queue's line."""
+        return {"show_progress": "full", "show_progress_on": [self.components["status"]]}
+
+    @property
     def live(self) -> dict[str, Any]:
-        return {"show_progress": "minimal", **self.model_queue, **HIDDEN}
+        return {**self.waiting, **self.model_queue, **HIDDEN}
 
     @property
     def quiet(self) -> dict[str, Any]:

@@ -148,11 +148,17 @@ class Session:
     decode: Callable[[list[int]], str] | None = None
     ui_ms: list[float] = field(default_factory=list)  # cost of each live page update
     first_round_s: float | None = None  # Run pressed -> first round ready to send
-    mode: str = "idle"  # idle | run | step | replay
+    mode: str = "idle"  # idle | run | step | replay | shared
     shade: bool = False  # shade drafted tokens by their overlap sum_x min(p, q)
     log: ExperimentLog = field(default_factory=ExperimentLog)  # one row per Run
     calibration: Calibration = field(default_factory=Calibration)  # over the logged runs
     race_nonce: int = 0  # a new race replay restarts the animation
+    # A shared run opened from its link (specviz.ui.shared): its id, the controls as they
+    # stood when it opened (a Step with them unchanged walks its rounds) and the rounds shown
+    # by those Steps (0: the whole run)
+    shared_id: str | None = None
+    shared_form: Any = None
+    shared_at: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)  # guards spans
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Session:
@@ -171,6 +177,9 @@ class Session:
             log=copy.deepcopy(self.log, memo),
             calibration=copy.deepcopy(self.calibration, memo),
             race_nonce=self.race_nonce,
+            shared_id=self.shared_id,
+            shared_form=self.shared_form,
+            shared_at=self.shared_at,
         )
 
     def start(self, spec: Trace | None, ar: Trace | None, mode: str) -> None:
@@ -181,6 +190,7 @@ class Session:
         with self.lock:
             self.spans, self.rows = [], []
         self.ui_ms, self.first_round_s = [], None
+        self.shared_id, self.shared_form, self.shared_at = None, None, 0
         self.stop = threading.Event()
 
     def new_stop(self) -> threading.Event:

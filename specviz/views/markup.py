@@ -319,6 +319,11 @@ def status_html(message: str, kind: str = "info") -> str:
     return _html("status", message, kind)
 
 
+def share_link_html(url: str, run_id: str) -> str:
+    """The link to a shared run: its address shown, a relative ``?run=ID`` followed."""
+    return _html("share_link", url, run_id)
+
+
 def sampling_text(settings: Settings) -> str:
     """The target's sampling at these settings, the one wording every view uses: "greedy
     decoding", "temperature 0.7 and top-p 0.9", "temperature 1, no top-p, top-k 50"."""
