@@ -599,4 +599,4 @@ def _fresh_check(device: torch.device, length: int, built: list[tuple[str, int]]
     if verdicts is None:
         why = f"the process that loads them ended with code {proc.returncode}"
         return {f"{role}/{w}": why for role, w in built}
-    return {k: str(v) for k, v in verdicts.items()}
+    return {k: str(why) for k, why in verdicts.items()}
