@@ -284,7 +284,7 @@ class ChainRounds:
         p = warp(logits, pw)  # [k+1, V]
         q = draft.q.to(dev)  # [k, V]
         drafts = torch.tensor(draft.ids, dtype=torch.long, device=dev)  # [k]
-        verdict, u = self.verification.decide_chain(p, q, drafts, gen, pw.greedy)
+        verdict = self.verification.decide_chain(p, q, drafts, gen, pw.greedy)
         accepted = draft.ids[: verdict.n_accepted]
         ends_on_eos = bool(accepted) and accepted[-1] in eos
         added = None if ends_on_eos else verdict.added_token(gen, pw.greedy)
@@ -294,7 +294,7 @@ class ChainRounds:
         self.drafter.rollback(seq)
         tc = clock(dev)
         drafted, added_record = round_decisions(
-            s, self.pair.token_text, draft.ids, p, q, verdict, u, added, self.verification
+            s, self.pair.token_text, draft.ids, p, q, verdict, added, self.verification
         )
         rnd = Round(
             index=0,

@@ -11,9 +11,10 @@ from typing import Any
 import torch
 
 from specviz.config import Settings
-from specviz.sampling import Verdict, match_prob, overlap
+from specviz.sampling import match_prob, overlap
 from specviz.trace import Added, Drafted
 from specviz.verify.base import Verification, normalised, total_variation
+from specviz.verify.verdict import Verdict
 
 
 def round_decisions(
@@ -23,7 +24,6 @@ def round_decisions(
     p: torch.Tensor,  # [k+1, V]
     q: torch.Tensor,  # [k, V]
     verdict: Verdict,
-    u: torch.Tensor | None,  # [k] the rejection rule's uniforms; None when none were drawn
     added: int | None,
     verification: Verification,
     # a tree's recorded path: per position, p'(x) where siblings were tried before it (else
@@ -46,7 +46,7 @@ def round_decisions(
     k, n, full = len(draft_ids), verdict.n_accepted, settings.trace_level == "full"
     p_x, q_x = verdict.p_x.tolist(), verdict.q_x.tolist()
     accept = verdict.accept_prob.tolist()
-    u_list = u.tolist() if u is not None else [None] * k
+    u_list = verdict.u.tolist() if verdict.u is not None else [None] * k
     y = verdict.samples[:k].tolist() if verdict.samples is not None else [None] * k
     overlaps, matches = [None] * k, [None] * k
     out_tvs: list[float | None] = [None] * k
@@ -102,9 +102,7 @@ def round_decisions(
         )
     if added is None:
         return drafted, None
-    source = verdict.source or (verification.fallback_source if verdict.resampled else "bonus")
-    if not verdict.resampled:
-        source = "bonus"
+    source = (verdict.source or verification.fallback_source) if verdict.resampled else "bonus"
     return drafted, _added(settings, text, p[n], verdict, added, source)
 
 

@@ -19,7 +19,7 @@ from specviz.config import Settings
 from specviz.lm import ModelCache, tree_refusal
 from specviz.pair import ModelPair
 from specviz.record import round_decisions
-from specviz.sampling import Verdict, warp
+from specviz.sampling import warp
 from specviz.trace import Added, Drafted, Node, Round
 from specviz.tree import (
     ROOT,
@@ -33,6 +33,7 @@ from specviz.tree import (
 )
 from specviz.updates import clock
 from specviz.verify.base import Verification
+from specviz.verify.verdict import Verdict
 
 
 def check_tree_request(pair: ModelPair, settings: Settings) -> None:
@@ -158,21 +159,17 @@ def tree_decisions(
     for i, node in enumerate(path):
         if node in tried:
             accept[i] = tried[node].accept_prob
-    samples = None
-    if verdict.samples is not None:
-        samples = verdict.samples[rows]
+    # the recorded path as a chain's verdict: the walk's decisions, read along the path
     chain = Verdict(
-        len(verdict.path),
-        p_x,
-        q_x,
-        p_x / q_x,
-        verdict.dist,
-        verdict.resampled,
-        samples,
-        accept,
+        n_accepted=len(verdict.path),
+        p_x=p_x,
+        q_x=q_x,
+        accept_prob=accept,
+        dist=verdict.dist,
+        samples=None if verdict.samples is None else verdict.samples[rows],
+        u=None if u is None else u[torch.tensor(path, dtype=torch.long)],
         source=verdict.source,
     )
-    u_path = None if u is None else u[torch.tensor(path, dtype=torch.long)]
     # where each tried node's siblings came first: the updated target it was tried against
     trial_of = [tried.get(node) for node in path]
     drafted, added_record = round_decisions(
@@ -182,7 +179,6 @@ def tree_decisions(
         p_path,
         q_path,
         chain,
-        u_path,
         added,
         verification,
         p_primes=[(t.p_prime if t is not None and t.updated else None) for t in trial_of],
