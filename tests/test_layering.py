@@ -118,7 +118,7 @@ def test_the_engine_names_no_backend():
     (ModelPair.open_cache): neither imports anything of specviz.compiled, anywhere in its
     body, so a new backend touches the pair and the compiled path only."""
     found = modules()
-    for name in ("specviz.engine", "specviz.tree_run"):
+    for name in ("specviz.engine", "specviz.rounds"):
         touched = {
             m for m in imports(name, found[name], set(found)) if m.startswith("specviz.compiled")
         }
