@@ -34,13 +34,15 @@ import statistics
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from specviz import metrics
 from specviz.config import DEFAULT_PROMPT, Settings
 
 if TYPE_CHECKING:
     from specviz.pair import ModelPair
+
+T = TypeVar("T")
 
 # The gammas `costs` measures by default, and the range the refined prediction is judged on.
 DEFAULT_GAMMAS = (1, 2, 4, 8)
@@ -68,6 +70,15 @@ class Timer:
         return interleaved_medians({"": (self, widths)}, reps, warmup)[""]
 
 
+def interleaved_order(items: Sequence[T], rep: int, reps: int) -> list[T]:
+    """Repetition rep (of reps) of an interleaved measurement: every item once, the line-up
+    rotated by rep * n // reps (starts spread over it) and reversed when rep is odd. The
+    model calls here and the bench's contenders (specviz.bench.running) take turns so."""
+    k = rep * len(items) // reps
+    order = [*items[k:], *items[:k]]
+    return order[::-1] if rep % 2 else order
+
+
 def interleaved_medians(
     plan: dict[str, tuple[Timer, Iterable[int]]], reps: int, warmup: int = 2
 ) -> dict[str, dict[int, float]]:
@@ -93,9 +104,7 @@ def interleaved_times(
             plan[name][0].once(w)
     times: dict[tuple[str, int], list[float]] = {call: [] for call in calls}
     for rep in range(reps):
-        k = rep * len(calls) // reps
-        order = calls[k:] + calls[:k]
-        for name, w in order[::-1] if rep % 2 else order:
+        for name, w in interleaved_order(calls, rep, reps):
             times[name, w].append(plan[name][0].once(w))
     out: dict[str, dict[int, list[float]]] = {name: {} for name in plan}
     for (name, w), t in times.items():

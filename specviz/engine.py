@@ -26,22 +26,21 @@ are recorded by specviz.record.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
 from specviz import metrics
 from specviz.config import Settings
-from specviz.drafters import Draft, Drafter, ModelDrafter, NgramDrafter
+from specviz.drafters import Drafter, check_drafter, drafter_for
+from specviz.drafters import entry as drafter_entry
 from specviz.lm import ModelCache
 from specviz.pair import RAN_EAGER, LoadedModel, ModelPair
-from specviz.record import round_decisions
-from specviz.sampling import next_token, top2_gap, warp
+from specviz.rounds import ChainRounds, RoundStrategy, TreeRounds, check_tree_request
+from specviz.sampling import next_token, top2_gap
 from specviz.trace import SCHEMA, Round, Trace
-from specviz.tree_run import TreeRounds, check_tree_request
 from specviz.updates import Update, clock
 from specviz.verify import verification_for
-from specviz.verify.base import Verification
 
 
 def prompt_ids_for(
@@ -65,12 +64,12 @@ def prompt_ids_for(
 
 
 def check_request(pair: ModelPair, prompt: Any, settings: Settings, raw: bool = False) -> list[int]:
-    """Refuse (ValueError) a request this pair cannot run: a model drafter without a draft
-    model, or a prompt prompt_ids_for refuses. Returns the prompt's ids. Run makes this check
-    first; a caller that runs several generations can make it once, before any output."""
-    if settings.method == "spec" and settings.drafter == "model" and pair.draft is None:
-        raise ValueError(f"pair {pair.name!r} has no draft model; use the ngram drafter")
+    """Refuse (ValueError) a request this pair cannot run: a drafter that needs a draft model
+    on a pair without one, a tree the pair cannot run, or a prompt prompt_ids_for refuses.
+    Returns the prompt's ids. Run makes this check first; a caller that runs several
+    generations can make it once, before any output."""
     if settings.method == "spec":
+        check_drafter(pair, settings)
         check_tree_request(pair, settings)
     return prompt_ids_for(pair, prompt, settings, raw)
 
@@ -155,9 +154,10 @@ class Run:
         return top2_gap(logits[:n]).tolist() if greedy else None
 
     def _finish(self, reason: str, t0: float) -> None:
-        for lm in (self.target_lm, getattr(self.drafter, "lm", None)):
-            if lm is not None:
-                lm.close()  # the compiled path's caches go back to their pool
+        if self.target_lm is not None:
+            self.target_lm.close()  # the compiled path's caches go back to their pool
+        if self.drafter is not None:
+            self.drafter.close()
         tr = self.trace
         tr.stop_reason = reason
         tr.text = self.pair.decode(tr.token_ids)
@@ -193,27 +193,17 @@ class Run:
 
     # --- speculative sampling ----------------------------------------------------------
 
-    def _drafter(self) -> Drafter:
-        s, pair = self.settings, self.pair
-        if s.drafter == "ngram":
-            return NgramDrafter(pair.vocab_size, s.ngram_size, pair.eos_ids)
-        assert pair.draft is not None
-        lm = self.open_lm(pair.draft, (1, 2))  # one token, or two after a full accept
-        return ModelDrafter(lm, s.draft_warp(), pair.eos_ids, s.draft_confidence)
-
     @torch.inference_mode()
     def _spec(self) -> Iterator[Update]:
         s, eos, dev = self.settings, self.pair.eos_ids, self.device
         target = self.target_lm = self._target_lm()
-        drafter = self.drafter = self._drafter()
-        verification = verification_for(s)
-        strategy: RoundStrategy
+        drafter = self.drafter = drafter_for(s, self.pair, self.open_lm)
+        if drafter_entry(s.drafter).reads_hidden:
+            target.want_hidden = True  # the cache keeps its last hidden state where it can
         if s.drafts_tree:
             self.trace.schema = SCHEMA  # a trace with tree rounds
-            assert isinstance(drafter, ModelDrafter)
-            strategy = TreeRounds(s, self.pair, target, drafter.lm, verification)
-        else:
-            strategy = ChainRounds(s, self.pair, target, drafter, verification)
+        rounds = TreeRounds if s.drafts_tree else ChainRounds
+        strategy: RoundStrategy = rounds(s, self.pair, target, drafter, verification_for(s))
         greedy = s.target_warp().greedy
         gen = self._generator()
         seq = list(self.prompt_ids)
@@ -236,93 +226,6 @@ class Run:
                 reason = "max_new_tokens"
         finally:
             self._finish(reason, t0)
-
-
-class RoundStrategy(Protocol):
-    """How a round drafts and verifies: a chain (ChainRounds) or a tree
-    (specviz.tree_run.TreeRounds). The loop (Run._spec) owns the budget, the clock, the
-    trace and the stop."""
-
-    def round(
-        self, seq: list[int], room: int, gen: torch.Generator
-    ) -> tuple[list[int], Round, torch.Tensor]:
-        """Draft at most `room` tokens after seq, verify them with one target call, extend
-        seq by the new tokens; return them, the round's record (the loop sets its index,
-        start and t_s) and the target's logit rows that scored them [len(new), V]."""
-        ...
-
-
-class ChainRounds:
-    """The round strategy of a chain of drafts (Leviathan et al. 2022, Algorithm 1; Chen et
-    al. 2023, Algorithm 2), with adaptive gamma where the settings ask for it."""
-
-    def __init__(
-        self,
-        settings: Settings,
-        pair: ModelPair,
-        target: ModelCache,
-        drafter: Drafter,
-        verification: Verification,
-    ) -> None:
-        self.s, self.pair, self.target, self.drafter = settings, pair, target, drafter
-        self.verification = verification
-        self.gamma = settings.gamma
-
-    def round(
-        self, seq: list[int], room: int, gen: torch.Generator
-    ) -> tuple[list[int], Round, torch.Tensor]:
-        s, dev, eos = self.s, self.pair.device, self.pair.eos_ids
-        pw, gamma = s.target_warp(), self.gamma
-        k_max = min(gamma, room)
-        ta = clock(dev)
-        draft = self.drafter.propose(seq, k_max, gen) if k_max > 0 else self._no_draft()
-        tb = clock(dev)
-        k = len(draft.ids)
-        # Both are over the tokenizer's V ids: padded columns are cut (specviz.lm) and a
-        # pair whose model is narrower than V cannot be built (ModelPair).
-        logits = self.target.logits(seq + draft.ids, keep=k + 1)  # [k+1, V]
-        p = warp(logits, pw)  # [k+1, V]
-        q = draft.q.to(dev)  # [k, V]
-        drafts = torch.tensor(draft.ids, dtype=torch.long, device=dev)  # [k]
-        verdict, u = self.verification.decide_chain(p, q, drafts, gen, pw.greedy)
-        accepted = draft.ids[: verdict.n_accepted]
-        ends_on_eos = bool(accepted) and accepted[-1] in eos
-        added = None if ends_on_eos else verdict.added_token(gen, pw.greedy)
-        new = accepted + ([] if added is None else [added])
-        seq.extend(new)
-        self.target.rollback(seq)
-        self.drafter.rollback(seq)
-        tc = clock(dev)
-        drafted, added_record = round_decisions(
-            s, self.pair.token_text, draft.ids, p, q, verdict, u, added, self.verification
-        )
-        rnd = Round(
-            index=0,
-            start=0,
-            gamma=gamma,
-            drafted=drafted,
-            added=added_record,
-            draft_ms=(tb - ta) * 1e3,
-            verify_ms=(tc - tb) * 1e3,
-            t_s=0.0,
-            stop=draft.stop if k_max == gamma or draft.stop != "gamma" else "budget",
-        )
-        if s.adaptive_gamma:
-            self.gamma = next_gamma(gamma, k, verdict.n_accepted, s.limits.max_gamma)
-        return new, rnd, logits[: len(new)]
-
-    def _no_draft(self) -> Draft:
-        """The round after the budget is spent drafts nothing: a plain target step."""
-        return Draft([], torch.empty(0, self.pair.vocab_size), "budget")
-
-
-def next_gamma(gamma: int, k: int, n_accepted: int, max_gamma: int) -> int:
-    """Adaptive gamma, as transformers' heuristic: +2 after a full accept, -1 after a rejection."""
-    if k == 0:
-        return gamma
-    if n_accepted == k:
-        return min(gamma + 2, max_gamma)
-    return max(1, gamma - 1)
 
 
 def generate(pair: ModelPair, prompt: str, settings: Settings, raw: bool = False) -> Trace:

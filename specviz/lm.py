@@ -91,6 +91,10 @@ class CachedLM:
         self.calls = 0
         self.busy_s = 0.0  # seconds inside the model's forward (specviz.costs reads it)
         self.branched = False  # the cache holds tree branches (masked_logits until keep)
+        # a drafter that reads the target's features asks for its last hidden state: then
+        # every call keeps it at the rows it returns ([keep, H], in hidden)
+        self.want_hidden = False
+        self.hidden: torch.Tensor | None = None
 
     @property
     def cached(self) -> int:
@@ -120,9 +124,14 @@ class CachedLM:
         ids = torch.tensor([seq[start:]], dtype=torch.long, device=self.device)
         t0 = time.perf_counter()
         out = self.model(
-            input_ids=ids, past_key_values=self.cache, use_cache=True, logits_to_keep=keep
+            input_ids=ids,
+            past_key_values=self.cache,
+            use_cache=True,
+            logits_to_keep=keep,
+            output_hidden_states=self.want_hidden,
         )
         logits = out.logits[0, -keep:, : self.vocab_size].to(self.out_device)  # [keep, V]
+        self._keep_hidden(out, keep)
         self.busy_s += finished(logits) - t0
         self.tokens.extend(seq[start:])
         self.calls += 1
@@ -154,13 +163,20 @@ class CachedLM:
             past_key_values=self.cache,
             use_cache=True,
             logits_to_keep=keep,
+            output_hidden_states=self.want_hidden,
         )
         logits = out.logits[0, -keep:, : self.vocab_size].to(self.out_device)  # [keep, V]
+        self._keep_hidden(out, keep)
         self.busy_s += finished(logits) - t0
         self.tokens.extend(ids)
         self.calls += 1
         self.branched = True
         return logits
+
+    def _keep_hidden(self, out: Any, keep: int) -> None:
+        """The last layer's hidden state [keep, H] at the returned rows, when asked for."""
+        if self.want_hidden:
+            self.hidden = out.hidden_states[-1][0, -keep:].to(self.out_device)
 
     def keep(self, slots: list[int]) -> None:
         """Keep only these cache slots, in this order (a prefix, then the accepted path):

@@ -1,6 +1,7 @@
 """A round's decisions: the tensors of one speculative round turned into the trace's plain
-values (specviz.trace), with one transfer per tensor. The engine calls :func:`round_decisions`
-after each target call; nothing here draws a random number or calls a model.
+values (specviz.trace), with one transfer per tensor. A chain's round (specviz.rounds) calls
+:func:`round_decisions` after its target call, a tree's :func:`tree_decisions` (its recorded
+path as a chain's, and every node); nothing here draws a random number or calls a model.
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ from typing import Any
 import torch
 
 from specviz.config import Settings
-from specviz.sampling import Verdict, match_prob, overlap
-from specviz.trace import Added, Drafted
+from specviz.sampling import match_prob, overlap
+from specviz.trace import Added, Drafted, Node
+from specviz.tree import ROOT, TreeDraft, TreeVerdict
 from specviz.verify.base import Verification, normalised, total_variation
+from specviz.verify.verdict import Verdict
 
 
 def round_decisions(
@@ -23,7 +26,6 @@ def round_decisions(
     p: torch.Tensor,  # [k+1, V]
     q: torch.Tensor,  # [k, V]
     verdict: Verdict,
-    u: torch.Tensor | None,  # [k] the rejection rule's uniforms; None when none were drawn
     added: int | None,
     verification: Verification,
     # a tree's recorded path: per position, p'(x) where siblings were tried before it (else
@@ -46,7 +48,7 @@ def round_decisions(
     k, n, full = len(draft_ids), verdict.n_accepted, settings.trace_level == "full"
     p_x, q_x = verdict.p_x.tolist(), verdict.q_x.tolist()
     accept = verdict.accept_prob.tolist()
-    u_list = u.tolist() if u is not None else [None] * k
+    u_list = verdict.u.tolist() if verdict.u is not None else [None] * k
     y = verdict.samples[:k].tolist() if verdict.samples is not None else [None] * k
     overlaps, matches = [None] * k, [None] * k
     out_tvs: list[float | None] = [None] * k
@@ -102,9 +104,7 @@ def round_decisions(
         )
     if added is None:
         return drafted, None
-    source = verdict.source or (verification.fallback_source if verdict.resampled else "bonus")
-    if not verdict.resampled:
-        source = "bonus"
+    source = (verdict.source or verification.fallback_source) if verdict.resampled else "bonus"
     return drafted, _added(settings, text, p[n], verdict, added, source)
 
 
@@ -184,3 +184,110 @@ def _at_tokens(values: torch.Tensor, cols: torch.Tensor, ids: torch.Tensor) -> t
     at = torch.searchsorted(cols, ids).clamp(max=cols.numel() - 1)
     hit = cols[at] == ids
     return torch.where(hit, values.gather(1, at), torch.zeros((), dtype=values.dtype))
+
+
+def recorded_path(tree: TreeDraft, verdict: TreeVerdict) -> list[int]:
+    """The nodes a tree round records as a chain's drafts: the accepted path; where every
+    child was rejected, the first child tried, then its first descendants (discarded, as a
+    chain's drafts after a rejection)."""
+    path = list(verdict.path)
+    if verdict.resampled:
+        j = tree.children(verdict.stop)[0]
+        path.append(j)
+        while kids := tree.children(j):
+            j = kids[0]
+            path.append(j)
+    return path
+
+
+def tree_decisions(
+    settings: Settings,
+    text: Callable[[int], str],
+    tree: TreeDraft,
+    p: torch.Tensor,  # [n + 1, V]
+    verdict: TreeVerdict,
+    u: torch.Tensor | None,  # [n]
+    added: int | None,
+    verification: Verification,
+) -> tuple[list[Drafted], Added | None, list[Node]]:
+    """The round's records: the path path's decisions (built as a chain's, by
+    specviz.record, with each tried node's p' and turn), the added token, and every node
+    with its trial."""
+    path = recorded_path(tree, verdict)
+    rows = [tree.parents[node] + 1 for node in path] + [(path[-1] if path else ROOT) + 1]
+    p_path = p[rows]  # [k + 1, V]
+    q_path = torch.stack([tree.q(node) for node in path]) if path else torch.empty(0, p.shape[-1])
+    ids = [tree.ids[node] for node in path]
+    idx = torch.arange(len(path))
+    drafts = torch.tensor(ids, dtype=torch.long)
+    p_x, q_x = p_path[idx, drafts], q_path[idx, drafts]
+    tried = {t.node: t for t in verdict.trials}
+    # a(x) as the trial computed it from p'; an untried (discarded) node's from its own p
+    accept = verification.keep_prob(p_path[: len(path)], q_path)[idx, drafts].to(p.dtype)
+    for i, node in enumerate(path):
+        if node in tried:
+            accept[i] = tried[node].accept_prob
+    # the recorded path as a chain's verdict: the walk's decisions, read along the path
+    chain = Verdict(
+        n_accepted=len(verdict.path),
+        p_x=p_x,
+        q_x=q_x,
+        accept_prob=accept,
+        dist=verdict.dist,
+        samples=None if verdict.samples is None else verdict.samples[rows],
+        u=None if u is None else u[torch.tensor(path, dtype=torch.long)],
+        source=verdict.source,
+    )
+    # where each tried node's siblings came first: the updated target it was tried against
+    trial_of = [tried.get(node) for node in path]
+    drafted, added_record = round_decisions(
+        settings,
+        text,
+        ids,
+        p_path,
+        q_path,
+        chain,
+        added,
+        verification,
+        p_primes=[(t.p_prime if t is not None and t.updated else None) for t in trial_of],
+        fan=[len(tree.children(tree.parents[node])) for node in path],
+    )
+    return drafted, added_record, node_records(text, tree, p, verdict, u)
+
+
+def node_records(
+    text: Callable[[int], str],
+    tree: TreeDraft,
+    p: torch.Tensor,
+    verdict: TreeVerdict,
+    u: torch.Tensor | None,
+) -> list[Node]:
+    """Every node of the tree, breadth first, with its trial if it had one."""
+    if not len(tree):
+        return []
+    parent_rows = torch.tensor([par + 1 for par in tree.parents])
+    p_x = p[parent_rows, torch.tensor(tree.ids)].tolist()
+    q_x = tree.q_x().tolist()
+    u_l = u.tolist() if u is not None else [None] * len(tree)
+    tried = {t.node: t for t in verdict.trials}
+    on_path = set(verdict.path)
+    nodes = []
+    for j, x in enumerate(tree.ids):
+        t = tried.get(j)
+        status = "accepted" if j in on_path else "rejected" if t is not None else "untried"
+        nodes.append(
+            Node(
+                id=x,
+                text=text(x),
+                parent=tree.parents[j],
+                depth=tree.depths[j],
+                q=q_x[j],
+                p=p_x[j],
+                status=status,
+                trial=None if t is None else t.trial,
+                p_prime=None if t is None else t.p_prime,
+                accept_prob=None if t is None else t.accept_prob,
+                u=u_l[j] if t is not None else None,
+            )
+        )
+    return nodes

@@ -1,6 +1,6 @@
-"""Pure torch: logits to distributions, draws with an explicit generator, and the
-verifications' decisions: the rejection rule, exact match, and the verifications that keep a draft
-by a test on p alone (the lossy verifications of specviz.verify, through :func:`verify_kept`).
+"""Pure torch, distributions only: logits to distributions (warp), draws with an explicit
+generator, and the overlaps of two distributions. Every decision a verification makes lives
+in specviz.verify.
 
 Notation as in both papers: p is the target's distribution, q the draft's. Every function
 here is stateless; randomness only ever comes from the ``torch.Generator`` passed in, so
@@ -8,8 +8,6 @@ two requests never share RNG state.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import torch
 
@@ -128,13 +126,6 @@ def top2_gap(logits: torch.Tensor) -> torch.Tensor:
     return top[..., 0] - top[..., -1]
 
 
-def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """norm(max(0, p - q)) for one position [V]; p itself when that sums to zero (p == q)."""
-    r = (p - q).clamp_min_(0.0)
-    total = r.sum()
-    return r / total if total > 0 else p
-
-
 def overlap(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """sum_x min(p(x), q(x)) per row: the probability that the rejection rule accepts a
     draw from q."""
@@ -145,115 +136,3 @@ def match_prob(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """sum_x p(x) q(x) per row: the probability that exact match accepts a draw from q.
     Never above overlap(p, q), since p(x) q(x) <= min(p(x), q(x)) when both are <= 1."""
     return (p * q).sum(-1)
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """What the verification decided for one round of k drafted tokens."""
-
-    n_accepted: int  # length of the accepted prefix, 0..k
-    p_x: torch.Tensor  # [k] p(x_i)
-    q_x: torch.Tensor  # [k] q(x_i)
-    ratio: torch.Tensor  # [k] p(x_i) / q(x_i)
-    dist: torch.Tensor  # [V] the distribution the added token is drawn from
-    # True: the added token replaces a rejected draft (rejection rule: dist is the residual;
-    # exact match: dist is p there); False: a bonus from p after a full accept
-    resampled: bool
-    # Exact match only: [k+1] the target's own samples y_i ~ p_i, drawn before the decision
-    # (y_n is the added token). None under the rejection rule.
-    samples: torch.Tensor | None = None
-    # [k] a(x_i) as the verification computed it; None: the verification's own (see accept_prob)
-    keep_prob: torch.Tensor | None = None
-    # where the added token comes from (a key of specviz.verify.words.SOURCES); None: the
-    # verification's chain fallback after a rejection, "bonus" after a full accept
-    source: str | None = None
-
-    @property
-    def accept_prob(self) -> torch.Tensor:
-        """[k] the probability that each draft, once drafted, is accepted: min(1, p/q) under
-        the rejection rule, p(x_i) under exact match (P(y_i = x_i)), a(x_i) under a rule
-        that keeps by a test on p."""
-        if self.keep_prob is not None:
-            return self.keep_prob
-        return self.ratio.clamp(max=1.0) if self.samples is None else self.p_x
-
-    def added_token(self, generator: torch.Generator, greedy: bool) -> int:
-        """The token the round adds: under exact match the target's sample y_n, already
-        drawn; under the rejection rule a draw from dist (no RNG in greedy mode)."""
-        if self.samples is not None:
-            return int(self.samples[self.n_accepted])
-        return int(draw(self.dist, generator, greedy))
-
-
-def verify(
-    p: torch.Tensor,
-    q: torch.Tensor,
-    drafts: torch.Tensor,
-    u: torch.Tensor | None,
-    from_p: bool = False,
-) -> Verdict:
-    """Apply the rejection rule to k drafted tokens.
-
-    p: [k+1, V] target rows (row i scores drafts[i]; row k gives the bonus),
-    q: [k, V] the rows each draft was drawn from, drafts: [k], u: [k] uniform in [0, 1)
-    (None in greedy mode, where p and q are one-hot and the decision is deterministic).
-    Accept x_i iff u_i < p(x_i)/q(x_i): P(accept) = min(1, p/q) and p(x_i) = 0 never passes.
-    from_p replaces a rejected draft by a draw from p instead of the residual (the
-    deliberately wrong resample-from-p, for demonstrating the distribution check; a rule
-    that keeps without a draw passes u None).
-    """
-    k = drafts.shape[0]
-    idx = torch.arange(k, device=drafts.device)
-    p_x = p[idx, drafts]  # [k]
-    q_x = q[idx, drafts]  # [k] > 0: each draft was drawn from its row
-    ratio = p_x / q_x
-    if u is None:
-        accept = ratio >= 1.0
-    else:
-        accept = u < ratio
-    # Number of leading accepts: position of the first rejection, or k.
-    rejected = (~accept).nonzero()
-    n = int(rejected[0, 0]) if rejected.numel() else k
-    if n == k:
-        return Verdict(n, p_x, q_x, ratio, p[k], resampled=False)
-    dist = p[n] if from_p else residual(p[n], q[n])
-    return Verdict(n, p_x, q_x, ratio, dist, resampled=True)
-
-
-def verify_exact_match(
-    p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, samples: torch.Tensor
-) -> Verdict:
-    """Exact-match verification of k drafted tokens.
-
-    p: [k+1, V], q: [k, V] and drafts: [k] as for :func:`verify`; samples: [k+1] the
-    target's own tokens y_i ~ p_i (in greedy mode the argmax of each row). Accept x_i iff
-    y_i == x_i; at the first mismatch n the round adds y_n, and after a full accept it adds
-    y_k, the bonus. Every emitted token is thus a draw from p (lossless); a draft x_i
-    passes with probability p(x_i), a draw from q with probability sum_x p(x) q(x).
-    """
-    k = drafts.shape[0]
-    idx = torch.arange(k, device=drafts.device)
-    p_x = p[idx, drafts]  # [k]
-    q_x = q[idx, drafts]  # [k]
-    mismatch = (samples[:k] != drafts).nonzero()
-    n = int(mismatch[0, 0]) if mismatch.numel() else k
-    return Verdict(n, p_x, q_x, p_x / q_x, p[n], resampled=n < k, samples=samples)
-
-
-def verify_kept(
-    p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, keep: torch.Tensor
-) -> Verdict:
-    """Verification by a deterministic test: keep[i] (bool [k]) says whether x_i passes.
-
-    p: [k+1, V], q: [k, V] and drafts: [k] as for :func:`verify`. The accepted prefix ends
-    at the first draft that fails; the round then adds the target's own sample from p
-    there (dist is p[n], drawn by Verdict.added_token), or the bonus from p[k] after a full
-    accept. No uniform is drawn. Lossy unless the test happens to keep exactly what p would
-    emit (greedy)."""
-    k = drafts.shape[0]
-    idx = torch.arange(k, device=drafts.device)
-    p_x = p[idx, drafts]  # [k]
-    q_x = q[idx, drafts]  # [k]
-    missed = (~keep).nonzero()
-    n = int(missed[0, 0]) if missed.numel() else k
-    return Verdict(n, p_x, q_x, p_x / q_x, p[n], resampled=n < k, keep_prob=keep.to(p.dtype))

@@ -1,6 +1,6 @@
 """What one target call produced (``Update``, yielded by every run) and the clock runs read
 (perf_counter after the device's queued work): shared by the chain's rounds
-(specviz.engine) and the tree's (specviz.tree_run)."""
+and the tree's (specviz.rounds), and the engine's loop (specviz.engine)."""
 
 from __future__ import annotations
 

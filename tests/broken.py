@@ -12,14 +12,20 @@ import dataclasses
 import pytest
 import torch
 
-from specviz.sampling import Verdict, residual, verify_exact_match
-from specviz.verify import exact_match
+from specviz.verify.exact_match import ExactMatch
+from specviz.verify.verdict import Verdict, residual
+
+_DECIDE = ExactMatch.decide
 
 
 def match_then_residual(
-    p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, samples: torch.Tensor
+    self: ExactMatch,
+    p: torch.Tensor,
+    q: torch.Tensor,
+    drafts: torch.Tensor,
+    samples: torch.Tensor,
 ) -> Verdict:
-    v = verify_exact_match(p, q, drafts, samples)
+    v = _DECIDE(self, p, q, drafts, samples)
     if not v.resampled:
         return v
     n = v.n_accepted  # no samples: the engine draws the added token from dist
@@ -28,4 +34,4 @@ def match_then_residual(
 
 def break_exact_match(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make the engine's exact match add a residual draw at a mismatch (for one test)."""
-    monkeypatch.setattr(exact_match, "verify_exact_match", match_then_residual)
+    monkeypatch.setattr(ExactMatch, "decide", match_then_residual)

@@ -15,7 +15,8 @@ import torch
 
 from specviz.analysis import distribution_check
 from specviz.config import Settings
-from specviz.engine import generate, next_gamma
+from specviz.engine import generate
+from specviz.rounds import next_gamma
 from tests.tiny import tiny_pair
 
 N, LENGTH = 300, 5

@@ -191,13 +191,6 @@ def test_the_run_needs_only_torch_and_transformers(report) -> None:
     assert {"torch", "transformers", "specviz"} <= set(report[1]["packages"])
 
 
-def test_the_local_formula_is_metrics_formula() -> None:
-    for a, g, c in [(0.6, 1, 0.05), (0.9, 4, 0.3), (1.0, 3, 0.1), (0.0, 2, 1.0)]:
-        assert gpucheck.expected_speedup(a, g, c) == pytest.approx(
-            metrics.expected_speedup(a, g, c)
-        )
-
-
 def test_without_a_gpu_the_full_run_refuses_in_one_line(monkeypatch, capsys) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert gpucheck.main([]) == 2

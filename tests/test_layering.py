@@ -114,11 +114,11 @@ def test_the_name_finder_finds_a_comparison() -> None:
 
 
 def test_the_engine_names_no_backend():
-    """The engine and the tree's run open their caches through the pair
+    """The engine and the rounds open their caches through the pair
     (ModelPair.open_cache): neither imports anything of specviz.compiled, anywhere in its
     body, so a new backend touches the pair and the compiled path only."""
     found = modules()
-    for name in ("specviz.engine", "specviz.tree_run"):
+    for name in ("specviz.engine", "specviz.rounds"):
         touched = {
             m for m in imports(name, found[name], set(found)) if m.startswith("specviz.compiled")
         }

@@ -7,6 +7,8 @@ import re
 import pytest
 
 from specviz.trace import Added, Drafted, Round, Trace, decision_at, round_of
+from specviz.verify.exact_match import ExactMatch
+from specviz.verify.rejection import Rejection
 from specviz.views import markup
 
 NASTY = "<img src=x onerror=alert(1)><script>alert(1)</script>${1+1}{{x}}`"
@@ -96,17 +98,19 @@ def test_round_rows_show_discarded_drafts_and_the_added_token() -> None:
 
 def test_verdicts_are_plain_sentences() -> None:
     t = sample_trace()
-    acc = markup.draft_verdict(drafted("a", "accepted", 0.3, 0.4, 0.31))
+    acc = Rejection().keep_text(drafted("a", "accepted", 0.3, 0.4, 0.31))
     assert acc == "accepted: u = 0.31 < p/q = 0.75"
-    assert "≥ 1" in markup.draft_verdict(t.rounds[0].drafted[0])
-    rej = markup.draft_verdict(t.rounds[0].drafted[1])
+    assert "≥ 1" in Rejection().keep_text(t.rounds[0].drafted[0])
+    rej = Rejection().keep_text(t.rounds[0].drafted[1])
     assert rej.startswith("rejected: u = 0.90 ≥ p/q = 0.20")
-    assert "greedy" in markup.draft_verdict(drafted("a", "accepted", 1.0, 1.0, None))
-    assert markup.added_verdict(t.rounds[0].added).startswith("resampled:")
-    assert markup.added_verdict(t.rounds[1].added).startswith("bonus:")
+    assert "greedy" in Rejection().keep_text(drafted("a", "accepted", 1.0, 1.0, None))
+    assert Rejection().replace_text(t.rounds[0].added).startswith("resampled:")
+    assert Rejection().replace_text(t.rounds[1].added).startswith("bonus:")
     # close numbers get enough digits to tell them apart
-    assert markup.draft_verdict(drafted("a", "accepted", 0.7445, 1.0, 0.7441)).startswith(
-        "accepted: u = 0.744 < p/q = 0.745"
+    assert (
+        Rejection()
+        .keep_text(drafted("a", "accepted", 0.7445, 1.0, 0.7441))
+        .startswith("accepted: u = 0.744 < p/q = 0.745")
     )
 
 
@@ -141,7 +145,7 @@ def match_trace() -> Trace:
 def test_exact_match_verdicts_are_one_escaped_sentence() -> None:
     t = match_trace()
     assert t.rounds[0].exact_match and not sample_trace().rounds[0].exact_match
-    assert markup.draft_verdict(t.rounds[0].drafted[0]) == (
+    assert ExactMatch().keep_text(t.rounds[0].drafted[0]) == (
         "exact match: the target sampled 'Hi'; the draft proposed 'Hi': accepted "
         "(the target samples this draft with probability p = 0.50)"
     )

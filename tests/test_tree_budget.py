@@ -19,9 +19,9 @@ from specviz.cli import check as check_cli
 from specviz.cli.main import main as cli_main
 from specviz.config import Settings
 from specviz.engine import Run, check_request, generate
-from specviz.sampling import residual
 from specviz.trace import STOPS, Trace
 from specviz.tree import BUDGET_BRANCHING, budget_allowance, root_children
+from specviz.verify.verdict import residual
 from specviz.views import markup
 from tests.test_tree import _recording, check_pair, deep_close_pair
 from tests.tiny import close_pair, tiny_pair

@@ -17,7 +17,7 @@ import torch
 
 from specviz.config import Settings
 from specviz.lm import CachedLM, tree_refusal
-from specviz.tree_run import check_tree_request
+from specviz.rounds import check_tree_request
 from tests.tiny import tiny_model, tiny_pair
 
 WINDOW = 4

@@ -18,7 +18,6 @@ from specviz.analysis.verifications import Row
 from specviz.cli.main import main
 from specviz.config import Settings, verification_label
 from specviz.engine import generate, prompt_ids_for
-from specviz.sampling import verify, verify_exact_match, verify_kept
 from specviz.trace import Trace, decision_at
 from specviz.verify import verification_for as rule_for
 from specviz.verify.exact_match import ExactMatch
@@ -54,9 +53,16 @@ def _emit(verdict, x: int, p_next: torch.Tensor) -> dict[int, float]:
     return {z: float(w) for z, w in enumerate(verdict.dist.tolist()) if w > 0}
 
 
+RULES = {
+    "rejection": Rejection(),
+    "resample-from-p": ResampleFromP(),
+    "accept-without-draw": AcceptWithoutDraw(),
+}
+
+
 def enumerate_rejection(p: torch.Tensor, q: torch.Tensor, rule: str) -> torch.Tensor:
     """Every x ~ q and every u in [0, 1), the latter by the intervals between the ratios
-    p(x)/q(x) (verify's outcome is constant inside each), through sampling.verify itself."""
+    p(x)/q(x) (the decision is constant inside each), through the rule's own decide."""
     out = torch.zeros_like(p)
     pp = torch.stack([p, p])  # row 1 would give the bonus: never reached with one draft
     cuts = sorted({0.0, 1.0, *[min(1.0, float(p[x] / q[x])) for x in range(len(p)) if q[x] > 0]})
@@ -65,38 +71,46 @@ def enumerate_rejection(p: torch.Tensor, q: torch.Tensor, rule: str) -> torch.Te
             continue
         for lo, hi in zip(cuts, cuts[1:], strict=False):
             u = torch.tensor([(lo + hi) / 2], dtype=p.dtype)
-            # each rule by its definition: accept-without-draw keeps iff p >= q (no u),
-            # resample-from-p replaces from p
-            drawn = None if rule == "accept-without-draw" else u
-            v = verify(pp, q[None], torch.tensor([x]), drawn, from_p=rule == "resample-from-p")
+            v = RULES[rule].decide(pp, q[None], torch.tensor([x]), u)
+            # each rule by its definition: accept-without-draw keeps iff p >= q whatever u
+            # is, the others iff u < p/q; resample-from-p replaces from p, the rest from
+            # norm(max(0, p - q))
+            ratio = float(p[x] / q[x])
+            keeps = ratio >= 1.0 if rule == "accept-without-draw" else float(u) < ratio
+            assert (v.n_accepted == 1) == keeps, (rule, x, float(u))
+            if not keeps:
+                want = p if rule == "resample-from-p" else (p - q).clamp_min(0)
+                assert torch.allclose(v.dist, want / want.sum(), atol=1e-12), (rule, x)
             for z, w in _emit(v, x, p).items():
                 out[z] += q[x] * (hi - lo) * w
     return out
 
 
 def enumerate_exact_match(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """Every x ~ q and every sample y ~ p of the target, through verify_exact_match."""
+    """Every x ~ q and every sample y ~ p of the target, through exact match's decide."""
     out = torch.zeros_like(p)
     pp = torch.stack([p, p])
     for x in range(len(p)):
         for y in range(len(p)):
             if q[x] == 0 or p[y] == 0:
                 continue
-            v = verify_exact_match(pp, q[None], torch.tensor([x]), torch.tensor([y, y]))
+            v = ExactMatch().decide(pp, q[None], torch.tensor([x]), torch.tensor([y, y]))
             emitted = x if v.n_accepted == 1 else int(v.samples[0])
             out[emitted] += q[x] * p[y]
     return out
 
 
-def enumerate_kept(p: torch.Tensor, q: torch.Tensor, keeps) -> torch.Tensor:
-    """Every x ~ q under a deterministic test keeps(p, x), through verify_kept; at a miss
-    every sample of the target from the distribution the verdict hands the engine."""
+def enumerate_kept(p: torch.Tensor, q: torch.Tensor, rule, keeps) -> torch.Tensor:
+    """Every x ~ q through the rule's own decide, which must keep x exactly when the test
+    keeps(p, x), written out from its definition, does; at a miss every sample of the target
+    from the distribution the verdict hands the engine."""
     out = torch.zeros_like(p)
     pp = torch.stack([p, p])
     for x in range(len(p)):
         if q[x] == 0:
             continue
-        v = verify_kept(pp, q[None], torch.tensor([x]), torch.tensor([keeps(p, x)]))
+        v = rule.decide(pp, q[None], torch.tensor([x]), None)
+        assert (v.n_accepted == 1) == keeps(p, x), (rule, x)
         for z, w in _emit(v, x, p).items():
             out[z] += q[x] * w
     return out
@@ -130,10 +144,10 @@ def test_out_matches_the_enumerated_process_for_every_rule(seed):
         (ResampleFromP(), enumerate_rejection(p, q, "resample-from-p")),
         (AcceptWithoutDraw(), enumerate_rejection(p, q, "accept-without-draw")),
         (ExactMatch(), enumerate_exact_match(p, q)),
-        (Typical(0.09, 0.3), enumerate_kept(p, q, typical_keeps(0.09, 0.3))),
-        (Typical(0.3, 0.9), enumerate_kept(p, q, typical_keeps(0.3, 0.9))),
-        (TopKMatch(2), enumerate_kept(p, q, top_k_keeps(2))),
-        (TopKMatch(4), enumerate_kept(p, q, top_k_keeps(4))),
+        (Typical(0.09, 0.3), enumerate_kept(p, q, Typical(0.09, 0.3), typical_keeps(0.09, 0.3))),
+        (Typical(0.3, 0.9), enumerate_kept(p, q, Typical(0.3, 0.9), typical_keeps(0.3, 0.9))),
+        (TopKMatch(2), enumerate_kept(p, q, TopKMatch(2), top_k_keeps(2))),
+        (TopKMatch(4), enumerate_kept(p, q, TopKMatch(4), top_k_keeps(4))),
     ]
     for rule, brute in cases:
         out = rule.out(p, q)
@@ -559,7 +573,7 @@ def test_a_rounds_record_of_out_equals_the_whole_vocabulary_computation(seed, ch
     """round_decisions works out out on the tokens p or q gives mass; TV(out, p), the
     kept mass and out in the top lists equal the same rule over the whole vocabulary."""
     from specviz.record import round_decisions
-    from specviz.sampling import Verdict
+    from specviz.verify.verdict import Verdict
 
     k = 4
     p, q = sparse_rows(seed, k)
@@ -572,8 +586,9 @@ def test_a_rounds_record_of_out_equals_the_whole_vocabulary_computation(seed, ch
     for n in range(k + 1):
         ids = torch.tensor(drafts)
         p_x, q_x = p[torch.arange(k), ids], q[torch.arange(k), ids]
-        verdict = Verdict(n, p_x, q_x, p_x / q_x, p[n], n < k)
-        drafted, _ = round_decisions(s, str, drafts, p, q, verdict, torch.zeros(k), 1, rule)
+        a = (p_x / q_x).clamp(max=1.0)
+        verdict = Verdict(n, p_x, q_x, a, p[n], u=torch.zeros(k))
+        drafted, _ = round_decisions(s, str, drafts, p, q, verdict, 1, rule)
         m = min(n + 1, k)
         dense = rule.out(p[:m], q[:m])
         for i, d in enumerate(drafted[:m]):

@@ -14,12 +14,14 @@ import torch
 
 from specviz.config import Limits
 from specviz.lesson import STEPS, Lesson, PlayAction
-from specviz.sampling import draw, verify, verify_exact_match
+from specviz.sampling import draw
 from specviz.trace import Added, Drafted, Round, Stats, Trace
 from specviz.ui import lesson_panel, verifier_tab
 from specviz.ui.context import AppContext
 from specviz.ui.errors import user_errors
 from specviz.ui.state import Form, new_session
+from specviz.verify.exact_match import ExactMatch
+from specviz.verify.rejection import Rejection
 from specviz.views import verifier_game as vg
 
 # --- hand-built rounds ---------------------------------------------------------------
@@ -201,11 +203,14 @@ def frequency(kept: torch.Tensor) -> float:
 def test_the_rejection_rules_keep_probability_is_how_often_verify_keeps(x: int) -> None:
     u = torch.rand(N, generator=torch.Generator().manual_seed(x))
     rows, drafts = P[None].repeat(2, 1), torch.tensor([x])
-    kept = torch.tensor([verify(rows, Q[None], drafts, u[i : i + 1]).n_accepted for i in range(N)])
+    rule = Rejection()
+    kept = torch.tensor(
+        [rule.decide(rows, Q[None], drafts, u[i : i + 1]).n_accepted for i in range(N)]
+    )
     d = drafted("x", "accepted", float(P[x]), float(Q[x]), 0.5)
     a = vg.keep_probability(d, {"verification": "rejection"})
     assert a == pytest.approx(min(1.0, float(P[x] / Q[x])))
-    # the engine's verify over N uniforms keeps x that often (4 standard errors)
+    # the rule's decision over N uniforms keeps x that often (4 standard errors)
     assert abs(frequency(kept) - a) <= 4 * math.sqrt(a * (1 - a) / N) + 1e-9
 
 
@@ -215,7 +220,10 @@ def test_exact_matchs_keep_probability_is_how_often_the_targets_sample_is_x(x: i
     samples = torch.stack([draw(P, gen, False) for _ in range(N)]).reshape(-1)
     rows, drafts = P[None].repeat(2, 1), torch.tensor([x])
     kept = torch.tensor(
-        [verify_exact_match(rows, Q[None], drafts, torch.stack([s, s])).n_accepted for s in samples]
+        [
+            ExactMatch().decide(rows, Q[None], drafts, torch.stack([s, s])).n_accepted
+            for s in samples
+        ]
     )
     d = drafted("x", "accepted", float(P[x]), float(Q[x]), None, target_sample=x)
     a = vg.keep_probability(d, {"verification": "exact-match"})

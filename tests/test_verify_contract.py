@@ -286,7 +286,7 @@ def test_the_rejection_probability_is_the_rate_the_decision_rejects_at(entry):
         drafts = torch.multinomial(q, n, replacement=True, generator=g)
         rejected = 0
         for x in drafts.tolist():
-            verdict, _ = v.decide_chain(
+            verdict = v.decide_chain(
                 torch.stack([p, p]), q[None], torch.tensor([x]), g, greedy=False
             )
             rejected += verdict.n_accepted == 0
@@ -319,7 +319,7 @@ def test_a_rounds_record_holds_the_rejection_probability_over_p_prime(entry):
     recorded rejection probability is that both are rejected (the enumeration above), not
     the first child's 1 - sum q a at p; at a node of one child it is the chain's."""
     from specviz.record import round_decisions
-    from specviz.sampling import Verdict
+    from specviz.verify.verdict import Verdict
 
     v = verification_of_entry(entry, PARAMS)
     g = torch.Generator().manual_seed(3)
@@ -328,7 +328,7 @@ def test_a_rounds_record_holds_the_rejection_probability_over_p_prime(entry):
     drafts = [1, 2]
     ids = torch.tensor(drafts)
     p_x, q_x = p[torch.arange(2), ids], q[torch.arange(2), ids]
-    verdict = Verdict(1, p_x, q_x, p_x / q_x, p[1], True)
+    verdict = Verdict(1, p_x, q_x, (p_x / q_x).clamp(max=1.0), p[1], u=torch.zeros(2))
     s = Settings(
         temperature=1.0,
         top_p=1.0,
@@ -336,7 +336,7 @@ def test_a_rounds_record_holds_the_rejection_probability_over_p_prime(entry):
         verification=entry.verification,
         rule=entry.rule,
     )
-    drafted, _ = round_decisions(s, str, drafts, p, q, verdict, torch.zeros(2), 0, v, fan=[2, 1])
+    drafted, _ = round_decisions(s, str, drafts, p, q, verdict, 0, v, fan=[2, 1])
     pd, qd = p.double(), q.double()
     assert drafted[0].reject_prob == pytest.approx(sibling_reject(entry, pd[0], qd[0], 2), abs=1e-6)
     assert drafted[1].reject_prob == pytest.approx(float(v.reject_prob(pd[1], qd[1])), abs=1e-6)

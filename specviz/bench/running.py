@@ -34,6 +34,7 @@ from specviz.bench.contenders import Contender, Sample, all_contenders, contende
 from specviz.bench.options import BenchOptions, reference_gamma
 from specviz.bench.prompts import BenchPrompt, prompt_set
 from specviz.bench.ratios import case_ratios, summarize_ratios
+from specviz.costs import interleaved_order
 from specviz.draft_choice import machine_key
 from specviz.pair import ModelPair
 from specviz.trace import Trace
@@ -142,9 +143,7 @@ def _measure(
     r * n // R (starts spread over the line-up), reversed when r is odd."""
     rows = []
     for rep in range(opts.reps):
-        k = rep * len(cs) // opts.reps
-        order = cs[k:] + cs[:k]
-        for i, contender in enumerate(order[::-1] if rep % 2 else order, start=1):
+        for i, contender in enumerate(interleaved_order(cs, rep, opts.reps), start=1):
             s = contender.run(ids, bp.text, opts.seed + rep, opts.max_new_tokens)
             rows.append(_row(contender, s, bp, mode, rep, len(ids)))
             say(

@@ -16,6 +16,9 @@ from specviz.config.schema import (
     schema,
     setting,
 )
+from specviz.drafters import DRAFTERS as DRAFTERS
+from specviz.drafters import ENTRIES as DRAFTER_ENTRIES
+from specviz.drafters import entry as drafter_entry
 from specviz.verify.registry import LOSSY_VERIFICATIONS as LOSSY_VERIFICATIONS
 from specviz.verify.registry import OLD_RULE_NAMES, entry
 from specviz.verify.registry import RULES as RULES
@@ -25,7 +28,6 @@ from specviz.verify.registry import VERIFICATIONS as VERIFICATIONS
 from specviz.verify.registry import label as verification_name_label
 
 METHODS = ("spec", "ar")
-DRAFTERS = ("model", "ngram")
 # The verifications and the rejection rule's variants come from specviz.verify.registry,
 # which says of each whether it is lossless and which round shapes it takes.
 # A tree's node budget: each round's draft and verify calls are this wide at most.
@@ -274,8 +276,12 @@ class Settings:
 
     def _check_tree_combination(self) -> None:
         """What a tree (fixed or dynamic) cannot combine with."""
-        if self.drafter != "model":
-            raise ValueError("a tree needs the model drafter (n-gram lookup proposes one chain)")
+        if not drafter_entry(self.drafter).tree:
+            trees = [e.name for e in DRAFTER_ENTRIES.values() if e.tree]
+            raise ValueError(
+                f"a tree needs a drafter that drafts trees: the {' or '.join(trees)} drafter "
+                f"({self.drafter} proposes one chain)"
+            )
         if self.adaptive_gamma:
             raise ValueError("adaptive gamma changes a chain's length: it cannot run on a tree")
         if self.verification not in TREE_VERIFICATIONS:

@@ -26,8 +26,7 @@ which is zeroed. Every logit is then exactly 0 and greedy decoding always picks 
 bf16 too. A forward's cost does not depend on the values of its weights.
 """
 
-from specviz.gpucheck.measure import expected_speedup
 from specviz.gpucheck.plan import SCHEMA
 from specviz.gpucheck.report import format_table, main, run_check
 
-__all__ = ["SCHEMA", "expected_speedup", "format_table", "main", "run_check"]
+__all__ = ["SCHEMA", "format_table", "main", "run_check"]

@@ -11,7 +11,9 @@ from typing import Any
 
 import torch
 
+from specviz import metrics
 from specviz.config import Settings
+from specviz.costs import Timer
 from specviz.engine import clock, generate
 from specviz.gpucheck.plan import (
     ALPHAS,
@@ -53,10 +55,11 @@ def forward_ms(model: torch.nn.Module, plan: Plan, ids: list[int], m: int) -> fl
 
 def lm_ms(lm: Any, plan: Plan, ids: list[int], m: int = 1) -> float:
     """A call over m new positions after the prompt through one of the engine's caches
-    (CachedLM or StaticLM), rolled back after each call."""
-    lm.logits(ids)  # the prompt, cached (on the compiled path: the prefill, then compiling)
-    new = ids + [0] * m
-    return median_ms(lambda: lm.logits(new, keep=m), plan, plan.reps, lambda: lm.rollback(ids))
+    (CachedLM or StaticLM), rolled back after each call: timed as specviz.costs times
+    every model call (costs.Timer: the cache's own clock around the forward, synchronised),
+    median of plan.reps after plan.warm."""
+    # the prefill caches the prompt (on the compiled path: the prefill, then compiling)
+    return Timer(lm, ids).medians([m], plan.reps, plan.warm)[m]
 
 
 def steps_and_verify(draft: torch.nn.Module, target: torch.nn.Module, plan: Plan) -> dict:
@@ -181,14 +184,6 @@ def _marginal(name: str, run: Contender, lengths: list[int], plan: Plan, floor: 
     }
 
 
-def expected_speedup(alpha: float, gamma: int, c: float, verify: float = 1.0) -> float:
-    """Leviathan et al.: (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)), with the verify
-    call priced at `verify` target steps (1 in the paper). The same formula as
-    specviz.metrics.expected_speedup, which needs pandas; this module may not."""
-    tokens = gamma + 1.0 if alpha >= 1.0 else (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
-    return tokens / (gamma * c + verify)
-
-
 def projection(cs: dict[str, float], verify: list[dict]) -> list[dict]:
     """Best gamma (1..8) and its speedup per alpha and c: plain, and with the verify call
     priced as measured (gamma + 1 positions)."""
@@ -197,17 +192,18 @@ def projection(cs: dict[str, float], verify: list[dict]) -> list[dict]:
     for label, c in cs.items():
         for a in ALPHAS:
             gammas = range(1, MAX_VERIFY)
-            g = max(gammas, key=lambda g: expected_speedup(a, g, c))
-            gv = max(gammas, key=lambda g: expected_speedup(a, g, c, rel[g + 1]))
+            # Leviathan's formula, and with the verify call priced at rel target steps
+            g = max(gammas, key=lambda g: metrics.expected_speedup(a, g, c))
+            gv = max(gammas, key=lambda g: metrics.refined_speedup(a, g, c, rel[g + 1]))
             rows.append(
                 {
                     "c_of": label,
                     "c": c,
                     "alpha": a,
                     "gamma": g,
-                    "speedup": expected_speedup(a, g, c),
+                    "speedup": metrics.expected_speedup(a, g, c),
                     "gamma_priced": gv,
-                    "speedup_priced": expected_speedup(a, gv, c, rel[gv + 1]),
+                    "speedup_priced": metrics.refined_speedup(a, gv, c, rel[gv + 1]),
                 }
             )
     return rows

@@ -27,9 +27,9 @@ from typing import Any, ClassVar
 
 import torch
 
-from specviz.sampling import Verdict
 from specviz.trace import Added, Drafted
 from specviz.verify.registry import Entry, label
+from specviz.verify.verdict import Verdict, leading, residual
 from specviz.verify.words import num, pair_fmt, source_text
 
 
@@ -42,14 +42,6 @@ def normalised(rows: torch.Tensor) -> torch.Tensor:
 def total_variation(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """0.5 sum_x |a(x) - b(x)| per row, in float64."""
     return 0.5 * (a.double() - b.double()).abs().sum(-1)
-
-
-def residual_rows(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """norm(max(0, p - q)) per row [..., V], in p's dtype; p itself where that sums to zero
-    (p == q)."""
-    r = (p - q).clamp_min(0.0)
-    total = r.sum(-1, keepdim=True)
-    return torch.where(total > 0, r / total.clamp_min(1e-300), p)
 
 
 class Verification(ABC):
@@ -116,10 +108,47 @@ class Verification(ABC):
         kept."""
 
     def fallback(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-        """r [..., V], for the verifications whose fallback does not depend on x."""
+        """r [..., V] in the rows' dtype, for the verifications whose fallback does not
+        depend on x: what a chain's added token is drawn from after a rejection."""
         raise NotImplementedError(f"{self.label} has no single fallback")
 
-    @abstractmethod
+    def chain_draws(
+        self, p: torch.Tensor, k: int, gen: torch.Generator, greedy: bool
+    ) -> torch.Tensor | None:
+        """What a chain's decision draws from the run's generator before it decides: one
+        uniform per draft ([k]; None when greedy or the verification draws none)."""
+        return self.tree_draws(p, k, gen, greedy)
+
+    def kept(
+        self,
+        p_x: torch.Tensor,
+        q_x: torch.Tensor,
+        a: torch.Tensor,
+        drawn: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """Whether each draft passes [k] (bool), given p(x_i), q(x_i), a(x_i) and what
+        chain_draws drew."""
+        raise NotImplementedError(f"{self.label} decides by its own decide")
+
+    def decide(
+        self,
+        p: torch.Tensor,
+        q: torch.Tensor,
+        drafts: torch.Tensor,
+        drawn: torch.Tensor | None,
+    ) -> Verdict:
+        """Decide k drafts, given what chain_draws drew: p [k+1, V] (row k gives the bonus),
+        q [k, V] the rows the drafts were drawn from, drafts [k]. The accepted prefix ends
+        at the first draft not kept; the added token comes from the fallback there, or from
+        p[k] (the bonus) after a full accept. Pure: draws nothing."""
+        k = drafts.shape[0]
+        idx = torch.arange(k, device=drafts.device)
+        p_x, q_x = p[idx, drafts], q[idx, drafts]  # [k], [k]
+        a = self.keep_prob(p[:k], q)[idx, drafts].to(p.dtype)  # [k] a(x_i)
+        n = leading(self.kept(p_x, q_x, a, drawn))
+        dist = p[k] if n == k else self.fallback(p[n], q[n])  # [V]
+        return Verdict(n, p_x, q_x, a, dist, u=drawn)
+
     def decide_chain(
         self,
         p: torch.Tensor,
@@ -127,9 +156,10 @@ class Verification(ABC):
         drafts: torch.Tensor,
         gen: torch.Generator,
         greedy: bool,
-    ) -> tuple[Verdict, torch.Tensor | None]:
-        """Decide k drafts: p [k+1, V], q [k, V], drafts [k]. Draws what it needs from gen
-        (nothing in greedy mode); returns the verdict and the uniforms it drew (or None)."""
+    ) -> Verdict:
+        """Draw what the decision needs from gen (nothing in greedy mode), then decide k
+        drafts: p [k+1, V], q [k, V], drafts [k]."""
+        return self.decide(p, q, drafts, self.chain_draws(p, drafts.shape[0], gen, greedy))
 
     # --- the decision on a node's siblings (trees) ---------------------------------------
 
@@ -150,7 +180,7 @@ class Verification(ABC):
         self, p: torch.Tensor, p_prime: torch.Tensor, q: torch.Tensor, x: int | None = None
     ) -> torch.Tensor:
         """The updated target after the child x (drawn from q) was rejected against p'."""
-        return residual_rows(p_prime, q)
+        return residual(p_prime, q)
 
     def sibling_final(
         self, p: torch.Tensor, p_prime: torch.Tensor, q: torch.Tensor

@@ -12,10 +12,11 @@ from typing import ClassVar
 
 import torch
 
-from specviz.sampling import draw, verify_exact_match
+from specviz.sampling import draw
 from specviz.trace import Added, Drafted
 from specviz.verify.base import Verification, normalised
 from specviz.verify.registry import BY_KEY, Entry
+from specviz.verify.verdict import Verdict, leading
 from specviz.verify.words import num
 
 
@@ -49,11 +50,20 @@ class ExactMatch(Verification):
         p, q = normalised(p), normalised(q)
         return (p * (1.0 - q) ** b).sum(-1)
 
-    def decide_chain(self, p, q, drafts, gen, greedy):
-        return verify_exact_match(p, q, drafts, draw(p, gen, greedy)), None
-
     def tree_draws(self, p, n, gen, greedy):
-        return draw(p, gen, greedy)  # [n + 1]: y at the root and after every node
+        # [n + 1]: y at every row of p (a chain's k + 1 rows; a tree's root and every node);
+        # greedy: each row's argmax, no RNG
+        return draw(p, gen, greedy)
+
+    def decide(self, p, q, drafts, drawn):
+        """drawn: [k+1] the target's own y_i ~ p_i. Keep x_i while y_i == x_i; at the first
+        mismatch n the round adds y_n (dist p[n]), after a full accept y_k, the bonus. Every
+        emitted token is a draw from p; a draft x_i passes with probability p(x_i)."""
+        k = drafts.shape[0]
+        idx = torch.arange(k, device=drafts.device)
+        p_x, q_x = p[idx, drafts], q[idx, drafts]  # [k], [k]
+        n = leading(drawn[:k] == drafts)
+        return Verdict(n, p_x, q_x, p_x, p[n], samples=drawn)
 
     def sibling_next(self, p, p_prime, q, x=None):
         """p' without the rejected child x, renormalised (y is not x)."""

@@ -9,7 +9,6 @@ from typing import ClassVar
 
 import torch
 
-from specviz.sampling import verify_kept
 from specviz.trace import Added, Drafted
 from specviz.verify.base import Verification
 from specviz.verify.words import num
@@ -24,12 +23,12 @@ class KeptByTest(Verification):
     measure: ClassVar[tuple[str, str]] = ("kept mass = sum_x q(x) a(x)", "kept_mass")
 
     def fallback(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-        return p.double()
+        return p  # the target's own sample from p where the test fails
 
-    def decide_chain(self, p, q, drafts, gen, greedy):
-        k = drafts.shape[0]
-        keep = self.keep_prob(p[:k], q)[torch.arange(k, device=p.device), drafts] > 0
-        return verify_kept(p, q, drafts, keep), None
+    def kept(self, p_x, q_x, a, drawn):
+        # no draw: a draft passes iff its test does (a(x) is 1 or 0); at the first miss the
+        # round adds the target's own sample from p (fallback), after a full accept the bonus
+        return a > 0
 
     def shown_keep(self, d: Drafted) -> float:
         return 1.0 if d.accept_prob >= 0.5 else 0.0  # the test's outcome, as recorded

@@ -19,9 +19,9 @@ from typing import ClassVar
 
 import torch
 
-from specviz.sampling import Verdict, verify
-from specviz.verify.base import Verification, residual_rows
+from specviz.verify.base import Verification
 from specviz.verify.registry import BY_KEY, Entry
+from specviz.verify.verdict import residual
 from specviz.verify.words import num
 
 
@@ -38,31 +38,15 @@ class Rejection(Verification):
         return ratio.clamp(max=1.0)
 
     def fallback(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-        return residual_rows(p.double(), q.double())
+        return residual(p, q)
 
-    def decide_chain(self, p, q, drafts, gen, greedy):
-        k = drafts.shape[0]
-        u = torch.rand(k, generator=gen, device=p.device) if not greedy and k else None
-        verdict = verify(p, q, drafts, u, from_p=self.fallback_source == "p")
-        return self._with_keep(verdict, p, q, drafts), u
-
-    def _with_keep(self, verdict: Verdict, p, q, drafts) -> Verdict:
-        """The verdict with a(x_i) as this rule computes it."""
-        k = drafts.shape[0]
-        a = self.keep_prob(p[:k], q)[torch.arange(k, device=p.device), drafts]
-        return Verdict(
-            verdict.n_accepted,
-            verdict.p_x,
-            verdict.q_x,
-            verdict.ratio,
-            verdict.dist,
-            verdict.resampled,
-            None,
-            a.to(p.dtype),
-        )
+    def kept(self, p_x, q_x, a, drawn):
+        # u < p/q: P(keep) = min(1, p/q) and p(x) = 0 never passes; greedy (no u): p/q >= 1
+        ratio = p_x / q_x  # [k]; q(x_i) > 0: each draft was drawn from its row
+        return ratio >= 1.0 if drawn is None else drawn < ratio
 
     def try_child(self, p_prime, q, x, draw):
-        # the ratio in the rows' own dtype, as the chain's verify computes it
+        # the ratio in the rows' own dtype, as a chain's decision computes it
         ratio = float(p_prime[x] / q[x])
         return min(1.0, ratio), (ratio >= 1.0 if draw is None else draw < ratio)
 
@@ -82,7 +66,7 @@ class ResampleFromP(Rejection):
     fallback_source: ClassVar[str] = "p"
 
     def fallback(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-        return p.double()
+        return p
 
     def sibling_final(self, p, p_prime, q):
         return p
@@ -108,14 +92,14 @@ class AcceptWithoutDraw(Rejection):
     def keep_prob(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         return (p.double() >= q.double()).double()
 
-    def decide_chain(self, p, q, drafts, gen, greedy):
+    def chain_draws(self, p, k, gen, greedy):
         # the uniforms the rule it imitates would draw are drawn and recorded, unused: the
         # run's random stream stays the rejection rule's, and the calibration view shows
         # how the outcomes depart from min(1, p/q) for the same u
-        k = drafts.shape[0]
-        u = torch.rand(k, generator=gen, device=p.device) if not greedy and k else None
-        verdict = verify(p, q, drafts, None)
-        return self._with_keep(verdict, p, q, drafts), u
+        return torch.rand(k, generator=gen, device=p.device) if not greedy and k else None
+
+    def kept(self, p_x, q_x, a, drawn):
+        return p_x / q_x >= 1.0  # [k], whatever u says
 
     def try_child(self, p_prime, q, x, draw):
         kept = bool(p_prime[x] >= q[x])
@@ -154,7 +138,7 @@ class SameTargetForSiblings(Rejection):
         return p
 
     def sibling_final(self, p, p_prime, q):
-        return residual_rows(p, q)
+        return residual(p, q)
 
     def sibling_source(self, tried: int) -> str:
         return "residual"

@@ -24,7 +24,6 @@ from specviz.config import Settings
 from specviz.metrics import first_mismatch, greedy_divergence
 from specviz.trace import (
     TOKEN_STATUSES,
-    Added,
     Decision,
     Drafted,
     Round,
@@ -33,7 +32,6 @@ from specviz.trace import (
     round_number,
 )
 from specviz.verify import verification_for
-from specviz.verify.base import Verification
 from specviz.verify.words import num as num
 from specviz.verify.words import pair_fmt
 from specviz.views.palette import COLORS
@@ -239,16 +237,6 @@ def rounds_html(rows: list[str]) -> str:
 _pair_fmt = pair_fmt  # the verifications' number formats (specviz.verify.words)
 
 
-def _of(d: Drafted, settings: Settings | None) -> Verification:
-    """The verification that decided d: the trace's settings say; without them the record
-    tells the rejection rule and exact match apart."""
-    if settings is None:
-        settings = Settings(
-            verification="exact-match" if d.target_sample is not None else "rejection"
-        )
-    return verification_for(settings)
-
-
 def match_verdict(d: Drafted) -> str:
     """An exact-match decision in one sentence: the target's own sample against the draft.
     Plain text (token texts quoted by repr); callers escape it."""
@@ -256,17 +244,6 @@ def match_verdict(d: Drafted) -> str:
         f"exact match: the target sampled {d.target_text!r}; the draft proposed {d.text!r}: "
         f"{d.status}"
     )
-
-
-def draft_verdict(d: Drafted, settings: Settings | None = None) -> str:
-    """One plain sentence saying why the verification kept or did not keep a draft, from
-    the verification object's own words."""
-    return _of(d, settings).keep_text(d)
-
-
-def lossy_verdict(d: Drafted, settings: Settings) -> str:
-    """A lossy verification's decision in one sentence (plain text; callers escape it)."""
-    return verification_for(settings).keep_text(d)
 
 
 def out_tv_sentence(d: Drafted, settings: Settings) -> str | None:
@@ -284,16 +261,6 @@ def out_tv_sentence(d: Drafted, settings: Settings) -> str | None:
         f"this decision leaves the target's distribution unchanged (TV(out, p) = "
         f"{d.out_tv:.1g}, float error)"
     )
-
-
-def added_verdict(
-    a: Added, exact_match: bool = False, lossy: str = "", settings: Settings | None = None
-) -> str:
-    """One plain sentence saying where an added token came from: the source the engine
-    recorded, in the deciding verification's words."""
-    if settings is None:
-        settings = Settings(verification="exact-match" if exact_match else "rejection")
-    return verification_for(settings).replace_text(a)
 
 
 def verdict_html(dec: Decision) -> str:

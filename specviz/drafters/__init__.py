@@ -1,0 +1,108 @@
+"""Drafters: what proposes the drafts a round verifies, each one a class in its own module
+of this package, as the verifications are in specviz.verify.
+
+The registry here is plain data (no torch): a drafter's name (Settings.drafter), where its
+class lives, whether it needs the pair's draft model and whether it drafts trees.
+:func:`drafter_for` builds the one a run's settings choose; the engine asks nothing else.
+
+Adding a drafter: one module with its class (the protocol of specviz.drafters.base, and a
+``build(settings, pair, open_lm)`` class method), and one :func:`register` call with its
+:class:`Entry`. A drafter that reads the target's features (EAGLE, Medusa) gets the
+target's outputs of each verify call (its logit rows, and its last hidden state where the
+backend gives it) through ``after_round``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from specviz.drafters.base import Drafter
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One drafter: its setting, where its class lives, and what it needs and does."""
+
+    name: str  # Settings.drafter
+    cls: str  # "module:Class", the module's full dotted path
+    needs_draft_model: bool  # it drafts with the pair's draft model
+    tree: bool  # it drafts trees (propose_tree)
+    reads_hidden: bool = False  # it reads the target's last hidden state of each verify call
+
+
+ENTRIES: dict[str, Entry] = {}
+
+
+def register(entry: Entry) -> None:
+    """Make a drafter known by its name (the built-in ones are registered below)."""
+    ENTRIES[entry.name] = entry
+
+
+register(Entry("model", "specviz.drafters.model:ModelDrafter", True, True))
+register(Entry("ngram", "specviz.drafters.ngram:NgramDrafter", False, False))
+
+
+class Names(Sequence[str]):
+    """The registered drafters' names, read live (Settings.drafter's choices)."""
+
+    def __getitem__(self, i: Any) -> Any:
+        return tuple(ENTRIES)[i]
+
+    def __len__(self) -> int:
+        return len(ENTRIES)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(tuple(ENTRIES))
+
+    def __contains__(self, name: object) -> bool:
+        return name in ENTRIES
+
+    def __repr__(self) -> str:
+        return repr(tuple(ENTRIES))
+
+
+DRAFTERS = Names()
+
+
+def entry(name: str) -> Entry:
+    """The entry of a drafter; ValueError (one line) for one not registered."""
+    try:
+        return ENTRIES[name]
+    except KeyError:
+        raise ValueError(f"unknown drafter {name!r} (known: {', '.join(ENTRIES)})") from None
+
+
+def check_drafter(pair: Any, settings: Any) -> None:
+    """Refuse (ValueError, one line) a drafter this pair cannot run: one that needs a draft
+    model, on a pair without one."""
+    e = entry(settings.drafter)
+    if e.needs_draft_model and pair.draft is None:
+        others = [n for n, o in ENTRIES.items() if not o.needs_draft_model]
+        raise ValueError(
+            f"pair {pair.name!r} has no draft model; use the {' or '.join(others)} drafter"
+        )
+
+
+def drafter_for(settings: Any, pair: Any, open_lm: Callable[..., Any]) -> Drafter:
+    """The drafter a run's settings choose, built for this pair; open_lm(model, widths)
+    opens a model's cache as the run opens the target's."""
+    module, name = entry(settings.drafter).cls.split(":")
+    return getattr(importlib.import_module(module), name).build(settings, pair, open_lm)
+
+
+def __getattr__(name: str) -> Any:
+    # the protocol and the built-in classes, imported (with torch) on first use
+    homes = {
+        "Draft": "base",
+        "Drafter": "base",
+        "TargetOut": "base",
+        "ModelDrafter": "model",
+        "NgramDrafter": "ngram",
+    }
+    if name in homes:
+        return getattr(importlib.import_module(f"specviz.drafters.{homes[name]}"), name)
+    raise AttributeError(name)

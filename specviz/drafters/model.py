@@ -1,0 +1,98 @@
+"""The model drafter: a small model with its own KV cache drafts autoregressively (q is its
+warped softmax), and a tree depth by depth (specviz.tree). It may stop a chain at a token it
+is unsure of (``confidence``): whether it drafts position i + 1 depends on positions up to
+i only, so a lossless verification's output stays exact."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from specviz.config import Warp
+from specviz.drafters.base import Draft, TargetOut
+from specviz.lm import ModelCache
+from specviz.sampling import draw, warp
+from specviz.tree import TreeDraft, draft_budget_tree, draft_tree, keep_path
+
+
+class ModelDrafter:
+    """Drafts autoregressively from a small model with its own KV cache."""
+
+    name = "model"
+
+    def __init__(
+        self,
+        lm: ModelCache,
+        w: Warp,
+        eos_ids: frozenset[int],
+        confidence: float | None = None,
+        tree: tuple[int, ...] | None = None,
+        tree_budget: int | None = None,
+    ) -> None:
+        self.lm, self.w, self.eos_ids, self.confidence = lm, w, eos_ids, confidence
+        self.tree, self.tree_budget = tree, tree_budget
+
+    @classmethod
+    def build(cls, settings: Any, pair: Any, open_lm: Any) -> ModelDrafter:
+        lm = open_lm(pair.draft, (1, 2))  # one token, or two after a full accept
+        return cls(
+            lm,
+            settings.draft_warp(),
+            pair.eos_ids,
+            settings.draft_confidence,
+            settings.tree,
+            settings.tree_budget,
+        )
+
+    def propose(self, seq: list[int], gamma: int, gen: torch.Generator) -> Draft:
+        ids: list[int] = []
+        rows: list[torch.Tensor] = []
+        ctx = list(seq)
+        stop = "gamma"
+        for i in range(gamma):
+            logits = self.lm.logits(ctx)[-1]
+            q = warp(logits, self.w)  # [Vq]
+            x = int(draw(q, gen, self.w.greedy))
+            ids.append(x)
+            rows.append(q)
+            if x in self.eos_ids:
+                stop = "eos"
+                break
+            if i + 1 < gamma and self.unsure(logits, q, x):
+                stop = "confidence"
+                break
+            ctx.append(x)
+        q_all = torch.stack(rows) if rows else torch.empty(0, self.lm.vocab_size)
+        return Draft(ids, q_all, stop)
+
+    def unsure(self, logits: torch.Tensor, q: torch.Tensor, x: int) -> bool:
+        """Whether the draft's own probability of x is below the confidence threshold: q(x),
+        or in greedy mode (q one-hot) the draft's softmax at temperature 1."""
+        if self.confidence is None:
+            return False
+        conf = torch.softmax(logits.float(), -1)[x] if self.w.greedy else q[x]
+        return float(conf) < self.confidence
+
+    def propose_tree(
+        self, seq: list[int], depth: int, gen: torch.Generator
+    ) -> tuple[TreeDraft, str]:
+        """The settings' tree (a fixed shape, or a dynamic tree's node budget), one draft
+        call per depth; nothing when depth is 0 (the budget is spent)."""
+        if depth > 0 and self.tree_budget is not None:
+            return draft_budget_tree(
+                self.lm, seq, self.tree_budget, depth, self.w, self.eos_ids, gen
+            )
+        if depth > 0 and self.tree is not None:
+            tree = draft_tree(self.lm, seq, self.tree, depth, self.w, self.eos_ids, gen)
+            return tree, "eos" if max(tree.depths) < depth else "gamma"
+        return TreeDraft(greedy=self.w.greedy), "budget"
+
+    def keep_path(self, tree: TreeDraft, path: list[int], prefix: list[int]) -> None:
+        keep_path(self.lm, len(prefix), [tree.slots[j] for j in path if j in tree.slots])
+
+    def after_round(self, seq: list[int], target: TargetOut) -> None:
+        self.lm.rollback(seq)
+
+    def close(self) -> None:
+        self.lm.close()  # the compiled path's caches go back to their pool
