@@ -91,13 +91,18 @@ def length() -> int:
     return cache_len(len(PROMPT.split()) + TOKENS + GAMMA + 2)
 
 
-def _isa(path: Any) -> str:
-    """The CPU ISA AOTInductor generated a package's kernels for (its metadata)."""
+def _code(path: Any) -> dict[str, Any]:
+    """What a package's generated code is for: the CPU ISA AOTInductor generated its kernels
+    for (its metadata), and which of specviz's ops (specviz.kernels) its wrapper calls."""
+    out: dict[str, Any] = {"isa": "", "ops": []}
     with zipfile.ZipFile(path) as z:
         for name in z.namelist():
             if name.endswith("kernel_metadata.json"):
-                return str(json.loads(z.read(name)).get("AOTI_CPU_ISA", ""))
-    return ""
+                out["isa"] = str(json.loads(z.read(name)).get("AOTI_CPU_ISA", ""))
+            elif name.endswith("wrapper.cpp"):
+                code = z.read(name).decode(errors="replace")
+                out["ops"] = [op for op in ("int8_linear", "linear") if f"specviz.{op}" in code]
+    return out
 
 
 def build(items: list[str]) -> dict[str, Any]:
@@ -126,8 +131,8 @@ def build(items: list[str]) -> dict[str, Any]:
                 str(w): why for w in widths if (why := packages.failed(model, w, n)) is not None
             },
             "lines": lines,
-            "isa": {
-                str(w): _isa(p)
+            "code": {
+                str(w): _code(p)
                 for w in widths
                 if (p := packages.path_of(packages.key(model, w, n))).exists()
             },
