@@ -478,6 +478,10 @@ def quantize_dynamic_int8(model: torch.nn.Module) -> torch.nn.Module:
     # Its packed layers are TorchScript objects, which dynamo cannot trace: the compiled
     # path refuses this draft (specviz.compiled.check_compilable), and `auto` runs it eager.
     q._can_compile_fullgraph = False
+    q.specviz_not_compilable = (
+        "its dynamic int8 layers are torch.ao's packed TorchScript objects, which "
+        "torch.export and dynamo cannot trace"
+    )
     return q.eval()
 
 

@@ -55,6 +55,9 @@ def token_width(model: torch.nn.Module) -> int:
     return min(widths)
 
 
+# The models already said to run eager beside the compiled path (said once per process)
+_told_eager: set[str] = set()
+
 # What a run's description of a model gains when the model ran eager although the pair is
 # on the compiled path (Run.open_lm), followed by why.
 RAN_EAGER = "; ran eager: "
@@ -95,6 +98,9 @@ class ModelPair:
     compile_backend: str | None = None
     aoti_build: bool = False  # the aoti backend named: a run builds the packages it lacks
     compile_auto: bool = False  # the backend was chosen by "auto", not named
+    # Under "auto", a model the compiled path cannot run, by name, with why: it runs eager
+    # beside the other, compiled, model.
+    eager_models: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         n = len(self.tokenizer)
@@ -156,7 +162,7 @@ class ModelPair:
         from specviz.lm import CachedLM
 
         backend = self.compile_backend
-        if backend is None or eager:
+        if backend is None or eager or m.name in self.eager_models:
             return CachedLM(m.model, self.vocab_size, self.device)
         from specviz.compiled import StaticLM, cache_len, compiler_for
 
@@ -177,6 +183,8 @@ class ModelPair:
 
         if self.compile_backend is None or not isinstance(cache, CachedLM):
             return None
+        if m.name in self.eager_models:
+            return self.eager_models[m.name]
         if self.compile_backend == "aoti":
             from specviz.compiled.packages import why_eager
 
@@ -211,21 +219,36 @@ class ModelPair:
                 backend = None  # packages exist here, but none for these models
         if backend == "off":
             backend = None
+        eager: dict[str, str] = {}
         if backend is not None:
+            models = [m for m in (self.target, self.draft) if m is not None]
             try:
-                for m in (self.target, self.draft):
-                    if m is not None:
+                for m in models:
+                    try:
                         check_compilable(m.model, backend)
+                    except SlidingWindowRefused:
+                        raise
+                    except ValueError as exc:
+                        if not auto:
+                            raise
+                        eager[m.name] = str(exc)  # this one runs eager beside the other
             except SlidingWindowRefused as exc:  # the eager path is exact for it: run that
                 print(f"specviz: {exc}", file=sys.stderr)
                 backend = None
-            except ValueError:
-                if not auto:
-                    raise
-                backend = None
+            if len(eager) == len(models):
+                backend, eager = None, {}
+            for m in models:
+                if m.name in eager and m.name not in _told_eager:
+                    _told_eager.add(m.name)
+                    label = f"{m.name} ({m.variant})" if m.variant else m.name
+                    print(
+                        f"specviz: {label} runs eager beside the compiled path: {eager[m.name]}",
+                        file=sys.stderr,
+                    )
         return dataclasses.replace(
             self,
             compile_backend=backend,
             aoti_build=backend == "aoti" and not auto,
             compile_auto=auto,
+            eager_models=eager,
         )

@@ -454,3 +454,38 @@ def test_a_failed_build_is_recorded_and_not_tried_again_until_the_code_changes(
     assert took == {} and not packages.path_of(packages.key(model, 1, 256)).exists()
     assert "its probe disagrees" in packages.failed(model, 1, 256)
     assert any("not kept" in line for line in said)
+
+
+def test_under_auto_a_model_the_compiled_path_cannot_run_runs_eager_beside_the_other(store, capsys):
+    """A draft the compiled path refuses (as the dyn8 draft's packed layers are refused)
+    runs eager beside the packaged target under auto, said once in one line, and the run's
+    description says why; named, the backend refuses the pair; the output is the target's."""
+    import copy
+    import dataclasses
+
+    from specviz import pair as pair_module
+
+    pair, _ = store
+    draft = copy.deepcopy(pair.draft.model)
+    draft._can_compile_fullgraph = False
+    draft.specviz_not_compilable = "its layers cannot be traced"
+    odd = dataclasses.replace(pair, draft=dataclasses.replace(pair.draft, model=draft))
+    pair_module._told_eager.discard(odd.draft.name)
+    with pytest.raises(ValueError, match="its layers cannot be traced"):
+        odd.with_compile("aoti")
+    auto = odd.with_compile("auto")
+    assert auto.compile_backend == "aoti" and list(auto.eager_models) == [odd.draft.name]
+    odd.with_compile("auto")  # said once
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "runs eager beside the compiled path" in err[0], err
+    run = Run(auto, PROMPT, _greedy())
+    for _ in run:
+        pass
+    assert run.trace.token_ids == generate(pair, PROMPT, _greedy(method="ar")).token_ids
+    assert (
+        "ran eager: " in run.trace.models["draft"]
+        and "cannot be traced" in (run.trace.models["draft"])
+    )
+    assert "ran eager" not in run.trace.models["target"]
+    assert type(run.drafter.lm).__name__ == "CachedLM"
+    assert type(run.target_lm).__name__ == "StaticLM"

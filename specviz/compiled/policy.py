@@ -78,7 +78,8 @@ def check_compilable(model: torch.nn.Module, backend: str) -> None:
         raise ValueError("the compiled path is not available on ZeroGPU (no torch.compile there)")
     name = type(model).__name__
     if not getattr(model, "_can_compile_fullgraph", False):
-        raise ValueError(f"{name} cannot run on the compiled path (no static-cache support)")
+        why = getattr(model, "specviz_not_compilable", "") or "no static-cache support"
+        raise ValueError(f"{name} cannot run on the compiled path ({why})")
     spread = set((getattr(model, "hf_device_map", None) or {}).values())
     if len(spread) > 1:
         raise ValueError("the compiled path needs the target on one device (SPECVIZ_DEVICE_MAP)")
