@@ -133,13 +133,14 @@ def _package_linear(
     kernels are built (an AVX2 CPU, specviz.kernels), their specviz.linear, which streams
     the weights once for up to 6 rows and sums each output in the same order whatever rows
     are beside it; otherwise _rows_as_reductions. The target's one-position step (the
-    autoregressive call) and its verification then give bit-identical logits for the same
-    position, so greedy speculative output equals greedy autoregressive output on the
-    packages as on the eager path. (With inductor's reductions at one row and the kernel at
-    2 to 8, 76 % of outputs differed in their last bits, and a near tie could part the two
-    texts.) On 2 cores of an AMD EPYC (AVX2), side by side in one process, the fp32 target's
-    1-position step took 25 to 27 ms with the kernel against 25 to 26 with the reductions,
-    its 5-position call 30 to 32 ms against 31.5 to 33.5."""
+    autoregressive call) and its verification then sum each linear layer's outputs alike.
+    (With inductor's reductions at one row and the kernel at 2 to 8, 76 % of the linear
+    outputs differed in their last bits.) The rest of a package (attention, norms, their
+    fusions) is still generated per width, so the two calls' logits can differ in the last
+    bits, as the eager model's do (docs/compiled.md gives the margin). On 2 cores of an AMD
+    EPYC (AVX2), side by side in one process, the fp32 target's 1-position step took 25 to
+    27 ms with the kernel against 25 to 26 with the reductions, its 5-position call 30 to
+    32 ms against 31.5 to 33.5."""
     rows = x.numel() // max(1, x.shape[-1])
     if (
         rows <= kernels.STREAMED_ROWS
