@@ -497,11 +497,14 @@ def prepare_offline_pair(device: str = "auto", remeasure: bool = False, say: Any
     choice = draft_choice.rank_packaged(
         choice, base.model, tokenizer, dev, length, compile_packages, say=say
     )
-    if not draft_choice.keep(choice):
+    # Saved whatever it predicts, so that a second set-up rebuilds and measures nothing;
+    # a prediction below 1 on the compiled path is said, with how to measure again.
+    draft_choice.save_record(choice)
+    if choice.chosen.ranked < draft_choice.MIN_KEPT_PREDICTION:
         report(
-            f"specviz: the choice ({choice.variant}) predicts no speedup on this machine as "
-            "measured (busy with other work?): it holds for this process, and the next set-up "
-            "measures again"
+            f"specviz: the draft chosen, {choice.variant}, predicts {choice.chosen.ranked:.2f}x "
+            "on the compiled path here (a machine busy with other work measures so too): "
+            "`python -m specviz prepare --remeasure` measures again"
         )
     return choice
 

@@ -589,6 +589,14 @@ def test_setup_reads_a_recorded_choice_without_loading_a_model(
     assert len(ranks) == 1 and again.decided_by == "packaged"
     models.prepare_offline_pair("cpu", remeasure=True)
     assert len(loads) == 2 and len(calls) == 2 and len(ranks) == 2
+    # a choice made on the compiled path is saved whatever it predicts: a second set-up
+    # measures nothing
+    monkeypatch.setattr(draft_choice, "MIN_KEPT_PREDICTION", 1e9)
+    said: list[str] = []
+    models.prepare_offline_pair("cpu", remeasure=True, say=said.append)
+    assert len(ranks) == 3 and any("--remeasure" in line for line in said)
+    again = models.prepare_offline_pair("cpu")
+    assert len(ranks) == 3 and len(calls) == 3 and again.decided_by == "packaged"
     monkeypatch.setenv("SPECVIZ_AOTI", "off")
     off = models.prepare_offline_pair("cpu", remeasure=True)
-    assert len(calls) == 3 and len(ranks) == 2 and off.decided_by == "eager"
+    assert len(calls) == 4 and len(ranks) == 3 and off.decided_by == "eager"
