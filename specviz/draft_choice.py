@@ -250,12 +250,19 @@ class DraftChoice:
         """'w8-bf16 chosen by measurement: c 0.33, alpha 0.960' (or 'forced by ...')."""
         cand = self.chosen
         how = f"forced by {ENV}" if self.forced else "chosen by measurement"
-        c = cand.c
         if self.decided_by == "packaged":
             how += " of the compiled path"
-            if cand.packaged_step_ms is not None and self.packaged_target_ms:
-                c = cand.packaged_step_ms / self.packaged_target_ms
-        return f"{self.variant} {how}: c {c:.2f}, alpha {metrics.alpha_text(cand.alpha)}"
+        return f"{self.variant} {how}: c {self.c:.2f}, alpha {metrics.alpha_text(cand.alpha)}"
+
+    @property
+    def c(self) -> float:
+        """The chosen draft's c on the path that decided: its packaged step over the
+        target's packaged step where the compiled path decided and it has packages, else
+        its eager c."""
+        cand = self.chosen
+        if self.decided_by == "packaged" and cand.packaged_step_ms and self.packaged_target_ms:
+            return cand.packaged_step_ms / self.packaged_target_ms
+        return cand.c
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

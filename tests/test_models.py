@@ -93,7 +93,11 @@ def test_offline_pair_loads_once_and_runs_fp32(offline_pair):
     assert offline_pair.draft.dtype == draft_choice.describe_variant(choice.variant)
     # the models table, generate's header and the trace show the variant with c and alpha
     assert choice.summary() in offline_pair.describe()["draft"]
-    assert f"c {choice.chosen.c:.2f}" in choice.summary()
+    assert f"c {choice.c:.2f}" in choice.summary()  # on the path that decided
+    if choice.decided_by == "packaged" and choice.chosen.packaged_step_ms:
+        assert choice.c == choice.chosen.packaged_step_ms / choice.packaged_target_ms
+    else:
+        assert choice.c == choice.chosen.c
     assert offline_pair.vocab_size == 49152 and offline_pair.eos_ids
 
 
