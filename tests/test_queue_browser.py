@@ -23,8 +23,18 @@ QUEUE_SIZE = 1  # one Run may wait behind the running one; the next is turned aw
 
 @pytest.fixture(scope="module")
 def queued_url(text_pair):
-    """The app on text_pair, one model-running event at a time, at most one waiting."""
+    """The app on text_pair, one model-running event at a time, at most one waiting. It
+    opens once the process's model thread is idle: a run an earlier module's closed tab
+    left going there would hold this app's pair loading behind it."""
+    import time
+
+    from specviz.modelthread import MODEL_THREAD
+
     need_chromium()
+    deadline = time.monotonic() + 400
+    while not MODEL_THREAD.idle():
+        assert time.monotonic() < deadline, "the model thread stayed busy for 400 s"
+        time.sleep(0.2)
     demo = ui.build_app(loader=lambda name, dtype: text_pair, pairs=["default"])
     demo.queue(default_concurrency_limit=1, max_size=QUEUE_SIZE).launch(
         prevent_thread_lock=True, server_name="127.0.0.1", quiet=True, **ui.launch_options()
