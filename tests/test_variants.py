@@ -348,7 +348,7 @@ def test_the_targets_packages_differ_between_widths_by_far_less_than_the_outputs
 DIFFERS = pytest.mark.xfail(
     strict=True,
     reason="measured: inductor's vector code sums the 1-position and the wide call in "
-    "other orders, most logits differ in their last bits (issue 44, item 5)",
+    "other orders, most logits differ in their last bits (docs/compiled.md: the margin)",
 )
 
 
