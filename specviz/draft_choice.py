@@ -250,7 +250,7 @@ class DraftChoice:
         """'w8-bf16 chosen by measurement: c 0.33, alpha 0.960' (or 'forced by ...')."""
         cand = self.chosen
         how = f"forced by {ENV}" if self.forced else "chosen by measurement"
-        if self.decided_by == "packaged":
+        if self.decided_by == "packaged" and not self.forced:
             how += " of the compiled path"
         return f"{self.variant} {how}: c {self.c:.2f}, alpha {metrics.alpha_text(cand.alpha)}"
 
