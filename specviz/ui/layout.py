@@ -148,6 +148,8 @@ def main_views() -> dict[str, Any]:
     views: dict[str, Any] = {}
     with gr.Column(elem_id="sv-live"):
         views["status"] = gr.HTML(markup.status_html("ready"), js_on_load=None, elem_id="sv-status")
+        # the run's speed in one line beside the tokens: tokens per target call first
+        views["speedline"] = gr.HTML("", js_on_load=None, elem_id="sv-speedline")
         token_view.layout(views)
         tree_panel.layout(views)  # a tree round's tree (empty for a chain)
         views["exact_note"] = gr.HTML(
