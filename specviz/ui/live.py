@@ -85,7 +85,7 @@ def _step_changes(session: Session, settings: Settings, rnd: Round | None, out: 
     out["tree"] = tree_frame(session.spec, rnd.index if rnd is not None else None)
     n = round_number(rnd.index) if rnd is not None else len(session.spec.rounds)
     msg = f"step mode: round {n} done, {len(session.spec.token_ids)} tokens"
-    msg += " (finished: Step again starts over)" if done else " (timings include the pauses)"
+    msg += " (finished: Step again starts over)" if done else ""
     out["status"] = markup.status_html(msg, "info")
     return out
 
