@@ -30,9 +30,10 @@ cached context, the cache cropped back each time, so that only the call itself i
 
 from __future__ import annotations
 
+import functools
 import statistics
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -41,8 +42,10 @@ from specviz.config import DEFAULT_PROMPT, Settings
 
 if TYPE_CHECKING:
     from specviz.pair import ModelPair
+    from specviz.trace import Trace
 
 T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
 
 # The gammas `costs` measures by default, and the range the refined prediction is judged on.
 DEFAULT_GAMMAS = (1, 2, 4, 8)
@@ -88,24 +91,37 @@ def interleaved_medians(
     return {name: {w: statistics.median(t) for w, t in ws.items()} for name, ws in times.items()}
 
 
+def interleaved_calls(
+    calls: Mapping[K, Callable[[], float]], reps: int, warmup: int = 2
+) -> dict[K, list[float]]:
+    """The one timing loop: every call's ms (each call times itself and returns its ms),
+    reps times, after warmup untimed rounds, in an order rotated as the repetitions go on
+    and reversed in every other one (interleaved_order), so that a spell of other work on
+    the machine falls on every call alike: timed one after another, the call measured
+    during the spell would take all of it, and a ratio of two calls with it. The costs
+    here, the GPU check (specviz.gpucheck.measure) and the draft choice time through it."""
+    keys = list(calls)
+    for _ in range(warmup):
+        for k in keys:
+            calls[k]()
+    times: dict[K, list[float]] = {k: [] for k in keys}
+    for rep in range(reps):
+        for k in interleaved_order(keys, rep, reps):
+            times[k].append(calls[k]())
+    return times
+
+
 def interleaved_times(
     plan: dict[str, tuple[Timer, Iterable[int]]], reps: int, warmup: int = 2
 ) -> dict[str, dict[int, list[float]]]:
-    """Every ms of each timer's calls at each of its widths, all timed together.
-
-    Each repetition makes every (timer, width) call once, in an order rotated as the
-    repetitions go on and reversed in every other one, so that a spell of other work on the
-    machine falls on every model alike: timed one model after another, the model measured
-    during the spell would take all of it, and a ratio of two models' steps with it.
-    """
-    calls = [(name, w) for name, (_, ws) in plan.items() for w in sorted(set(ws))]
-    for _ in range(warmup):
-        for name, w in calls:
-            plan[name][0].once(w)
-    times: dict[tuple[str, int], list[float]] = {call: [] for call in calls}
-    for rep in range(reps):
-        for name, w in interleaved_order(calls, rep, reps):
-            times[name, w].append(plan[name][0].once(w))
+    """Every ms of each timer's calls at each of its widths, all timed together
+    (interleaved_calls)."""
+    calls = {
+        (name, w): functools.partial(plan[name][0].once, w)
+        for name, (_, ws) in plan.items()
+        for w in sorted(set(ws))
+    }
+    times = interleaved_calls(calls, reps, warmup)
     out: dict[str, dict[int, list[float]]] = {name: {} for name in plan}
     for (name, w), t in times.items():
         out[name][w] = t
@@ -351,6 +367,95 @@ def guard_sentence(
         f"On this machine a draft step costs c = {c:.2f} target steps, and at {name} = "
         f"{alpha:.2f} {how} at best {h.prediction:.2f}x (gamma {h.gamma}): speculative "
         f"decoding cannot beat plain decoding here; {h.because(name)}."
+    )
+
+
+@dataclass(frozen=True)
+class SpeedStory:
+    """What a compared run says about speed, machine-independent figures first: tokens per
+    target call and the target calls saved (counts: the same on any machine), then the
+    measured speedup with its spread (metrics.paired_speedup) and the prediction from the
+    run's own measured c and verify cost at its gamma. Every view that states one of these
+    reads it from here."""
+
+    tokens: int  # the speculative run's tokens
+    calls: int  # its target calls (rounds)
+    measured: metrics.Speedup | None  # None without a baseline
+    c: float  # measured draft step / target step (0: not measured)
+    verify: float | None  # the verify call at the run's width, in target steps
+    accept_name: str  # "alpha", or "sum p q" under exact match
+    accept: float | None
+    gamma: int
+    predicted: float | None  # at the run's gamma; None for trees, adaptive gamma, no c
+    holdback: Holdback | None  # what holds the best gamma's prediction below 1, if it is
+
+    @property
+    def tokens_per_call(self) -> float:
+        return self.tokens / self.calls if self.calls else 0.0
+
+    @property
+    def calls_saved(self) -> int:
+        """Target calls the baseline makes for the same tokens (one per token) less these."""
+        return self.tokens - self.calls
+
+    def below_one(self) -> bool:
+        """Whether the measured or the predicted speedup prints below 1.00x."""
+        vals = [v for v in (self.measured.value if self.measured else None, self.predicted)]
+        return any(v is not None and printed_below_one(v) for v in vals)
+
+    def guard(self) -> str | None:
+        """One sentence whenever the measured or the predicted speedup is below 1, saying
+        which and, where the best gamma's prediction is below 1 too, what holds it there;
+        None otherwise."""
+        if not self.below_one():
+            return None
+        parts, a = [], self.accept
+        if self.measured is not None:
+            parts.append(f"measured {self.measured.text()}")
+        if self.predicted is not None:
+            parts.append(
+                f"predicted {self.predicted:.2f}x from c = {self.c:.2f}"
+                + (f", a verify call of {self.verify:.2f} target steps" if self.verify else "")
+                + ("" if a is None else f" and {self.accept_name} = {a:.2f}")
+            )
+        said = "Speculative decoding is slower than plain decoding here: " + " and ".join(parts)
+        if self.holdback is not None:
+            h = self.holdback
+            return (
+                f"{said}. No gamma is predicted to beat plain decoding on this machine (at best "
+                f"{h.prediction:.2f}x, gamma {h.gamma}); {h.because(self.accept_name)}."
+            )
+        if self.predicted is not None and not printed_below_one(self.predicted):
+            return f"{said}: the prediction is above 1, so the time went outside what it counts."
+        return f"{said}."
+
+
+def speed_story(spec: Trace, ar: Trace | None) -> SpeedStory:
+    """The speed story of a speculative run and (when compared) its baseline."""
+    s = spec.settings
+    measured = c = verify = predicted = hb = None
+    name, accept = metrics.expected_acceptance(spec)
+    if ar is not None and len(ar.token_ids) >= 2 and spec.rounds:
+        measured = metrics.paired_speedup(ar, spec)
+        c = metrics.cost_ratio(spec, ar)
+        steps = metrics.verify_steps(spec, ar)
+        verify = steps.get(s.gamma + 1) if steps else None
+        chain = not s.drafts_tree and not s.adaptive_gamma
+        if accept is not None and c and chain:
+            price = _verify_price(steps)
+            predicted = _prediction(accept, c, price, [s.gamma])[1]
+            hb = holdback(accept, c, steps)
+    return SpeedStory(
+        tokens=len(spec.token_ids),
+        calls=len(spec.rounds),
+        measured=measured,
+        c=c or 0.0,
+        verify=verify,
+        accept_name=name,
+        accept=accept,
+        gamma=s.gamma,
+        predicted=predicted,
+        holdback=hb,
     )
 
 

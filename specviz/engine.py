@@ -25,7 +25,7 @@ are recorded by specviz.record.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -92,6 +92,9 @@ class Run:
             verification=verification_for(settings).label if settings.method == "spec" else "",
         )
         self._started = False
+        # An autoregressive run paced to a speculative one (interleave) goes on past its
+        # end-of-text, so that both time the same number of tokens.
+        self.past_eos = False
         # The request's own model state, exposed for inspection (tests, benchmarks).
         self.target_lm: ModelCache | None = None
         self.drafter: Drafter | None = None
@@ -182,8 +185,12 @@ class Run:
                 seq.append(x)
                 t_s = clock(self.device) - t0
                 self._emit([x], t_s, gaps=self._gaps(row[None], 1, pw.greedy))
-                yield Update(None, [x], len(self.trace.token_ids), t_s)
-                if x in eos:
+                paused = clock(self.device)
+                try:
+                    yield Update(None, [x], len(self.trace.token_ids), t_s)
+                finally:  # the time the consumer holds this run is not the run's
+                    t0 += clock(self.device) - paused
+                if x in eos and not self.past_eos:
                     reason = "eos"
                     break
             else:
@@ -218,7 +225,11 @@ class Run:
                 rnd.index, rnd.start = len(self.trace.rounds), len(out)
                 rnd.t_s = clock(dev) - t0
                 self._emit(new, rnd.t_s, rnd, self._gaps(rows, len(new), greedy))
-                yield Update(rnd, new, len(out), rnd.t_s)
+                paused = clock(dev)
+                try:
+                    yield Update(rnd, new, len(out), rnd.t_s)
+                finally:  # the time the consumer holds this run is not the run's
+                    t0 += clock(dev) - paused
                 if rnd.added is None or new[-1] in eos:
                     reason = "eos"
                     break
@@ -226,6 +237,64 @@ class Run:
                 reason = "max_new_tokens"
         finally:
             self._finish(reason, t0)
+
+
+def interleave(runs: Sequence[Run]) -> Iterator[tuple[int, Update]]:
+    """Advance several runs of one prompt alternately on this thread, always the one with
+    the fewest tokens so far (the earlier in the list on a tie), and yield (its index, its
+    update). Each run's clock counts only its own work, so runs compared this way meet the
+    same load on a shared machine, stretch by stretch, where runs one after the other meet
+    whatever load each happened to get.
+
+    An autoregressive run in the list goes on past its own end-of-text while a speculative
+    run is longer, and is ended ("matched") once every speculative run has ended and it
+    holds as many tokens as the longest: speeds then compare equal lengths. Closing this
+    iterator closes every run still going (each trace is finalised as stopped)."""
+    spec = [r for r in runs if r.settings.method == "spec"]
+    for r in runs:
+        r.past_eos = bool(spec) and r.settings.method == "ar"
+    its: dict[int, Iterator[Update]] = {i: iter(r) for i, r in enumerate(runs)}
+    try:
+        while its:
+            going_spec = [i for i in its if runs[i].settings.method == "spec"]
+            if spec and not going_spec:  # only paced baselines are left
+                longest = max(len(r.trace.token_ids) for r in spec)
+                for i in [i for i in its if len(runs[i].trace.token_ids) >= longest]:
+                    its.pop(i).close()
+                    _matched(runs[i])
+                if not its:
+                    break
+            i = min(its, key=lambda j: (len(runs[j].trace.token_ids), j))
+            upd = next(its[i], None)
+            if upd is None:
+                del its[i]
+                continue
+            yield i, upd
+    finally:
+        for it in its.values():
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()
+
+
+def _matched(run: Run) -> None:
+    """A paced baseline ended at the speculative runs' length: say so (or "eos" where its
+    last token ended the text anyway)."""
+    tr = run.trace
+    last_eos = bool(tr.token_ids) and tr.token_ids[-1] in run.pair.eos_ids
+    tr.stop_reason = "eos" if last_eos and tr.token_ids.count(tr.token_ids[-1]) == 1 else "matched"
+
+
+def compare(
+    pair: ModelPair, prompt: str, settings: Settings, raw: bool = False
+) -> tuple[Trace, Trace]:
+    """The speculative run and its autoregressive baseline (same prompt, settings, seed),
+    interleaved to the end (:func:`interleave`)."""
+    spec = Run(pair, prompt, settings.with_(method="spec"), raw=raw)
+    ar = Run(pair, prompt, settings.with_(method="ar"), raw=raw)
+    for _ in interleave([spec, ar]):
+        pass
+    return spec.trace, ar.trace
 
 
 def generate(pair: ModelPair, prompt: str, settings: Settings, raw: bool = False) -> Trace:

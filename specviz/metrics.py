@@ -15,7 +15,9 @@ Definitions (printed next to the numbers wherever they are shown):
 - mean accepted per round, with or without the added (resampled or bonus) token.
 - tokens per target call = new tokens / target forwards while decoding.
 - c = time of one draft step / time of one target step.
-- speedup = AR ms/token / spec ms/token (same prompt, settings, seed, process).
+- speedup = the baseline's seconds to make as many tokens as the speculative run made, over
+  the speculative run's seconds (same prompt, settings, seed, process; equal lengths), with
+  the middle 90 % of a bootstrap over the runs' stretches (:func:`paired_speedup`).
 
 The engine builds each trace's Stats with :func:`summarize`, so pandas is imported by
 :func:`rounds_frame` alone: the engine runs without it.
@@ -48,7 +50,9 @@ DEFINITIONS = {
     ),
     "tokens per call": "new tokens / target forward passes while decoding",
     "c": "ms per draft step / ms per target step",
-    "speedup": "AR ms/token / speculative ms/token, same prompt, settings and seed",
+    "speedup": (
+        "AR seconds / speculative seconds for the same tokens, same prompt, settings and seed"
+    ),
 }
 
 
@@ -214,10 +218,78 @@ def ms_per_token(trace: Trace) -> float:
     return trace.stats.ms_per_token
 
 
+@dataclass(frozen=True)
+class Speedup:
+    """A measured speedup over equal lengths, with its spread."""
+
+    value: float  # the baseline's seconds / the speculative run's, for the same tokens
+    low: float  # the middle 90 % of a bootstrap over the stretches
+    high: float
+    tokens: int  # the tokens both runs made, over which they are compared
+    stretches: int  # the speculative rounds those tokens span
+    ar_s: float  # the baseline's seconds for those tokens
+    spec_s: float  # the speculative run's seconds for them
+
+    def text(self) -> str:
+        """E.g. "1.32x (1.18-1.47)"."""
+        return f"{self.value:.2f}x ({self.low:.2f}\u2013{self.high:.2f})"
+
+
+SPREAD_RESAMPLES = 400
+
+
+def _time_to(trace: Trace, n: float) -> float | None:
+    """Seconds until the trace first held at least n tokens (0 for none)."""
+    if n <= 0:
+        return 0.0
+    return next((t for t, k in trace.timeline if k >= n), None)
+
+
+def paired_speedup(ar: Trace, spec: Trace, resamples: int = SPREAD_RESAMPLES) -> Speedup | None:
+    """The speedup over the tokens both runs made, stretch by stretch: each speculative round
+    is a stretch, and the baseline's seconds for the same tokens are its stretch. The value
+    is the sum of the baseline's stretches over the sum of the speculative run's, that is
+    the baseline's seconds to the speculative run's last shared token over the speculative
+    run's. The spread is the middle 90 % of that ratio over bootstrap resamples of the
+    stretches (the first stretch, which also reads the prompt, is kept once in every
+    resample), with a fixed generator of its own: the same traces give the same spread.
+
+    Interleaved runs (specviz.engine.interleave) meet the same load stretch by stretch, so
+    the spread is the machine's noise within a run; runs one after the other are compared
+    over the tokens both made. None where the runs share no stretch."""
+    import numpy as np
+
+    have = ar.timeline[-1][1] if ar.timeline else 0.0
+    ds: list[float] = []
+    da: list[float] = []
+    prev_t, prev_n = 0.0, 0.0
+    for t, n in spec.timeline:
+        if n > have:
+            break
+        a1, a0 = _time_to(ar, n), _time_to(ar, prev_n)
+        if a1 is None or a0 is None:
+            break
+        ds.append(t - prev_t)
+        da.append(a1 - a0)
+        prev_t, prev_n = t, n
+    if not ds or sum(ds) <= 0:
+        return None
+    value = sum(da) / sum(ds)
+    low = high = value
+    if len(ds) > 2 and resamples > 0:
+        rng = np.random.default_rng(0)
+        s, a = np.array(ds[1:]), np.array(da[1:])
+        idx = rng.integers(0, len(s), size=(resamples, len(s)))
+        ratios = (da[0] + a[idx].sum(1)) / (ds[0] + s[idx].sum(1))
+        low, high = (float(x) for x in np.quantile(ratios, [0.05, 0.95]))
+    return Speedup(value, min(low, value), max(high, value), int(prev_n), len(ds), sum(da), sum(ds))
+
+
 def speedup(ar: Trace, spec: Trace) -> float:
-    """AR ms/token over spec ms/token."""
-    s = spec.stats.ms_per_token
-    return ar.stats.ms_per_token / s if s else 0.0
+    """The measured speedup's value (:func:`paired_speedup`); 0 where the runs share no
+    stretch."""
+    p = paired_speedup(ar, spec, resamples=0)
+    return p.value if p is not None else 0.0
 
 
 def cost_ratio(spec: Trace, ar: Trace) -> float:
@@ -313,11 +385,19 @@ def best_gamma(alpha: float, c: float) -> int:
 
 
 def table1_row(ar: Trace, spec: Trace) -> dict[str, float]:
-    """Chen et al.'s Table 1 columns for one prompt: ms/token both ways and the speedup."""
+    """Chen et al.'s Table 1 columns for one prompt: ms/token both ways over the tokens both
+    runs made, and the speedup (their ratio, :func:`paired_speedup`)."""
+    p = paired_speedup(ar, spec, resamples=0)
+    if p is None or not p.tokens:
+        return {
+            "ar_ms_per_token": ar.stats.ms_per_token,
+            "spec_ms_per_token": spec.stats.ms_per_token,
+            "speedup": 0.0,
+        }
     return {
-        "ar_ms_per_token": ar.stats.ms_per_token,
-        "spec_ms_per_token": spec.stats.ms_per_token,
-        "speedup": speedup(ar, spec),
+        "ar_ms_per_token": p.ar_s * 1e3 / p.tokens,
+        "spec_ms_per_token": p.spec_s * 1e3 / p.tokens,
+        "speedup": p.value,
     }
 
 

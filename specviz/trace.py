@@ -44,7 +44,8 @@ NODE_STATUSES = ("accepted", "rejected", "untried")
 DRAFT_STATUSES = ("accepted", "rejected", "discarded")
 ADDED_STATUSES = ("resampled", "bonus")
 TOKEN_STATUSES = ("accepted", "rejected", "resampled", "bonus")
-STOP_REASONS = ("eos", "max_new_tokens", "stopped", "running")
+STOP_REASONS = ("eos", "max_new_tokens", "stopped", "running", "matched")
+# matched: an autoregressive baseline ended at its speculative run's length (engine.interleave)
 
 
 @dataclass

@@ -539,8 +539,9 @@ def test_generate_compare_prints_the_guard_when_the_draft_is_too_slow(monkeypatc
     )
     out = capsys.readouterr().out
     assert code == 0
-    guard = [line for line in out.splitlines() if "cannot beat plain decoding" in line]
+    guard = [line for line in out.splitlines() if "slower than plain decoding" in line]
     assert len(guard) == 1 and "c = " in guard[0] and "alpha = " in guard[0]
+    assert "No gamma is predicted to beat plain decoding" in guard[0]
     head = out.splitlines()[:2]  # the header names both models
     assert head[0].startswith("target: tiny-target") and head[1].startswith("draft: tiny-big")
 
@@ -553,8 +554,9 @@ def test_the_page_states_the_guard_in_the_status_and_the_speed_tab(one_thread):
     ctx = ui.AppContext(lambda name, dtype: pair, Limits())
     frames = list(ui.run_updates(ui.new_session(), f, ctx))
     final = frames[-1]
-    assert "cannot beat plain decoding" in final["status"] and "sv-status-warn" in final["status"]
-    assert "cannot beat plain decoding" in final["table1"]
+    said = "No gamma is predicted to beat plain decoding"
+    assert said in final["status"] and "sv-status-warn" in final["status"]
+    assert said in final["table1"] and "sv-speedline-warn" in final["speedline"]
 
 
 def test_setup_reads_a_recorded_choice_without_loading_a_model(

@@ -75,6 +75,7 @@ def spec_trace(settings: dict | None = None) -> Trace:
         token_texts=["A", "&", "D", "E", "F"],
         rounds=[r1, r2],
         stats=Stats(new_tokens=5, ms_per_token=10.0),
+        timeline=[[0.02, 2.0], [0.05, 5.0]],  # 10 ms a token
         stop_reason="max_new_tokens",
     )
 
@@ -89,7 +90,7 @@ def ar_trace(ms: float = 25.0, ids: list[int] | None = None) -> Trace:
         models={"pair": "tiny", "target": "t on cpu (float32)", "draft": "d on cpu (float32)"},
         token_ids=ids,
         token_texts=[f"<{i}>" for i in ids],
-        timeline=[[0.0, 1], [0.1, 5]],
+        timeline=[[ms * (i + 1) / 1e3, float(i + 1)] for i in range(len(ids))],
         stats=Stats(new_tokens=len(ids), ms_per_token=ms),
     )
 

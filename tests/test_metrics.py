@@ -52,9 +52,9 @@ def synthetic_pair(alpha: float | None = None, c: float = 0.02) -> tuple[Trace, 
     spec.stats = summarize(spec, wall_s=0.036)
     if alpha is not None:
         spec.stats.alpha = alpha
-    ar = Trace("ar", "x", [1], {**settings}, {}, token_ids=[1] * 3)
-    ar.timeline = [[0.005, 1.0], [0.015, 2.0], [0.025, 3.0]]
-    ar.stats = Stats(new_tokens=3, target_calls=3, wall_s=0.03, ms_per_token=10.0)
+    ar = Trace("ar", "x", [1], {**settings}, {}, token_ids=[1] * 9)
+    ar.timeline = [[0.01 * (i + 1), float(i + 1)] for i in range(9)]
+    ar.stats = Stats(new_tokens=9, target_calls=9, wall_s=0.09, ms_per_token=10.0)
     return ar, spec
 
 

@@ -216,6 +216,10 @@ def spec_run(
         token_texts=["x"] * len(ids),
         rounds=rs,
         stats=stats,
+        # the clock at ms_per_token: each round ends when its tokens would at that pace
+        timeline=[
+            [(r.start + r.emitted) * ms_per_token / 1e3, float(r.start + r.emitted)] for r in rs
+        ],
     )
 
 
@@ -230,7 +234,7 @@ def ar_run(tokens: int, step_ms: float, ms_per_token: float, ids=None, dtype="fl
         models={"pair": "x", "target": target},
         token_ids=ids,
         token_texts=["x"] * len(ids),
-        timeline=[[i * step_ms / 1e3, float(i + 1)] for i in range(len(ids))],
+        timeline=[[(i + 1) * step_ms / 1e3, float(i + 1)] for i in range(len(ids))],
         stats=Stats(new_tokens=len(ids), ms_per_token=ms_per_token),
     )
 
@@ -283,10 +287,11 @@ def test_step_one_names_the_true_cause_of_a_speedup_below_one(rounds, gamma, ove
     for _, _, _, draft, verify, speedup in [
         g for g in UNTOUCHED_GRID if g[:3] == (rounds, gamma, overlap)
     ]:
-        spec = spec_run(rounds, gamma, overlap, draft, verify, ms_per_token=10.0)
-        ar = ar_run(8, step, ms_per_token=10.0 * speedup)
+        # the speedup is the baseline's time over the speculative run's for the same tokens
+        spec = spec_run(rounds, gamma, overlap, draft, verify, ms_per_token=step / speedup)
+        ar = ar_run(len(spec.token_ids), step, ms_per_token=step)
         truth = {
-            "speedup": ar.stats.ms_per_token / spec.stats.ms_per_token,
+            "speedup": speedup,
             "c": draft / step if rounds > 1 else None,
             "accept": overlap,
             "v": verify / step if rounds > 1 else None,
@@ -297,16 +302,16 @@ def test_step_one_names_the_true_cause_of_a_speedup_below_one(rounds, gamma, ove
 
 
 def test_step_one_reads_sum_p_q_under_exact_match() -> None:
-    spec = spec_run(3, 2, 0.9, 0.9, 1.6, 10.0, verification="exact-match", match=0.4)
-    ar = ar_run(8, 1.0, 5.0)
+    spec = spec_run(3, 2, 0.9, 0.9, 1.6, 2.0, verification="exact-match", match=0.4)
+    ar = ar_run(len(spec.token_ids), 1.0, 1.0)
     truth = {"speedup": 0.5, "c": 0.9, "accept": 0.4, "v": 1.6, "gamma": 2, "name": "sum p q"}
     check_untouched(spec, ar, truth)
     assert "alpha = 0.90" not in lesson_statements.untouched_statement(spec, ar)
 
 
 def test_step_one_at_exactly_one_and_without_a_baseline() -> None:
-    spec = spec_run(3, 2, 0.5, 2.0, 4.0, 10.0)
-    said = lesson_statements.untouched_statement(spec, ar_run(8, 1.0, 10.0))
+    spec = spec_run(3, 2, 0.5, 2.0, 4.0, 1.0)
+    said = lesson_statements.untouched_statement(spec, ar_run(len(spec.token_ids), 1.0, 1.0))
     assert "Speedup 1.00x" in said and "below" not in said
     assert "no speedup" in lesson_statements.untouched_statement(spec, None)
 

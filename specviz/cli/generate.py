@@ -50,7 +50,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.compare and args.method != "spec":
         raise ValueError("--compare runs both methods: leave --method at spec")
     pair = load_pair_from_args(args)
-    from specviz.engine import Run, check_request, warm_up
+    from specviz.engine import Run, check_request, compare, warm_up
 
     methods = ["ar", "spec"] if args.compare else [args.method]
     # The request's checks are the same for every seed: make them once, before any output.
@@ -60,16 +60,19 @@ def cmd_generate(args: argparse.Namespace) -> int:
         warm_up(pair, args.prompt, settings, raw=args.raw)
     for i in range(args.samples):
         s = settings.with_(seed=args.seed + i)
-        group = []
-        for m in methods:  # one Run at a time, so no finished trace is kept
-            run = Run(pair, args.prompt, s.with_(method=m), raw=args.raw)
+        if args.compare:  # both in turn, so that both meet the same load (engine.interleave)
+            spec, ar = compare(pair, args.prompt, s, raw=args.raw)
+            group = [ar, spec]
+        else:  # one Run at a time, so no finished trace is kept
+            run = Run(pair, args.prompt, s.with_(method=args.method), raw=args.raw)
             for _ in run:
                 pass
-            group.append(run.trace)
-            if args.json:
-                sys.stdout.write(run.trace.to_json() + "\n")
-                sys.stdout.flush()
-        if not args.json:
+            group = [run.trace]
+        if args.json:
+            for trace in group:
+                sys.stdout.write(trace.to_json() + "\n")
+            sys.stdout.flush()
+        else:
             print_trace(group[-1], color=_use_color())
             if args.compare:
                 print_comparison(group[0], group[-1])
@@ -81,7 +84,7 @@ def print_comparison(ar: Trace, spec: Trace) -> None:
     the refined prediction with the verify call's measured cost, and the guard's sentence
     when no gamma can win at the measured costs."""
     from specviz import metrics
-    from specviz.costs import guard_sentence
+    from specviz.costs import speed_story
 
     row = metrics.table1_row(ar, spec)
     c = metrics.cost_ratio(spec, ar)
@@ -90,7 +93,12 @@ def print_comparison(ar: Trace, spec: Trace) -> None:
     print()
     print(f"AR ms/token            {row['ar_ms_per_token']:.1f}")
     print(f"speculative ms/token   {row['spec_ms_per_token']:.1f}")
-    print(f"speedup                {row['speedup']:.2f}x  ({metrics.DEFINITIONS['speedup']})")
+    story = speed_story(spec, ar)
+    m = story.measured
+    saved = f"{story.calls_saved} target calls saved"
+    print(f"tokens per call        {story.tokens_per_call:.2f}  ({saved})")
+    speed = f"{m.text()} middle 90 %" if m else f"{row['speedup']:.2f}x"
+    print(f"speedup                {speed}  ({metrics.DEFINITIONS['speedup']})")
     print(f"c                      {c:.2f}  ({metrics.DEFINITIONS['c']})")
     if a is None:
         print(f"expected (Leviathan)   needs {name}, which this trace did not measure")
@@ -114,7 +122,7 @@ def print_comparison(ar: Trace, spec: Trace) -> None:
                 f"first difference       token {div.pos}: the target's top-2 logit gap there is "
                 f"{div.spec_gap:.4g} (speculative), {div.ar_gap:.4g} (autoregressive)"
             )
-    guard = guard_sentence(a, c, verify_steps, name)
+    guard = story.guard()
     if guard:
         print()
         print(guard)

@@ -232,21 +232,35 @@ def run_prompt(
     p: Prompt,
     compare_pair: ModelPair | None = None,
 ) -> Record:
-    """Both methods on one prompt with its seed, then the second drafter with the same seed
-    (and its own baseline where its target is another model)."""
-    from specviz.engine import generate
+    """Both methods on one prompt with its seed, and the second drafter with the same seed
+    (and its own baseline where its target is another model), all in turn on this thread
+    (engine.interleave: each meets the same load, each baseline as long as its longest
+    speculative run)."""
+    from specviz.engine import Run, interleave
 
     t0 = time.perf_counter()
     s = plan.settings.with_(seed=plan.seed(p))
-    spec = generate(pair, p.text, s, raw=plan.raw)
-    ar = generate(pair, p.text, s.with_(method="ar"), raw=plan.raw)
-    compare = compare_ar = None
+    runs = [
+        Run(pair, p.text, s, raw=plan.raw),
+        Run(pair, p.text, s.with_(method="ar"), raw=plan.raw),
+    ]
+    second: list[Run] = []
     if plan.compare_settings is not None:
         cpair = compare_pair or pair
         cs = plan.compare_settings.with_(seed=plan.seed(p))
-        compare = generate(cpair, p.text, cs, raw=plan.raw)
+        second = [Run(cpair, p.text, cs, raw=plan.raw)]
         if cpair.target is not pair.target:
-            compare_ar = generate(cpair, p.text, cs.with_(method="ar"), raw=plan.raw)
+            second.append(Run(cpair, p.text, cs.with_(method="ar"), raw=plan.raw))
+    if len(second) == 2:  # another target: each pair paced against its own baseline
+        for group in (runs, second):
+            for _ in interleave(group):
+                pass
+    else:
+        for _ in interleave(runs + second):
+            pass
+    spec, ar = runs[0].trace, runs[1].trace
+    compare = second[0].trace if second else None
+    compare_ar = second[1].trace if len(second) == 2 else None
     return Record(p, s.seed, spec, ar, compare, compare_ar, time.perf_counter() - t0)
 
 

@@ -117,7 +117,8 @@ draws a bonus token from p. Every round adds between 1 and gamma + 1 tokens.
   single position.
 - **Latency at batch size 1.** Both papers measure the time per token of one request, and
   so does this page. The speedup is measured here: speculative and autoregressive decoding
-  of the same prompt, settings and seed, back to back in the same process after a warm-up.
+  of the same prompt, settings and seed, in turn round by round on one thread after a
+  warm-up (so both meet the same load), over the same number of tokens.
   The projection tab is a formula, not a measurement.
 
 **Definitions.** """

@@ -20,7 +20,7 @@ from specviz import metrics
 from specviz.analysis import calibration
 from specviz.analysis.runlog import LOG_COLUMNS
 from specviz.config import Settings
-from specviz.costs import guard_sentence
+from specviz.costs import SpeedStory, speed_story
 from specviz.trace import Trace, decision_at, round_number, target_dtype
 from specviz.ui.state import Changes, Session
 from specviz.views import across_runs, figures, markup, theory_figures, timing, tree_view
@@ -83,6 +83,7 @@ def live_frame(session: Session, last: float, gap: float = FRAME_S) -> tuple[Cha
             out["tree_view"] = tree_frame(spec)
     if new or (ar is not None and ar.timeline):
         out["speed"] = live_plot(figures.speedup_spec(spec, ar))
+        out["speedline"] = markup.speedline_html(story_of(spec, ar))
         out["status"] = markup.status_html(_progress(spec, ar), "busy")
     if out:
         session.ui_ms.append((time.perf_counter() - t0) * 1e3)
@@ -110,8 +111,10 @@ def final_frame(session: Session, gamma: int, measure: bool = True) -> Changes:
     sync_rounds(session)
     spec, ar = session.spec, session.ar
     main = spec or ar
-    guard = speed_guard(spec, ar)
+    story = story_of(spec, ar)
+    guard = story.guard() if story is not None else None
     out: Changes = {
+        "speedline": markup.speedline_html(story),
         "tokens": markup.trace_tokens_html(main)
         if spec is None
         else markup.tokens_html(session.spans, spec.prompt),
@@ -188,14 +191,18 @@ def exact_note(trace: Trace) -> str:
     return markup.exact_note_html(trace.settings, drafter, target_dtype(trace))
 
 
-def speed_guard(spec: Trace | None, ar: Trace | None) -> str | None:
-    """The guard's sentence (specviz.costs) when no gamma can beat plain decoding at the
-    c, alpha and verify cost these runs measured; None otherwise."""
-    if spec is None or ar is None or not spec.rounds or len(ar.token_ids) < 2:
+def story_of(spec: Trace | None, ar: Trace | None) -> SpeedStory | None:
+    """The speed story of the session's runs (costs.speed_story), None before a round."""
+    if spec is None or not spec.rounds:
         return None
-    c = metrics.cost_ratio(spec, ar)
-    _, accept = metrics.expected_acceptance(spec)  # alpha, or sum p q under exact match
-    return guard_sentence(accept, c, metrics.verify_steps(spec, ar))
+    return speed_story(spec, ar)
+
+
+def speed_guard(spec: Trace | None, ar: Trace | None) -> str | None:
+    """The guard's sentence whenever the measured or predicted speedup is below 1
+    (costs.SpeedStory.guard); None otherwise."""
+    story = story_of(spec, ar)
+    return story.guard() if story is not None else None
 
 
 def done_status(main: Trace | None, guard: str | None) -> str:
@@ -303,12 +310,17 @@ def summary_html(session: Session) -> str:
                 f"{metrics.mean_accepted(spec, with_added=True):.2f} with the added token",
             ),
             ("draft ms / verify ms", f"{s.draft_ms:.0f} / {s.verify_ms:.0f}"),
-            ("speculative ms/token", f"{s.ms_per_token:.1f}"),
         ]
+        if ar is None or not ar.token_ids:
+            rows.append(("speculative ms/token", f"{s.ms_per_token:.1f}"))
     if ar is not None and ar.token_ids:
-        rows.append(("autoregressive ms/token", f"{ar.stats.ms_per_token:.1f}"))
         if spec is not None and spec.rounds:
+            row = metrics.table1_row(ar, spec)  # over the tokens both made, as Table 1
+            rows.append(("speculative ms/token", f"{row['spec_ms_per_token']:.1f}"))
+            rows.append(("autoregressive ms/token", f"{row['ar_ms_per_token']:.1f}"))
             rows.append(("c", f"{metrics.cost_ratio(spec, ar):.3f}  ({metrics.DEFINITIONS['c']})"))
+        else:
+            rows.append(("autoregressive ms/token", f"{ar.stats.ms_per_token:.1f}"))
     rows += _ui_cost_rows(session)
     return markup.table_html(rows, "this run") if rows else ""
 
@@ -337,12 +349,14 @@ def table1_html(spec: Trace | None, ar: Trace | None, guard: str | None = None) 
     if spec is None or ar is None or not spec.token_ids or not ar.token_ids:
         return markup.status_html("Table 1 needs both runs: tick Compare and press Run.")
     row = metrics.table1_row(ar, spec)
+    paired = metrics.paired_speedup(ar, spec)
     note = markup.status_html(guard, "warn") if guard else ""
+    speed = f"{paired.text()} middle 90 % over {paired.stretches} rounds" if paired else "-"
     return note + markup.table_html(
         [
             ("ArS (autoregressive) ms/token", f"{row['ar_ms_per_token']:.1f}  (1x)"),
             ("SpS (speculative) ms/token", f"{row['spec_ms_per_token']:.1f}"),
-            ("speedup", f"{row['speedup']:.2f}x"),
+            ("speedup", speed),
         ],
         "Chen et al. Table 1 columns, measured here (batch size 1)",
     )

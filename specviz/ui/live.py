@@ -1,11 +1,13 @@
-"""Live runs: Run streams the speculative run and then the autoregressive baseline (same
+"""Live runs: Run streams the speculative run and its autoregressive baseline (same
 prompt, settings and seed), Step takes one round per press and narrates it, Stop ends a
 run where it stands. A finished Run is logged and counted for calibration (runs_changes).
 
 Where the models run is the context's runner (specviz.ui.runners: this process's model
 thread, or ZeroGPU), chosen when the app was built; the handlers here never ask which. On
-the model thread both runs execute back to back, driven by a Worker that never waits for
-the page, so each trace's own clock (t_s) measures generation only.
+the model thread both runs advance in turn (specviz.engine.interleave: the one with fewer
+tokens next), driven by a Worker that never waits for the page, so both meet the same load,
+the baseline makes as many tokens as the speculative run, and each trace's own clock (t_s)
+counts its own work only.
 """
 
 from __future__ import annotations
@@ -83,7 +85,7 @@ def _step_changes(session: Session, settings: Settings, rnd: Round | None, out: 
     out["tree_view"] = tree_frame(session.spec, rnd.index if rnd is not None else None)
     n = round_number(rnd.index) if rnd is not None else len(session.spec.rounds)
     msg = f"step mode: round {n} done, {len(session.spec.token_ids)} tokens"
-    msg += " (finished: Step again starts over)" if done else " (timings include the pauses)"
+    msg += " (finished: Step again starts over)" if done else ""
     out["status"] = markup.status_html(msg, "info")
     return out
 

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import torch
 
 from specviz.config import Deployment, Settings
-from specviz.engine import Run, Update, generate
+from specviz.engine import Run, Update, compare, generate, interleave
 from specviz.metrics import summarize
 from specviz.modelthread import MODEL_THREAD
 from specviz.pair import ModelPair
@@ -93,7 +93,9 @@ class LocalRunner:
         ar_run = Run(pair, form.prompt, settings.with_(method="ar")) if form.compare else None
         session.start(spec_run.trace, ar_run.trace if ar_run else None, "run")
         session.decode = decoder(pair)
-        worker = Worker([spec_run] + ([ar_run] if ar_run else []), session.stop)
+        # with the baseline, both advance in turn on the model thread (engine.interleave),
+        # so that each meets the same load and the speedup compares equal lengths
+        worker = Worker([interleave([spec_run, ar_run]) if ar_run else spec_run], session.stop)
         yield {
             "models": markup.models_html(pair.describe()),
             "tokens": markup.tokens_html([]),
@@ -117,7 +119,8 @@ class LocalRunner:
     ) -> tuple[Round | None, Changes]:
         out: Changes = {}
         if session.stepper is None or session.step_key != key or session.mode != "step":
-            pair = ctx.pair(form)
+            # warmed as a Run's pair is, so that the first round's times are the round's
+            pair = warmed_pair(ctx, form)
             run = Run(pair, form.prompt, settings)
             session.start(run.trace, None, "step")
             session.stepper, session.step_key = iter(run), key
@@ -134,9 +137,9 @@ class LocalRunner:
         pair = warmed_pair(ctx, form)
 
         def both() -> tuple[Trace, Trace | None]:
-            spec = generate(pair, form.prompt, settings)
-            ar = generate(pair, form.prompt, settings.with_(method="ar")) if form.compare else None
-            return spec, ar
+            if form.compare:
+                return compare(pair, form.prompt, settings)
+            return generate(pair, form.prompt, settings), None
 
         with model_failures(running(form)):
             return MODEL_THREAD.call(both)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specviz.config import Deployment, Settings
-from specviz.engine import Run, warm_up
+from specviz.engine import Run, interleave, warm_up
 from specviz.pair import ModelPair
 from specviz.trace import Round, Stats, Trace
 from specviz.ui import pairs
@@ -220,7 +220,8 @@ Event = Trace | Piece | Done  # a Trace starts each run (settings, prompt ids, m
 
 
 def stream(form: Form, settings: Settings) -> Iterator[Event]:
-    """The speculative run then (with compare) the baseline, one event per target call."""
+    """The speculative run and (with compare) the baseline, in turn (engine.interleave),
+    one event per target call."""
     pair = pairs.load_default(form)
     cls = run_class(pair, form, settings, len(pair.encode_prompt(form.prompt)))
     if cls is Run:
@@ -231,12 +232,14 @@ def stream(form: Form, settings: Settings) -> Iterator[Event]:
                 if upd.n_tokens >= 4:
                     break
     methods = ("spec", "ar") if form.compare else ("spec",)
-    for method in methods:
-        run = cls(pair, form.prompt, settings.with_(method=method))
+    runs = [cls(pair, form.prompt, settings.with_(method=method)) for method in methods]
+    for run in runs:
         yield _empty_copy(run.trace)
-        for upd in run:
-            texts = run.trace.token_texts[len(run.trace.token_texts) - len(upd.new_ids) :]
-            yield Piece(method, upd.round, list(upd.new_ids), list(texts), upd.t_s)
+    for i, upd in interleave(runs):
+        tr = runs[i].trace
+        texts = tr.token_texts[len(tr.token_texts) - len(upd.new_ids) :]
+        yield Piece(methods[i], upd.round, list(upd.new_ids), list(texts), upd.t_s)
+    for method, run in zip(methods, runs, strict=True):
         tr = run.trace
         yield Done(method, tr.stop_reason, tr.text, tr.stats)
 

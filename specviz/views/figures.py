@@ -246,21 +246,13 @@ def decision_figure(dec: Decision) -> go.Figure:
 # --- live speedup ----------------------------------------------------------------------
 
 
-def time_to(trace: Trace, n: int) -> float | None:
-    """Seconds until the trace first held at least n tokens (None if it never did)."""
-    for t_s, tokens in trace.timeline:
-        if tokens >= n:
-            return t_s
-    return None
-
-
 def matched_speedup(spec: Trace, ar: Trace | None) -> float | None:
-    """AR seconds / speculative seconds to reach the same token count, so far."""
+    """The measured speedup so far, over the tokens both runs made (metrics.speedup: the
+    one figure every view states)."""
     if ar is None or not ar.timeline or not spec.timeline:
         return None
-    n = int(min(ar.timeline[-1][1], spec.timeline[-1][1]))
-    t_ar, t_spec = time_to(ar, n), time_to(spec, n)
-    return t_ar / t_spec if t_ar and t_spec else None
+    s = metrics.speedup(ar, spec)
+    return s or None
 
 
 def speedup_spec(spec: Trace | None, ar: Trace | None) -> dict[str, Any]:

@@ -17,6 +17,7 @@ sum_x min(p, q) falls.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from markupsafe import Markup
 
@@ -38,6 +39,9 @@ from specviz.views.palette import COLORS
 from specviz.views.templating import esc as esc
 from specviz.views.templating import macro
 from specviz.views.templating import visible_text as visible_text
+
+if TYPE_CHECKING:
+    from specviz.costs import SpeedStory
 
 LEGEND: dict[str, str] = {
     "accepted": "draft token accepted: u < min(1, p/q) (exact match: the target sampled it)",
@@ -284,6 +288,34 @@ def verdict_html(dec: Decision) -> str:
 def status_html(message: str, kind: str = "info") -> str:
     """A one-line status message (kind: info, busy, error)."""
     return _html("status", message, kind)
+
+
+def speedline_html(story: SpeedStory | None) -> str:
+    """The run's speed in one line (costs.SpeedStory): tokens per target call and the calls
+    saved, then the measured speedup with its spread and the prediction; empty before a
+    speculative round."""
+    if story is None or not story.calls:
+        return ""
+    m = story.measured
+    predicted = None
+    if story.predicted is not None:
+        predicted = f"{story.predicted:.2f}x (from c = {story.c:.2f}"
+        if story.verify:
+            predicted += f", verify {story.verify:.2f} steps"
+        if story.accept is not None:
+            predicted += f", {story.accept_name} {story.accept:.2f}"
+        predicted += ")"
+    return _html(
+        "speedline",
+        f"{story.tokens_per_call:.2f}",
+        story.tokens,
+        story.calls,
+        story.calls_saved,
+        f"{m.value:.2f}x" if m else None,
+        f"{m.low:.2f}\u2013{m.high:.2f}" if m else None,
+        predicted,
+        story.below_one(),
+    )
 
 
 def share_link_html(url: str, run_id: str) -> str:
