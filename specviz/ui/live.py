@@ -42,7 +42,7 @@ def run_updates(session: Session, form: Form, ctx: AppContext) -> Iterator[Chang
     yield {
         "status": markup.status_html(f"loading pair {pair_label(form)!r} ...", "busy"),
         "narration": narration_hint(),
-        "tree": "",
+        "tree_view": "",
     }
     yield from ctx.runner.run(session, form, ctx, settings)
 
@@ -82,7 +82,7 @@ def _step_changes(session: Session, settings: Settings, rnd: Round | None, out: 
             inspect_changes(session.spec, rnd.index, rnd.start + min(rnd.n_accepted, rnd.emitted))
         )
         out["narration"] = narration_html(rnd, session.spec.settings)
-    out["tree"] = tree_frame(session.spec, rnd.index if rnd is not None else None)
+    out["tree_view"] = tree_frame(session.spec, rnd.index if rnd is not None else None)
     n = round_number(rnd.index) if rnd is not None else len(session.spec.rounds)
     msg = f"step mode: round {n} done, {len(session.spec.token_ids)} tokens"
     msg += " (finished: Step again starts over)" if done else ""
