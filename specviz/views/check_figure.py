@@ -8,7 +8,7 @@ from typing import Any
 from specviz.analysis.binning import OTHER, Comparison
 from specviz.analysis.chisquare import frequencies
 from specviz.analysis.distribution_check import CheckResult
-from specviz.views.figures import add_bar_group, label
+from specviz.views.figures import LEGEND, add_bar_group, label
 from specviz.views.style import subplots
 
 
@@ -37,7 +37,7 @@ def check_figure(result: CheckResult, max_bins: int = 20) -> Any:
         barmode="group",
         title=f"Distribution check ({what}, N = {result.n} each): {verdict}",
         height=360 * len(result.comparisons) + 80,
-        legend={"orientation": "h", "y": -0.12},
+        legend=LEGEND,
     )
     return fig
 
