@@ -159,8 +159,8 @@ def test_the_hotter_draft_puts_both_runs_side_by_side() -> None:
     # both runs in two columns, tokens per call and c first
     assert "<th></th><th>step 1&#x27;s run</th><th>this run</th>" in said
     assert "<td>tokens per target call</td><td>2.50</td><td>2.50</td>" in said
-    c = f"{now.c:.2f}"
-    assert f"<td>c (draft step / target step)</td><td>{c}</td><td>{c}</td>" in said
+    c0, c1 = f"{before.c:.2f}", f"{now.c:.2f}"
+    assert f"<td>c (draft step / target step)</td><td>{c0}</td><td>{c1}</td>" in said
     assert "<td>speedup</td><td>4.00x</td><td>2.50x</td>" in said
     assert "distributed as the target's at temperature 0.7 and top-p 0.9" in said
     alone = lesson.temperature_statement(hot, ar_trace(), None)
