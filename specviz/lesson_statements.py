@@ -5,7 +5,6 @@ goes through markup.esc. Pure: no gradio, no torch.
 
 from __future__ import annotations
 
-import statistics
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -425,41 +424,53 @@ def greedy_statement(
     return f"<p>{said}</p>"
 
 
-def sweep_statement(rows: Sequence[dict[str, Any]], verification: str = "rejection") -> str:
-    """Step 5: the measured best gamma and speedups; Leviathan's formula at each cell's own
-    measured acceptance and c (alpha, or sum p q, the row's match_alpha, when the sweep
-    verified by exact match), and its best gamma at their medians; the refined prediction
-    beside it, and why too many drafts stop paying. Every expected figure is computed here
-    from the acceptance and c it is said to use."""
-    rows = [r for r in rows if r.get("measured_speedup") is not None]
+def _spread(r: dict[str, Any]) -> str:
+    """A cell's measured speedup with the middle 90 % of its bootstrap."""
+    return f"{_x(r['measured_speedup'])} ({r['measured_low']:.2f}–{r['measured_high']:.2f})"
+
+
+def apart(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two cells' measured speedups are told apart: their spreads do not overlap."""
+    return a["measured_low"] > b["measured_high"] or b["measured_low"] > a["measured_high"]
+
+
+def sweep_statement(
+    rows: Sequence[dict[str, Any]], verification: str = "rejection", reps: int | None = None
+) -> str:
+    """Step 5: the measured speedups with their spreads and the best gamma, and which cells
+    the timing cannot tell from it; Leviathan's formula at each cell's own measured
+    acceptance and c, and at the sweep's formula point (analysis.sweep.formula_point, which
+    the chart's curve reads too) its best gamma; the refined prediction; and whether more
+    drafts stopped paying here, as far as the spreads tell."""
+    from specviz.analysis.sweep import acceptance_key, formula_point
+
+    rows = sorted(
+        (r for r in rows if r.get("measured_speedup") is not None), key=lambda r: r["gamma"]
+    )
     if not rows:
         raise ValueError("the sweep measured no cell")
-    rows = sorted(rows, key=lambda r: r["gamma"])
     best = max(rows, key=lambda r: r["measured_speedup"])
-    measured = ", ".join(f"gamma {r['gamma']}: {_x(r['measured_speedup'])}" for r in rows)
-    # the acceptance the verification's own measure names, where the sweep recorded it
-    measure = verification_for(Settings(verification=verification)).measure
-    name, key = ("sum p q", "match_alpha") if measure[1] == "match_alpha" else ("alpha", "alpha")
+    how = f" ({reps} repetition{'s' if reps != 1 else ''}, " if reps else " ("
+    how += "every gamma interleaved with the baseline; the middle 90 % in brackets)"
+    measured = ", ".join(f"gamma {r['gamma']}: {_spread(r)}" for r in rows)
+    said = f"Measured{how}: {measured}; <b>best gamma {best['gamma']}</b>"
+    ties = [r for r in rows if r is not best and not apart(r, best)]
+    if ties:
+        said += (
+            f", though the timing cannot tell it from gamma "
+            f"{', '.join(str(r['gamma']) for r in ties)} (their spreads overlap)"
+        )
+    name, key = acceptance_key(verification)
+    point = formula_point(rows, verification)
     lev = ", ".join(_x(metrics.expected_speedup(r[key], r["gamma"], r["c"])) for r in rows)
-    accept = statistics.median(r[key] for r in rows)
-    c = statistics.median(r["c"] for r in rows)
-    lev_best = metrics.best_gamma(accept, c)
-    spread = (
-        f"each cell's own measured {name} and c"
-        if len(rows) > 1
-        else f"the measured {name} {accept:.3f} and c {c:.2f}"
-    )
-    said = (
-        f"Measured: {measured}; <b>best gamma {best['gamma']}</b> "
-        f"({_x(best['measured_speedup'])}). Leviathan's formula at {spread} expects {lev}"
-    )
+    said += f". Leviathan's formula at each cell's own measured {name} and c expects {lev}"
     if len(rows) > 1:
-        said += f"; at their medians, {name} {accept:.3f} and c {c:.2f}, it"
+        said += f"; at their medians, {name} {point.accept:.3f} and c {point.c:.2f}, it"
     else:
-        said += " and"
+        said += f"; at {name} {point.accept:.3f} and c {point.c:.2f} it"
     said += (
-        f" puts the best gamma at <b>{lev_best}</b> "
-        f"(expected {_x(metrics.expected_speedup(accept, lev_best, c))}). "
+        f" puts the best gamma at <b>{point.best_gamma}</b> "
+        f"(expected {_x(point.expected(point.best_gamma))}). "
     )
     refined = [r for r in rows if r.get("predicted_speedup") is not None]
     if refined:
@@ -470,11 +481,36 @@ def sweep_statement(rows: Sequence[dict[str, Any]], verification: str = "rejecti
             f"{', '.join(_x(r['predicted_speedup']) for r in refined)} (best of these: gamma "
             f"{rbest['gamma']}). "
         )
-    said += (
-        "Too many drafts stop paying: each round pays gamma draft steps and a verify call "
-        "gamma + 1 positions wide, and every draft after the first rejection is wasted."
+    return f"<p>{said}{_more_drafts(rows, best, point)}</p>"
+
+
+def _more_drafts(rows: list[dict[str, Any]], best: dict[str, Any], point: Any) -> str:
+    """Whether drafts beyond the measured best stopped paying, as far as the spreads tell."""
+    top = rows[-1]
+    why = (
+        "each round pays gamma draft steps and a verify call gamma + 1 positions wide, and "
+        "every draft after the first rejection is wasted"
     )
-    return f"<p>{said}</p>"
+    if len(rows) == 1:
+        return f"Too many drafts stop paying: {why}."
+    if best is not top and apart(top, best):
+        return (
+            f"Past gamma {best['gamma']} more drafts stopped paying: gamma {top['gamma']} "
+            f"measured {_x(top['measured_speedup'])} against {_x(best['measured_speedup'])}, "
+            f"because {why}."
+        )
+    if best is top and all(apart(r, top) for r in rows[:-1]):
+        return (
+            f"Here more drafts kept paying up to gamma {top['gamma']}: at {point.name} "
+            f"{point.accept:.3f} few drafts are rejected. They stop paying further out (the "
+            f"formula's best is gamma {point.best_gamma}): {why}."
+        )
+    other = top if best is not top else next(r for r in rows[:-1] if not apart(r, top))
+    return (
+        f"Whether more drafts stop paying here, the timing cannot tell (gamma "
+        f"{other['gamma']}'s spread overlaps gamma {best['gamma']}'s); by the formula they "
+        f"stop past gamma {point.best_gamma}: {why}."
+    )
 
 
 def _min_p(result: Any) -> float:

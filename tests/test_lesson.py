@@ -159,8 +159,8 @@ def test_the_hotter_draft_puts_both_runs_side_by_side() -> None:
     # both runs in two columns, tokens per call and c first
     assert "<th></th><th>step 1&#x27;s run</th><th>this run</th>" in said
     assert "<td>tokens per target call</td><td>2.50</td><td>2.50</td>" in said
-    c0, c1 = f"{before.c:.2f}", f"{now.c:.2f}"
-    assert f"<td>c (draft step / target step)</td><td>{c0}</td><td>{c1}</td>" in said
+    c = f"<td>{before.c:.2f}</td><td>{now.c:.2f}</td>"
+    assert f"<td>c (draft step / target step)</td>{c}" in said
     assert "<td>speedup</td><td>4.00x</td><td>2.50x</td>" in said
     assert "distributed as the target's at temperature 0.7 and top-p 0.9" in said
     alone = lesson.temperature_statement(hot, ar_trace(), None)
@@ -251,43 +251,90 @@ def test_the_greedy_statement_says_equal_or_where_they_part() -> None:
     assert "first 3 tokens are equal" in shorter
 
 
-def row(gamma: int, measured: float, expected: float, predicted: float | None) -> dict:
+def row(
+    gamma: int,
+    measured: float,
+    expected: float,
+    predicted: float | None,
+    spread: float = 0.05,
+    alpha: float = 0.8,
+    c: float = 0.1,
+) -> dict:
     return {
         "gamma": gamma,
         "temperature": 0.7,
-        "alpha": 0.8,
+        "alpha": alpha,
         "match_alpha": 0.6,
-        "c": 0.1,
+        "c": c,
         "tokens_per_call": 2.0,
         "measured_speedup": measured,
+        "measured_low": measured - spread,
+        "measured_high": measured + spread,
         "expected_speedup": expected,
         "predicted_speedup": predicted,
     }
 
 
 def test_the_sweep_statement() -> None:
-    rows = [
-        row(8, 1.1, 2.0, 1.2),
-        row(1, 1.3, 1.6, 1.4),
-        row(2, 1.5, 1.9, 1.6),
-        row(4, 1.4, 2.2, 1.5),
-    ]
-    said = lesson.sweep_statement(rows)
-    assert "gamma 1: 1.30x, gamma 2: 1.50x, gamma 4: 1.40x, gamma 8: 1.10x" in said
-    assert "best gamma 2</b> (1.50x)" in said
-    # Leviathan at alpha 0.8, c 0.1: the best gamma over 1..32
     from specviz import metrics
 
-    best = metrics.best_gamma(0.8, 0.1)
+    rows = [
+        row(8, 1.1, 2.0, 1.2, 0.04),
+        row(1, 1.3, 1.6, 1.4, 0.04),
+        row(2, 1.5, 1.9, 1.6, 0.04),
+        row(4, 1.4, 2.2, 1.5, 0.04),
+    ]
+    said = lesson.sweep_statement(rows, reps=3)
+    assert "(3 repetitions, every gamma interleaved with the baseline" in said
+    assert "gamma 1: 1.30x (1.26–1.34), gamma 2: 1.50x (1.46–1.54)" in said
+    assert "gamma 8: 1.10x (1.06–1.14)" in said and "best gamma 2</b>" in said
+    assert "cannot tell" not in said
+    best = metrics.best_gamma(0.8, 0.1)  # Leviathan at alpha 0.8, c 0.1, over 1..32
     assert f"best gamma at <b>{best}</b>" in said and "alpha 0.800 and c 0.10" in said
     lev = ", ".join(f"{metrics.expected_speedup(0.8, g, 0.1):.2f}x" for g in (1, 2, 4, 8))
     assert f"expects {lev}" in said
     assert "refined prediction" in said and "1.40x, 1.60x, 1.50x, 1.20x" in said
-    assert "(best of these: gamma 2)" in said and "wasted" in said
+    assert "(best of these: gamma 2)" in said
+    assert "Past gamma 2 more drafts stopped paying: gamma 8 measured 1.10x against 1.50x" in said
     no_refined = lesson.sweep_statement([row(1, 1.3, 1.6, None)])
-    assert "refined" not in no_refined
+    assert "refined" not in no_refined and "Too many drafts stop paying" in no_refined
     with pytest.raises(ValueError, match="no cell"):
         lesson.sweep_statement([])
+
+
+def test_the_sweep_statement_says_what_the_spreads_cannot_tell() -> None:
+    # gamma 8 measured highest but within gamma 4's spread: no ranking is claimed
+    rows = [row(1, 1.0, 1, None), row(2, 1.2, 1, None), row(4, 1.4, 1, None, 0.2)]
+    said = lesson.sweep_statement([*rows, row(8, 1.5, 1, None, 0.2)])
+    assert "best gamma 8</b>, though the timing cannot tell it from gamma 4" in said
+    assert "Whether more drafts stop paying here, the timing cannot tell (gamma 4's" in said
+    # measured best at the largest gamma, told apart from every other
+    said = lesson.sweep_statement([*rows, row(8, 2.0, 1, None, 0.05)])
+    assert "Here more drafts kept paying up to gamma 8: at alpha 0.800" in said
+    # a best in the middle whose spread meets the largest gamma's
+    said = lesson.sweep_statement([*rows[:2], row(4, 1.5, 1, None, 0.2), row(8, 1.4, 1, None)])
+    assert "cannot tell it from gamma 8" in said and "(gamma 8's spread overlaps gamma 4's)" in said
+
+
+def test_the_sweep_chart_and_statement_quote_one_alpha_and_c() -> None:
+    from specviz.analysis.sweep import formula_point
+    from specviz.views import across_runs
+
+    rows = [
+        row(g, 1.0 + g / 10, 1, None, alpha=a, c=c)
+        for g, a, c in ((1, 0.9, 0.8), (2, 0.95, 0.9), (4, 0.85, 0.7))
+    ]
+    point = formula_point(rows)
+    assert (point.accept, point.c) == (0.9, 0.8)  # the medians
+    said = lesson.sweep_statement(rows)
+    legend = across_runs.sweep_figure(rows).data[0].name
+    assert f"alpha {point.accept:.3f} and c {point.c:.2f}" in said
+    assert f"α = {point.accept:.3f}, c = {point.c:.2f}" in legend
+    # under exact match both read sum p q
+    exact = formula_point(rows, "exact-match")
+    assert exact.name == "sum p q" and exact.accept == 0.6
+    assert "sum p q 0.600" in lesson.sweep_statement(rows, "exact-match")
+    assert "sum p q = 0.600" in across_runs.sweep_figure(rows, "exact-match").data[0].name
 
 
 def check_result(rule: str, spec_counts: list[int], acceptance: float, verification: str):
@@ -490,10 +537,14 @@ def test_step_five_sweeps_and_step_six_checks(ctx, page, one_thread) -> None:
     session, state = new_session(), Lesson()
     frames = take(ctx, session, state, 4, page=page)
     chosen = next(f for f in frames if "sweep_gammas" in f)  # the sweep's handler shows them
-    assert chosen["sweep_gammas"] == [1, 2, 4, 8] and chosen["sweep_reps"] == 1
+    assert chosen["sweep_gammas"] == [1, 2, 4, 8] and chosen["sweep_reps"] == lesson.SWEEP_REPS
     said = frames[-1]["lesson_said"]
-    assert "Measured: gamma 1:" in said and "gamma 8:" in said and "Leviathan" in said
-    assert "refined prediction" in said
+    assert "interleaved with the baseline" in said and "gamma 8:" in said
+    assert "Leviathan" in said and "refined prediction" in said
+    # the statement quotes the chart's alpha and c
+    legend = frames[-1]["sweep_plot"].data[0].name
+    quoted = re.search(r"α = (\d\.\d+), c = (\d+\.\d+)", legend)
+    assert f"alpha {quoted[1]} and c {quoted[2]}" in said
 
     from tests.tiny import tiny_pair
 

@@ -405,7 +405,8 @@ def sweep(action: SweepAction, session: Session, run: StepRun) -> Iterator[Chang
     yield run.start("sweeping gamma ...")
     updates = sweep_updates(session, run.form, run.ctx, list(action.gammas), "", action.reps)
     last, rows = yield from held(updates)
-    yield {**last, **run.said(sweep_statement(rows))}
+    verification = run.ctx.settings(run.form).verification
+    yield {**last, **run.said(sweep_statement(rows, verification, action.reps))}
 
 
 def check(action: CheckAction, session: Session, run: StepRun) -> Iterator[Changes]:
