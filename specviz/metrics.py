@@ -25,6 +25,7 @@ The engine builds each trace's Stats with :func:`summarize`, so pandas is import
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -239,13 +240,6 @@ class Speedup:
 SPREAD_RESAMPLES = 400
 
 
-def _time_to(trace: Trace, n: float) -> float | None:
-    """Seconds until the trace first held at least n tokens (0 for none)."""
-    if n <= 0:
-        return 0.0
-    return next((t for t, k in trace.timeline if k >= n), None)
-
-
 def paired_speedup(ar: Trace, spec: Trace, resamples: int = SPREAD_RESAMPLES) -> Speedup | None:
     """The speedup over the tokens both runs made, stretch by stretch: each speculative round
     is a stretch, and the baseline's seconds for the same tokens are its stretch. The value
@@ -303,19 +297,24 @@ def pooled_speedup(
 def _stretches(ar: Trace, spec: Trace) -> tuple[list[float], list[float], int]:
     """The speculative run's seconds per round and the baseline's seconds for the same
     tokens, over the tokens both runs made, and how many tokens that is."""
-    have = ar.timeline[-1][1] if ar.timeline else 0.0
+    # the baseline's clock when it first held at least n tokens, by bisection over its
+    # token counts (a live frame reads this after every round of a long run)
+    counts = [k for _, k in ar.timeline]
+
+    def ar_time(n: float) -> float:
+        return ar.timeline[bisect.bisect_left(counts, n)][0] if n > 0 else 0.0
+
+    have = counts[-1] if counts else 0.0
     ds: list[float] = []
     da: list[float] = []
-    prev_t, prev_n = 0.0, 0.0
+    prev_t, prev_n, prev_a = 0.0, 0.0, 0.0
     for t, n in spec.timeline:
         if n > have:
             break
-        a1, a0 = _time_to(ar, n), _time_to(ar, prev_n)
-        if a1 is None or a0 is None:
-            break
+        a = ar_time(n)
         ds.append(t - prev_t)
-        da.append(a1 - a0)
-        prev_t, prev_n = t, n
+        da.append(a - prev_a)
+        prev_t, prev_n, prev_a = t, n, a
     return ds, da, int(prev_n)
 
 
