@@ -23,14 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-]
+from scripts.class_link import wait_up  # run from the checkout's root, PYTHONPATH=.
+from tests.conftest import CHROMIUM, CHROMIUM_ARGS
 
 
 def bursts(seed: int, stop: mp.Event) -> None:
@@ -42,20 +36,6 @@ def bursts(seed: int, stop: mp.Event) -> None:
         while time.perf_counter() < end:
             x += 1
         stop.wait(rng.uniform(0.5, 3.0))
-
-
-def wait_up(url: str, seconds: float = 900) -> None:
-    import httpx
-
-    end = time.time() + seconds
-    while time.time() < end:
-        try:
-            if httpx.get(url + "/config", timeout=5).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    raise SystemExit("the app did not come up")
 
 
 def main() -> int:
@@ -76,7 +56,7 @@ def main() -> int:
     stop = mp.Event()
     load = None
     try:
-        wait_up(url)
+        wait_up(url, 900)
         if not args.no_load:
             load = mp.Process(target=bursts, args=(0, stop), daemon=True)
             load.start()
@@ -84,7 +64,7 @@ def main() -> int:
 
         stated = []
         with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": 1280, "height": 720})
             page.goto(url)
             page.wait_for_selector("#sv-run", timeout=120_000)
