@@ -129,7 +129,7 @@ def final_frame(session: Session, gamma: int, measure: bool = True) -> Changes:
         "rounds": markup.rounds_html(session.rows),
         "speed": figures.speedup_figure(spec, ar),
         "summary": summary_html(session),
-        "table1": table1_html(spec, ar, guard),
+        "table1": table1_html(spec, ar, guard, story.measured if story else None),
         "greedy_check": greedy_html(session),
         "status": done_status(main, guard),
         "race": race_hint(spec, ar),
@@ -364,13 +364,19 @@ def _ui_cost_rows(session: Session) -> list[tuple[str, str]]:
     return rows
 
 
-def table1_html(spec: Trace | None, ar: Trace | None, guard: str | None = None) -> str:
-    """Chen et al.'s Table 1 row for this prompt: ms/token both ways and the speedup, and
-    the guard's sentence under it when it speaks."""
+def table1_html(
+    spec: Trace | None,
+    ar: Trace | None,
+    guard: str | None = None,
+    paired: metrics.Speedup | None = None,
+) -> str:
+    """Chen et al.'s Table 1 row for this prompt: ms/token both ways and the speedup (paired:
+    the runs' measured speedup where the caller has it already), and the guard's sentence
+    under it when it speaks."""
     if spec is None or ar is None or not spec.token_ids or not ar.token_ids:
         return markup.status_html("Table 1 needs both runs: tick Compare and press Run.")
     row = metrics.table1_row(ar, spec)
-    paired = metrics.paired_speedup(ar, spec)
+    paired = paired or metrics.paired_speedup(ar, spec)
     note = markup.status_html(guard, "warn") if guard else ""
     speed = f"{paired.text()} middle 90 % over {paired.stretches} rounds" if paired else "-"
     return note + markup.table_html(
