@@ -328,7 +328,12 @@ def test_the_handlers_refuse_in_one_line(ctx, one_thread) -> None:
         user_errors(verifier_tab.deal_changes)(session, 999)
 
 
-def test_the_lesson_step_deals_a_round_of_the_sessions_run(ctx, one_thread) -> None:
+def test_the_lesson_step_deals_a_round_of_the_sessions_run(one_thread) -> None:
+    from tests.tiny import close_pair
+
+    # flat enough that at the lesson's temperature 0.7 and top-p 0.9 some p(x)/q(x) lies
+    # strictly between 0 and 1: there a draw decides
+    ctx = AppContext(lambda pair, dtype: close_pair(sharpness=0.5), LIMITS)
     session, state = new_session(), Lesson()
     state.index = next(i for i, s in enumerate(STEPS) if isinstance(s.action, PlayAction))
     form = Form(prompt="1 2 3", pair="tiny")
@@ -336,7 +341,20 @@ def test_the_lesson_step_deals_a_round_of_the_sessions_run(ctx, one_thread) -> N
     assert session.spec is not None and session.spec.settings.draft_temperature == 1.5
     dealt = next(f for f in frames if "play_state" in f)
     assert dealt["tabs"].selected == "insp" and dealt["play_view"].visible
+    game = dealt["play_state"]
+    assert any(vg.draw_decided(d, game.trace.settings) for d in game.round.verified)
     assert "on the board in the Decision tab" in frames[-1]["lesson_said"]
     spec = session.spec  # a second press plays the stored run: no model call
     frames = list(lesson_panel.lesson_updates(session, state, form, ctx))
     assert session.spec is spec and len(frames) == 1
+
+
+def test_the_lesson_step_says_so_when_no_draw_decides(ctx, one_thread) -> None:
+    """The sharp tiny pair at the lesson's top-p: p is one-hot, every a(x) is 0 or 1, so no
+    round has anything to guess. The step runs a bounded number of seeds, then says so."""
+    session, state = new_session(), Lesson()
+    state.index = next(i for i, s in enumerate(STEPS) if isinstance(s.action, PlayAction))
+    frames = list(lesson_panel.lesson_updates(session, state, Form(prompt="1 2 3"), ctx))
+    said = frames[-1]["lesson_said"]
+    assert "None of the runs with seeds 0, 1, 2 had a round where a draw decided" in said
+    assert len(session.log.rows) == 3 and not any("play_state" in f for f in frames)
