@@ -12,6 +12,7 @@ import gradio as gr
 import pytest
 import torch
 
+from specviz import lesson
 from specviz.config import Limits
 from specviz.lesson import STEPS, Lesson, PlayAction
 from specviz.sampling import draw
@@ -356,5 +357,6 @@ def test_the_lesson_step_says_so_when_no_draw_decides(ctx, one_thread) -> None:
     state.index = next(i for i, s in enumerate(STEPS) if isinstance(s.action, PlayAction))
     frames = list(lesson_panel.lesson_updates(session, state, Form(prompt="1 2 3"), ctx))
     said = frames[-1]["lesson_said"]
-    assert "None of the runs with seeds 0, 1, 2 had a round where a draw decided" in said
-    assert len(session.log.rows) == 3 and not any("play_state" in f for f in frames)
+    seeds = ", ".join(map(str, range(lesson.TRIES)))
+    assert f"None of the runs with seeds {seeds} had a round where a draw decided" in said
+    assert len(session.log.rows) == lesson.TRIES and not any("play_state" in f for f in frames)

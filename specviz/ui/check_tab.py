@@ -103,14 +103,21 @@ def check_updates(
     before it finished). A set stop event ends it after the sample in progress."""
     from specviz.views import check_figure
 
-    if isinstance(prompt, str) and prompt.strip():
+    own = isinstance(prompt, str) and bool(prompt.strip())
+    if own:
         form = replace(form, prompt=prompt)
     n, length = as_int("samples", n), as_int("length", length)
     if not isinstance(n, int) or not 200 <= n <= CHECK_MAX_SAMPLES:
         raise ValueError(f"samples must be in 200..{CHECK_MAX_SAMPLES}, got {n!r}")
     settings = ctx.settings(form)
     distribution_check.validate(n, length, rule)
-    choices: Changes = {"check_n": n, "check_len": length, "check_rule": rule}
+    # the prompt box says what is checked: its own prompt, or empty for the page's
+    choices: Changes = {
+        "check_prompt": prompt if own else "",
+        "check_n": n,
+        "check_len": length,
+        "check_rule": rule,
+    }
     yield {**choices, "check_summary": progress_html(0, 2 * n, "warming up")}
     pair = warmed_pair(ctx, form)
     items: list[distribution_check.Progress | distribution_check.CheckResult] = []
@@ -147,7 +154,7 @@ def wire(page: Page) -> None:
     views["check_run"].click(
         page.stream(run),
         [sess, views["check_prompt"], *choices, *page.inputs],
-        [*choices, views["check_plot"], views["check_summary"]],
+        [views["check_prompt"], *choices, views["check_plot"], views["check_summary"]],
         api_name="check",
         show_progress="minimal",
         **page.model_queue,

@@ -354,9 +354,8 @@ def rejection(session: Session, run: StepRun) -> Iterator[Changes]:
         none = "no rejection where the draw decided"
         parts = [f"your last run had {none}"] if had else []
         if tried[1:]:
-            parts.append(
-                f"the run(s) with {_seeds(tried[:-1])} had " + ("none either" if had else none)
-            )
+            runs = "the runs" if tried[2:] else "the run"
+            parts.append(f"{runs} with {_seeds(tried[:-1])} had {'none either' if had else none}")
         said = "; ".join(parts)
         note = f"<p>{said[0].upper()}{said[1:]}; the run with seed {tried[-1]} has one.</p>"
     said = note + rejection_statement(session.spec, found)
