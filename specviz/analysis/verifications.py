@@ -149,8 +149,8 @@ def iter_compare(
     warm_up(pair, prompt, settings, raw=raw)
     ar = Run(pair, prompt, settings.with_(method="ar"), raw=raw)
     specs = {
-        v: Run(pair, prompt, settings.with_(method="spec", verification=v), raw=raw)
-        for v in VERIFICATIONS
+        name: Run(pair, prompt, settings.with_(method="spec", verification=name), raw=raw)
+        for name in VERIFICATIONS
     }
     for _ in interleave([ar, *specs.values()]):
         pass
