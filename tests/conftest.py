@@ -8,8 +8,16 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 
-import pytest
-import torch
+# torch's idle OpenMP threads wait asleep instead of spinning: on the two cores the workers
+# share, a process computing on two threads (the offline pair loading at the set-up's
+# count, a child that loads it: the command line, the set-up script) otherwise keeps both
+# cores busy between its parallel regions, and the other worker waits. Results are the
+# same; only the idle threads' waiting changes. Set before torch loads its OpenMP runtime,
+# so that it holds here, in the workers and in every process they start.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # The thread count the set-up script ran at: its record of the offline draft's choice is

@@ -49,10 +49,13 @@ def test_every_asset_is_on_the_page_and_every_page_script_is_an_asset() -> None:
         assert not assets.PLACEHOLDER.search(js), f"{where}: a placeholder left unfilled"
         assert "//" not in js.replace("://", ""), f"{where}: comment lines go with the file"
         assert any(code_of(name)[0] in js for name in NAMES), f"{where}: not from assets/"
-    # one file for the token view's and the tree's clicks
+    # one file for the token view's and the tree's clicks; the token view and the round
+    # table also follow their newest line
     on_load = {where: js for where, js in scripts.items() if where.startswith("js_on_load:")}
-    picks = {w for w, js in on_load.items() if js == assets.script("pick")}
+    picks = {w for w, js in on_load.items() if js.startswith(assets.script("pick"))}
     assert picks == {"js_on_load:sv-tokens", "js_on_load:sv-rounds", "js_on_load:sv-tree-view"}
+    follows = {w for w, js in on_load.items() if assets.script("follow-end") in js}
+    assert follows == {"js_on_load:sv-tokens", "js_on_load:sv-rounds"}
 
 
 def test_a_placeholder_needs_its_value_and_a_value_its_placeholder() -> None:

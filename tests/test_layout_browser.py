@@ -126,6 +126,9 @@ def test_presentation_mode_fits_a_round_on_1024x768_and_steps_by_key(browser, ui
             inside(page, selector)
         inside(page, "#sv-rounds tr:last-child")  # the round's row
         assert page.locator("#sv-rounds tr:last-child .sv-rn").inner_text() == "6"
+        # the round's latest decision beside the tokens: p and q, the draw against a(x)
+        assert "round 6 · position" in page.inner_text("#sv-decision")
+        inside(page, "#sv-decision .sv-dp-row")
         size = page.evaluate(
             "parseFloat(getComputedStyle(document.querySelector('#sv-tokens .sv-output')).fontSize)"
         )

@@ -465,7 +465,7 @@ def model_thread_one_thread():
 
 
 def test_the_tab_runs_an_upload_and_refuses_a_bad_one(
-    pair, tmp_path, model_thread_one_thread
+    pair, tmp_path, model_thread_one_thread, monkeypatch
 ) -> None:
     from specviz.config import Limits
     from specviz.ui import report_tab
@@ -496,14 +496,17 @@ def test_the_tab_runs_an_upload_and_refuses_a_bad_one(
     long = Form(prompt="1 2", pair="tiny", max_new_tokens=20, gamma=2)
     five = tmp_path / "five.jsonl"
     five.write_text("\n".join(json.dumps(x) for x in LINES))
+    one_prompt = rr.run_prompt
+
+    def then_stop(*args, **kwargs):  # Stop pressed while the first prompt runs, on any machine
+        report_tab.stop_report(state)
+        return one_prompt(*args, **kwargs)
+
+    monkeypatch.setattr(rr, "run_prompt", then_stop)
     views = report_tab.report_updates(state, long, ctx, report_tab.FILE_CHOICE, str(five), False)
-    for view in views:  # Stop once the first prompt is done: the one in progress ends
-        if "[1/5]" in view.get("report_status", ""):
-            report_tab.stop_report(state)
-    assert (
-        "report stopped after" in view["report_status"] and "of 5 prompts" in view["report_status"]
-    )
-    assert len(view["report_files"]) == 3
+    last = list(views)[-1]  # the prompt in progress ends, and the report stops after it
+    assert "report stopped after 1 of 5 prompts" in last["report_status"]
+    assert len(last["report_files"]) == 3
 
 
 def test_the_tab_offers_the_quick_set_first_and_runs_it_at_32_tokens(

@@ -84,9 +84,14 @@ def test_a_shared_link_shows_the_same_run_and_makes_no_model_call(browser, share
             # the markup in the prompt came through as text
             assert page.locator("#sv-tokens b").count() == 0
             assert "<b>a·cat</b>" in page.inner_text("#sv-tokens")
-            # every decision opens from the stored trace: the first rejection, as in the first
-            page.locator("#sv-tokens [data-status=rejected]").first.click()
+            # every decision opens from the stored trace: the first rejection, as in the first,
+            # in the inspector and in the panel beside the tokens
+            rejected = page.locator("#sv-tokens [data-status=rejected]").first
+            rejected.click()
             page.locator("#sv-verdict").filter(has_text="rejected: u =").wait_for(timeout=30_000)
+            where = f"round {int(rejected.get_attribute('data-round')) + 1} · position "
+            panel = page.locator("#sv-decision").filter(has_text=where)
+            panel.filter(has_text="rejected: u =").wait_for(timeout=30_000)
             page.wait_for_selector("#sv-insp-plot .js-plotly-plot", timeout=30_000)
             page.get_by_role("tab", name="Speed").click()
             page.wait_for_selector("#sv-speed .js-plotly-plot", timeout=30_000)
@@ -127,6 +132,9 @@ def test_presentation_mode_steps_through_a_shared_run_and_a_change_runs_anew(
                 page.keyboard.press("Space")
                 shown.wait_for(timeout=60_000)
             assert page.locator("#sv-narration").inner_text().strip()
+            # the round's latest decision beside the tokens, read from the stored run
+            panel = page.locator("#sv-decision").filter(has_text=f"round {i} · position")
+            panel.wait_for(timeout=30_000)
         shot(page, "share-present.png")
         assert MODEL_THREAD.calls == calls, "a Step through a shared run asked the model thread"
         # a change of control: Step starts a run of the visitor's own

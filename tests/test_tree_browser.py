@@ -39,6 +39,17 @@ def test_a_tree_round_is_drawn_and_a_node_opens_its_trial(browser, ui_url) -> No
         verdict.wait_for(timeout=30_000)
         text = verdict.inner_text()
         assert "p′ = " in text and "q = " in text and "among its siblings" in text
+        # the node's trial shows beside the tokens too, with p′ and min(1, p′/q)
+        node_panel = page.locator("#sv-decision").filter(has_text="tree depth")
+        node_panel.filter(has_text="p′(x)").wait_for(timeout=30_000)
+        # a token of a tree round: its decision on the recorded path, beside the tokens
+        token = page.locator("#sv-tokens [data-status=accepted], #sv-tokens [data-status=rejected]")
+        token = token.last
+        where = f"round {int(token.get_attribute('data-round')) + 1} · position "
+        token.click()
+        page.locator("#sv-decision").filter(
+            has_text=where + token.get_attribute("data-pos")
+        ).filter(has_text="q(x)").wait_for(timeout=30_000)
         page.locator(TREE).scroll_into_view_if_needed()
         shot(page, "tree-1280x720.png")
         # the Theory tab compares the tree with a chain of the same verify width

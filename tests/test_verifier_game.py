@@ -24,6 +24,7 @@ from specviz.ui.state import Form, new_session
 from specviz.verify.exact_match import ExactMatch
 from specviz.verify.rejection import Rejection
 from specviz.views import verifier_game as vg
+from tests.tiny import close_pair
 
 # --- hand-built rounds ---------------------------------------------------------------
 
@@ -330,17 +331,17 @@ def test_the_handlers_refuse_in_one_line(ctx, one_thread) -> None:
 
 
 def test_the_lesson_step_deals_a_round_of_the_sessions_run(one_thread) -> None:
-    from tests.tiny import close_pair
-
     # flat enough that at the lesson's temperature 0.7 and top-p 0.9 some p(x)/q(x) lies
     # strictly between 0 and 1: there a draw decides
-    ctx = AppContext(lambda pair, dtype: close_pair(sharpness=0.5), LIMITS)
+    smooth = close_pair(sharpness=0.5)
+    ctx = AppContext(lambda pair, dtype: smooth, LIMITS)
     session, state = new_session(), Lesson()
     state.index = next(i for i, s in enumerate(STEPS) if isinstance(s.action, PlayAction))
     form = Form(prompt="1 2 3", pair="tiny")
     frames = list(lesson_panel.lesson_updates(session, state, form, ctx))
     assert session.spec is not None and session.spec.settings.draft_temperature == 1.5
-    dealt = next(f for f in frames if "play_state" in f)
+    dealt = next((f for f in frames if "play_state" in f), None)
+    assert dealt is not None, frames[-1].get("lesson_said")
     assert dealt["tabs"].selected == "insp" and dealt["play_view"].visible
     game = dealt["play_state"]
     assert any(vg.draw_decided(d, game.trace.settings) for d in game.round.verified)

@@ -21,9 +21,17 @@ from specviz.analysis import calibration
 from specviz.analysis.runlog import LOG_COLUMNS
 from specviz.config import Settings
 from specviz.costs import SpeedStory, speed_story
-from specviz.trace import Trace, decision_at, round_number, target_dtype
+from specviz.trace import Round, Trace, decision_at, round_number, target_dtype
 from specviz.ui.state import Changes, Session
-from specviz.views import across_runs, figures, markup, theory_figures, timing, tree_view
+from specviz.views import (
+    across_runs,
+    decision_panel,
+    figures,
+    markup,
+    theory_figures,
+    timing,
+    tree_view,
+)
 
 NO_ALPHA = "alpha was not measured (a minimal trace, or no verified drafts): no theory curve"
 NARRATION_HINT = (
@@ -289,7 +297,20 @@ def inspect_changes(trace: Trace | None, round_index: int | None, pos: int | Non
         "insp_pos": dec.pos,
         "insp_plot": figures.decision_figure(dec),
         "verdict": markup.verdict_html(dec),
+        "decision": decision_panel.decision_panel_html(dec),  # beside the tokens
     }
+
+
+def latest_position(rnd: Round) -> int:
+    """The output position of a round's latest decision on a draft: its rejected draft, else
+    its last accepted one; a round that tried no draft has its added token's."""
+    return rnd.start + max(0, len(rnd.verified) - 1)
+
+
+def round_changes(trace: Trace, rnd: Round) -> Changes:
+    """The inspector and the decision panel on a round just taken (a Step, or a shared
+    run's next stored round): its latest decision on a draft, with p, q and u."""
+    return inspect_changes(trace, rnd.index, latest_position(rnd))
 
 
 def summary_html(session: Session) -> str:

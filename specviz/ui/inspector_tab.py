@@ -1,8 +1,9 @@
 """The decision inspector (the Decision tab): p and q over the top tokens, min(1, p/q)
 against the draw u, the residual a resampled token came from. Clicking a token (or a round
-row) opens it on that token; a round and a position can also be typed. Rounds are numbered
-from 1 here as everywhere on the page (the trace's index + 1). Reads the stored trace: no
-model call.
+row) opens it on that token, and the decision panel beside the tokens
+(specviz.views.decision_panel) shows the same decision, brought into sight on a phone; a
+round and a position can also be typed. Rounds are numbered from 1 here as everywhere on
+the page (the trace's index + 1). Reads the stored trace: no model call.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 
 import gradio as gr
 
+from specviz.ui.assets import script
 from specviz.ui.frames import inspect_changes
 from specviz.ui.page import INTERNAL, Page
 from specviz.ui.state import Changes, Session, as_int
@@ -85,5 +87,8 @@ def wire(page: Page) -> None:
         api_name="inspect",
         **page.quiet,
     )
+    # then the decision panel beside the tokens comes into sight (a phone scrolls to it)
+    into_sight = script("decision-scroll", PANEL="#sv-decision")
     for view in (views["tokens"], views["rounds"]):
-        view.click(click, [page.session], page.outputs, **{**page.quiet, **INTERNAL})
+        clicked = view.click(click, [page.session], page.outputs, **{**page.quiet, **INTERNAL})
+        clicked.then(None, None, None, js=into_sight, queue=False, **INTERNAL)

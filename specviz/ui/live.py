@@ -21,9 +21,9 @@ from specviz.ui import share
 from specviz.ui.context import AppContext
 from specviz.ui.frames import (
     final_frame,
-    inspect_changes,
     live_plot,
     narration_hint,
+    round_changes,
     sync_rounds,
     time_html,
     tree_frame,
@@ -31,7 +31,7 @@ from specviz.ui.frames import (
 from specviz.ui.page import Page
 from specviz.ui.pairs import pair_label
 from specviz.ui.state import Changes, Form, Session
-from specviz.views import markup, timing
+from specviz.views import decision_panel, markup, timing
 from specviz.views.narration import narration_html
 
 
@@ -42,6 +42,7 @@ def run_updates(session: Session, form: Form, ctx: AppContext) -> Iterator[Chang
     yield {
         "status": markup.status_html(f"loading pair {pair_label(form)!r} ...", "busy"),
         "narration": narration_hint(),
+        "decision": decision_panel.hint_html(),
         "tree_view": "",
     }
     yield from ctx.runner.run(session, form, ctx, settings)
@@ -78,9 +79,7 @@ def _step_changes(session: Session, settings: Settings, rnd: Round | None, out: 
     out["time_split"] = live_plot(timing.breakdown_spec(session.spec))
     out["time_totals"] = time_html(session.spec, session.mode)
     if rnd is not None:
-        out.update(
-            inspect_changes(session.spec, rnd.index, rnd.start + min(rnd.n_accepted, rnd.emitted))
-        )
+        out.update(round_changes(session.spec, rnd))
         out["narration"] = narration_html(rnd, session.spec.settings)
     out["tree_view"] = tree_frame(session.spec, rnd.index if rnd is not None else None)
     n = round_number(rnd.index) if rnd is not None else len(session.spec.rounds)

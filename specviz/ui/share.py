@@ -28,7 +28,7 @@ import gradio as gr
 from specviz.sharestore import SharedRuns, check_id
 from specviz.trace import Trace, round_number
 from specviz.ui.errors import user_errors
-from specviz.ui.frames import final_frame, inspect_changes, sync_rounds, tree_frame
+from specviz.ui.frames import final_frame, round_changes, sync_rounds, tree_frame
 from specviz.ui.page import INTERNAL, Page
 from specviz.ui.state import Changes, Form, Session
 from specviz.views import markup
@@ -139,7 +139,7 @@ def step_changes(session: Session) -> Changes:
         out.update(final_frame(session, spec.settings.gamma, measure=False))
     out["tokens"] = markup.tokens_html(session.spans[:at], spec.prompt)
     out["rounds"] = markup.rounds_html(session.rows[:at])
-    out.update(inspect_changes(spec, rnd.index, rnd.start + min(rnd.n_accepted, rnd.emitted)))
+    out.update(round_changes(spec, rnd))
     out["narration"] = narration_html(rnd, spec.settings)
     out["tree_view"] = tree_frame(spec, rnd.index)
     msg = f"shared run {session.shared_id}: round {round_number(rnd.index)} of {n}, stored"

@@ -1,6 +1,11 @@
 """The token view and what sits with it: the status legend, the switch that shades each
-drafted token by its overlap sum_x min(p, q) (with its legend), the token and per-round
-views, and the narration box where Step tells the round just taken in plain sentences.
+drafted token by its overlap sum_x min(p, q) (with its legend), the token view with the
+decision panel and the per-round view beside it, and the narration box where Step tells the
+round just taken in plain sentences.
+
+The decision panel (specviz.views.decision_panel) shows the decision the inspector shows:
+the token clicked, the round a Step took, the first rejection after a Run
+(specviz.ui.frames.inspect_changes fills both), where it is seen without leaving the tokens.
 
 Shading is a per-visitor switch kept in the Session, so the live, final, replayed and
 reloaded views all honour it (specviz.ui.frames.sync_rounds renders with it). Narration reads the
@@ -13,18 +18,19 @@ from typing import Any
 
 import gradio as gr
 
-from specviz.ui.assets import script
+from specviz.ui.assets import Js, script
 from specviz.ui.errors import user_errors
 from specviz.ui.frames import narration_hint, set_shade
 from specviz.ui.page import Page
 from specviz.ui.state import Changes, Session
-from specviz.views import markup
+from specviz.views import decision_panel, markup
 
 NO_OVERLAPS = "this trace recorded no overlaps (an autoregressive run or a minimal trace)"
 
 
 def layout(views: dict[str, Any]) -> None:
-    """The legends, the shading switch, the token and per-round views, the narration box."""
+    """The legends, the shading switch, the token view with the decision panel and the
+    per-round view beside it, the narration box."""
     with gr.Row(elem_id="sv-legend-row"):
         gr.HTML(markup.legend_html(), js_on_load=None, scale=4, elem_id="sv-legend")
         views["shade"] = gr.Checkbox(
@@ -36,16 +42,27 @@ def layout(views: dict[str, Any]) -> None:
         )
     views["overlap_legend"] = gr.HTML("", js_on_load=None, elem_id="sv-overlap-legend")
     with gr.Row(elem_id="sv-token-row"):
-        for name, scale in (("tokens", 3), ("rounds", 2)):
-            views[name] = gr.HTML(
-                markup.tokens_html([]) if name == "tokens" else markup.rounds_html([]),
-                js_on_load=script("pick"),  # a click sends its round and position
-                elem_id=f"sv-{name}",
-                max_height=420,
-                scale=scale,
-                autoscroll=True,
+        views["tokens"] = view("tokens", markup.tokens_html([]), scale=3)
+        # beside the tokens: the selected decision above the round table
+        with gr.Column(scale=2, min_width=300, elem_id="sv-side"):
+            views["decision"] = gr.HTML(
+                decision_panel.hint_html(), js_on_load=None, elem_id="sv-decision"
             )
+            views["rounds"] = view("rounds", markup.rounds_html([]))
     views["narration"] = gr.HTML(narration_hint(), js_on_load=None, elem_id="sv-narration")
+
+
+def view(name: str, html: str, **options: Any) -> gr.HTML:
+    """The token view or the round table: a click on a token sends its round and position,
+    and the view keeps its newest line in sight."""
+    return gr.HTML(
+        html,
+        js_on_load=Js(script("pick") + "\n" + script("follow-end")),
+        elem_id=f"sv-{name}",
+        max_height=420,
+        autoscroll=True,
+        **options,
+    )
 
 
 def shade_legend(session: Session) -> str:

@@ -16,7 +16,7 @@ from specviz.ui.assets import script
 from specviz.ui.frames import tree_frame
 from specviz.ui.page import INTERNAL, Page
 from specviz.ui.state import Changes, Session
-from specviz.views import tree_view
+from specviz.views import decision_panel, tree_view
 
 
 def layout(views: dict[str, Any]) -> None:
@@ -36,6 +36,7 @@ def node_changes(trace: Any, round_index: int, node: int) -> Changes:
         "insp_pos": rnd.start + n.depth - 1,
         "insp_plot": tree_view.node_figure(rnd, n),
         "verdict": tree_view.node_verdict_html(rnd, n),
+        "decision": decision_panel.node_panel_html(rnd, n, tree_view.node_verdict(rnd, n)),
     }
 
 

@@ -323,9 +323,10 @@ class Verification(ABC):
                 f"and any u = {d.u:.2f} passes"
             )
         su, sa = pair_fmt(d.u, a)
+        numbers = f"({pname} = {num(p)}, q = {num(d.q)})"  # enough digits to check the ratio
         if d.status == "accepted":
-            return f"accepted: u = {su} < {pname}/q = {sa}"
-        return f"rejected: u = {su} ≥ {pname}/q = {sa} ({pname} = {num(p)}, q = {num(d.q)})"
+            return f"accepted: u = {su} < {pname}/q = {sa} {numbers}"
+        return f"rejected: u = {su} ≥ {pname}/q = {sa} {numbers}"
 
     def replace_text(self, a: Added) -> str:
         """Where the added token came from, with its numbers."""

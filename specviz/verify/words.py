@@ -35,13 +35,22 @@ def source_text(source: str) -> str:
 
 
 def num(x: float) -> str:
-    """A probability, readable whatever its size."""
-    return f"{x:.2f}" if x >= 0.01 or x == 0 else f"{x:.2g}"
+    """A probability, readable whatever its size, with digits enough to check a ratio of
+    two: two decimals from 0.1 up (at least two significant figures), three significant
+    figures below 0.1 ("0.0146", "0.00300", "1.23e-05"), where two decimals would leave one
+    figure or none."""
+    if x >= 0.1 or x == 0:
+        return f"{x:.2f}"
+    return f"{x:#.3g}"
 
 
 def pair_fmt(a: float, b: float) -> tuple[str, str]:
-    """Format two numbers with enough digits to tell them apart."""
-    for digits in (2, 3, 4, 6):
+    """Format two numbers as num does, with more digits where that would not tell them
+    apart."""
+    sa, sb = num(a), num(b)
+    if sa != sb or a == b:
+        return sa, sb
+    for digits in (3, 4, 6):
         sa, sb = f"{a:.{digits}f}", f"{b:.{digits}f}"
         if sa != sb or a == b:
             return sa, sb

@@ -12,13 +12,13 @@ from typing import Any
 import plotly.graph_objects as go
 
 from specviz.analysis.sweep import formula_point
-from specviz.views.figures import empty_figure, plain
+from specviz.views.figures import LEGEND, empty_figure, plain
 from specviz.views.palette import COLORS, SERIES
 from specviz.views.style import figure, subplots
 
 LAYOUT: dict[str, Any] = {
     "margin": {"l": 55, "r": 20, "t": 60, "b": 40},
-    "legend": {"orientation": "h", "y": -0.18},
+    "legend": LEGEND,
     "font": {"size": 12},
 }
 
@@ -121,8 +121,11 @@ def reliability_figure(result: dict[str, Any]) -> go.Figure:
     for key, name, color in series:
         if result.get(key):
             _reliability_series(fig, result[key], name, color)
-    fig.update_xaxes(title="predicted probability (bin mean)", range=[-0.02, 1.02])
-    fig.update_yaxes(title="observed frequency", range=[-0.02, 1.02], scaleanchor="x")
+    # square, with both axes on [0, 1]: the plot area narrows to keep the scale (constrain
+    # "domain"), where by default plotly would widen the x range beyond the probabilities
+    square = {"range": [-0.02, 1.02], "constrain": "domain"}
+    fig.update_xaxes(title="predicted probability (bin mean)", **square)
+    fig.update_yaxes(title="observed frequency", scaleanchor="x", **square)
     return fig.update_layout(
         title=f"Calibration of the keep probabilities over {result.get('traces', 0)} run(s)<br>"
         f"<sup>{result.get('interval', '')}</sup>",

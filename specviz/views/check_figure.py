@@ -9,7 +9,7 @@ from typing import Any
 from specviz.analysis.binning import OTHER, Comparison
 from specviz.analysis.chisquare import frequencies
 from specviz.analysis.distribution_check import CheckResult
-from specviz.views.figures import add_bar_group, label
+from specviz.views.figures import LEGEND, add_bar_group, label
 from specviz.views.style import subplots
 
 
@@ -52,7 +52,7 @@ def checks_figure(results: Sequence[CheckResult], max_bins: int = 20) -> Any:
         barmode="group",
         title=title,
         height=360 * len(panels) + 80,
-        legend={"orientation": "h", "y": -0.12 / len(panels)},
+        legend=LEGEND,
     )
     return fig
 

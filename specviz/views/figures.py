@@ -14,15 +14,29 @@ import plotly.graph_objects as go
 
 from specviz import metrics
 from specviz.config import verification_label
-from specviz.trace import Decision, Trace, round_number
+from specviz.trace import Decision, Drafted, Trace, round_number
 from specviz.verify import verification_for
-from specviz.verify.words import SHORT_SOURCES
+from specviz.verify.words import SHORT_SOURCES, num, pair_fmt
 from specviz.views.palette import COLORS, GRID, OUTLINE, SERIES, ZERO_LINE, show_whitespace
 from specviz.views.style import figure, subplots
 
+# Every figure's legend: one horizontal row at the figure's own bottom edge (the container's,
+# not the plot area's), left-aligned. Plotly widens the bottom margin to hold it, rows
+# included where it wraps on a narrow page, so it always sits below the x axis's tick labels
+# and title and never on them; a legend placed in the plot area's coordinates (y below 0)
+# lands on the x axis's title as soon as the plot is short or the page narrow.
+LEGEND: dict[str, Any] = {
+    "orientation": "h",
+    "x": 0,
+    "xanchor": "left",
+    "yref": "container",
+    "y": 0,
+    "yanchor": "bottom",
+}
+
 _LAYOUT: dict[str, Any] = {
     "margin": {"l": 50, "r": 20, "t": 50, "b": 40},
-    "legend": {"orientation": "h", "y": -0.15},
+    "legend": LEGEND,
     "font": {"size": 12},
 }
 
@@ -102,6 +116,10 @@ def _pq_bars(fig: go.Figure, row: int, top: list[dict[str, Any]], chosen: int) -
             y=[e[key] for e in top],
             name=name,
             marker={"color": COLORS[key], "line": {"color": OUTLINE, "width": width}},
+            # the drafted token's own value over its bar, with digits enough for p/q
+            text=[num(e[key]) if e["id"] == chosen else "" for e in top],
+            textposition="outside",
+            cliponaxis=False,
             row=row,
             col=1,
         )
@@ -123,6 +141,7 @@ def _accept_bar(
 ) -> None:
     """min(1, p/q) (or exact match's p(x), named so) as a bar on [0, 1] and the drawn u
     as a marker on it."""
+    su, sa = pair_fmt(u, accept_prob) if u is not None else ("", num(accept_prob))
     fig.add_bar(
         x=[accept_prob],
         y=[name],
@@ -131,6 +150,10 @@ def _accept_bar(
         marker={
             "color": COLORS["accepted"] if u is None or u < accept_prob else COLORS["rejected"]
         },
+        text=[f"{name} = {sa}"],
+        textposition="inside" if accept_prob >= 0.5 else "outside",
+        insidetextanchor="start",
+        cliponaxis=False,
         row=row,
         col=1,
     )
@@ -145,8 +168,10 @@ def _accept_bar(
                 "color": COLORS["u"],
                 "line": {"width": 3},
             },
-            text=[f"u = {u:.2f}"],
-            textposition="middle right",
+            text=[f"u = {su}"],
+            # the label stays inside the axis: on the left of a draw near 1
+            textposition="middle left" if u > 0.5 else "middle right",
+            cliponaxis=False,
             name="u (draw)",
             row=row,
             col=1,
@@ -191,6 +216,13 @@ def _residual_bars(
         )
 
 
+def pq_numbers(d: Drafted) -> str:
+    """A draft's p and q (and the updated p′ a tree's later sibling was tried against) with
+    digits enough to check their ratio."""
+    said = f"p = {num(d.p)}, q = {num(d.q)}"
+    return said + (f", p′ = {num(d.p_prime)}" if d.p_prime is not None else "")
+
+
 def decision_figure(dec: Decision) -> go.Figure:
     """The inspector chart for one decision, from the stored trace only."""
     panels: list[str] = []
@@ -212,7 +244,7 @@ def decision_figure(dec: Decision) -> go.Figure:
     accept = verification.keep_title(dec.drafted) if dec.drafted is not None else ""
     titles = {
         "pq": f"p, q{' and out' if with_out else ''} over the top tokens "
-        f"(drafted: {label(dec.drafted.text)!r})"
+        f"(drafted {label(dec.drafted.text)!r}: {pq_numbers(dec.drafted)})"
         if dec.drafted
         else "",
         "accept": accept,
@@ -279,7 +311,7 @@ def speedup_spec(spec: Trace | None, ar: Trace | None) -> dict[str, Any]:
         "title": {"text": title},
         "height": 330,
         "margin": _LAYOUT["margin"],
-        "legend": _LAYOUT["legend"],
+        "legend": LEGEND,
         "plot_bgcolor": "white",
         "xaxis": {"title": {"text": "seconds"}, **grid},
         "yaxis": {"title": {"text": "output tokens"}, **grid},

@@ -21,6 +21,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from specviz.trace import Trace, round_number
+from specviz.views.figures import LEGEND
 from specviz.views.palette import COLORS, GRID, ZERO_LINE
 from specviz.views.style import figure
 
@@ -109,7 +110,7 @@ def breakdown_spec(trace: Trace) -> dict[str, Any]:
         "barmode": "stack",
         "height": 330,
         "margin": {"l": 50, "r": 20, "t": 50, "b": 40},
-        "legend": {"orientation": "h", "y": -0.2, "traceorder": "normal"},
+        "legend": {**LEGEND, "traceorder": "normal"},
         "plot_bgcolor": "white",
         "xaxis": {"title": {"text": "round"}, **grid},
         "yaxis": {"title": {"text": "ms"}, **grid},
