@@ -44,7 +44,7 @@ BASE: dict[str, Any] = {**form_defaults(), "compare": True}
 HOT_DRAFT = 1.5  # step 2's draft temperature
 SWEEP_GAMMAS = (1, 2, 4, 8)
 SWEEP_TOKENS = 16  # tokens per sweep run: the sweep stays short
-SWEEP_REPS = 1
+SWEEP_REPS = 2  # interleaved, about the time one sequential repetition took (docs/app.md)
 # The distribution check of step 6: the fewest samples the check accepts, one token per
 # continuation (one comparison, so no Bonferroni split), and a draft sharper than the target, so
 # that its rejections fall on tokens p makes likely: resampling from p then puts mass back
@@ -60,8 +60,9 @@ RIGHT_RULE = "rejection"  # the papers' rule, checked under exact-match verifica
 
 Decode = Callable[[list[int]], str]
 # Steps 3 and 7 run again, each time with the next seed, while a run has no example to show:
-# at most this many runs in all.
-TRIES = 3
+# at most this many runs in all. On the offline pair at step 2's controls about 5 runs in 8
+# have a rejection the draw decided (docs/app.md).
+TRIES = 4
 
 
 # --- the controls a step leaves behind -----------------------------------------------------
@@ -228,10 +229,11 @@ STEPS: tuple[Step, ...] = (
     ),
     Step(
         "One rejection, up close",
-        "The Decision tab opens on the first rejected draft: p and q for that token, the "
-        "draw u against min(1, p/q), and the residual norm(max(0, p − q)) its replacement "
-        "was drawn from. It reads the stored run (without a rejection yet, step 2 runs "
-        "first).",
+        "The Decision tab opens on a rejection where the draw decided: p and q for that "
+        "token, the draw u against a min(1, p/q) well inside 0 and 1, and the residual "
+        "norm(max(0, p − q)) its replacement was drawn from, spread over several tokens. It "
+        "reads the stored run; without such a rejection it runs with step 2's controls, a "
+        f"new seed each time (at most {TRIES} runs).",
         "Open the first rejection",
         RejectionAction(),
         {"own_draft_temperature": True, "draft_temperature": HOT_DRAFT},
@@ -249,8 +251,10 @@ STEPS: tuple[Step, ...] = (
     Step(
         "How many drafts?",
         f"A short sweep measures gamma {', '.join(map(str, SWEEP_GAMMAS))} "
-        f"({SWEEP_TOKENS} tokens, {SWEEP_REPS} repetition) against Leviathan's formula and "
-        "the refined prediction (Theory tab). Drafts pay only while they are accepted.",
+        f"({SWEEP_TOKENS} tokens, {SWEEP_REPS} repetition{'s' if SWEEP_REPS != 1 else ''}, "
+        "each gamma's run interleaved with the baseline's so that all meet the same load) "
+        "against Leviathan's formula and the refined prediction (Theory tab). Drafts pay "
+        "only while they are accepted.",
         "Run the sweep",
         SweepAction(SWEEP_GAMMAS, SWEEP_REPS),
         {"max_new_tokens": SWEEP_TOKENS},
@@ -275,7 +279,8 @@ STEPS: tuple[Step, ...] = (
     ),
     Step(
         "Play the verifier",
-        "Now you decide. The Decision tab deals a round of your own run: for each draft you "
+        "Now you decide. The Decision tab deals a round of your own run where a draw decided "
+        "(a greedy run has none: the step runs a sampled one first): for each draft you "
         "see p(x) and q(x), and say how likely the verification keeps it (a number a(x), or K for "
         "likely kept, R for likely rejected). Your answer reveals the draw u and the true "
         "keep probability (min(1, p/q) under the rejection rule); N shows the verdict and "

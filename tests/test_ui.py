@@ -380,7 +380,7 @@ def test_a_cancelled_check_frees_the_model_thread(app_url, served) -> None:
     hook = served.target.model.register_forward_pre_hook(lambda *_: calls.append(1))
     try:
         client = Client(app_url, verbose=False)
-        job = client.submit(2000, 3, "rejection", *client_args(), api_name="/check")
+        job = client.submit("", 2000, 3, "rejection", *client_args(), api_name="/check")
         # the check streams its progress after every sample: it is drawing
         wait_for(lambda: len(job.outputs()) >= 2, 120, "the check never started")
         job.cancel()

@@ -12,6 +12,7 @@ import gradio as gr
 import pytest
 import torch
 
+from specviz import lesson
 from specviz.config import Limits
 from specviz.lesson import STEPS, Lesson, PlayAction
 from specviz.sampling import draw
@@ -330,8 +331,9 @@ def test_the_handlers_refuse_in_one_line(ctx, one_thread) -> None:
 
 
 def test_the_lesson_step_deals_a_round_of_the_sessions_run(one_thread) -> None:
-    # a pair whose p is no one-hot at the step's temperature and top-p, so that draws decide
-    smooth = close_pair()
+    # flat enough that at the lesson's temperature 0.7 and top-p 0.9 some p(x)/q(x) lies
+    # strictly between 0 and 1: there a draw decides
+    smooth = close_pair(sharpness=0.5)
     ctx = AppContext(lambda pair, dtype: smooth, LIMITS)
     session, state = new_session(), Lesson()
     state.index = next(i for i, s in enumerate(STEPS) if isinstance(s.action, PlayAction))
@@ -341,7 +343,21 @@ def test_the_lesson_step_deals_a_round_of_the_sessions_run(one_thread) -> None:
     dealt = next((f for f in frames if "play_state" in f), None)
     assert dealt is not None, frames[-1].get("lesson_said")
     assert dealt["tabs"].selected == "insp" and dealt["play_view"].visible
+    game = dealt["play_state"]
+    assert any(vg.draw_decided(d, game.trace.settings) for d in game.round.verified)
     assert "on the board in the Decision tab" in frames[-1]["lesson_said"]
     spec = session.spec  # a second press plays the stored run: no model call
     frames = list(lesson_panel.lesson_updates(session, state, form, ctx))
     assert session.spec is spec and len(frames) == 1
+
+
+def test_the_lesson_step_says_so_when_no_draw_decides(ctx, one_thread) -> None:
+    """The sharp tiny pair at the lesson's top-p: p is one-hot, every a(x) is 0 or 1, so no
+    round has anything to guess. The step runs a bounded number of seeds, then says so."""
+    session, state = new_session(), Lesson()
+    state.index = next(i for i, s in enumerate(STEPS) if isinstance(s.action, PlayAction))
+    frames = list(lesson_panel.lesson_updates(session, state, Form(prompt="1 2 3"), ctx))
+    said = frames[-1]["lesson_said"]
+    seeds = ", ".join(map(str, range(lesson.TRIES)))
+    assert f"None of the runs with seeds {seeds} had a round where a draw decided" in said
+    assert len(session.log.rows) == lesson.TRIES and not any("play_state" in f for f in frames)

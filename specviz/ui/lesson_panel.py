@@ -1,7 +1,16 @@
-"""The guided lesson's panel, the first thing on the right (open by default): one of six
+"""The guided lesson's panel, the first thing on the right (open by default): one of seven
 steps at a time with Previous and Next, and one button per step that sets the controls and
 carries out the step's action on the current pair (specviz.lesson); after it the step states
-what happened, computed from that action's own numbers.
+what happened, computed from that action's own numbers. Under it a line names the controls
+a step left away from the untouched page's (specviz.lesson.BASE), with one button that
+restores them.
+
+Steps 3 and 7 need an example a run may lack (a rejection the draw decided, a round a draw
+decided): without one in the stored run they run again with the step's controls, the next
+seed each time, at most specviz.lesson.TRIES runs, and say so when none had one.
+
+A step's last update carries the final frame of the run it made: the browser draws a view
+of a tab not yet opened from an event's last update only (last_held).
 
 The actions reuse the page's own handlers: Run's (live), the sweep's (sweep_tab), the
 distribution check's (check_tab) and the inspector's view (frames), so a step's run is a
@@ -345,9 +354,8 @@ def rejection(session: Session, run: StepRun) -> Iterator[Changes]:
         none = "no rejection where the draw decided"
         parts = [f"your last run had {none}"] if had else []
         if tried[1:]:
-            parts.append(
-                f"the run(s) with {_seeds(tried[:-1])} had " + ("none either" if had else none)
-            )
+            runs = "the runs" if tried[2:] else "the run"
+            parts.append(f"{runs} with {_seeds(tried[:-1])} had {'none either' if had else none}")
         said = "; ".join(parts)
         note = f"<p>{said[0].upper()}{said[1:]}; the run with seed {tried[-1]} has one.</p>"
     said = note + rejection_statement(session.spec, found)
