@@ -89,7 +89,13 @@ def main() -> int:
             page.goto(url)
             page.wait_for_selector("#sv-run", timeout=120_000)
             for i in range(args.runs):
+                before = page.inner_text("#sv-status")
                 page.click("#sv-run")
+                page.wait_for_function(  # this Run has begun: the previous one's line is gone
+                    "(old) => (document.querySelector('#sv-status')?.innerText || '') !== old",
+                    arg=before,
+                    timeout=120_000,
+                )
                 page.wait_for_function(
                     "() => /done|error/.test(document.querySelector('#sv-status')"
                     "?.innerText || '')",

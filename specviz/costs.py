@@ -30,9 +30,10 @@ cached context, the cache cropped back each time, so that only the call itself i
 
 from __future__ import annotations
 
+import functools
 import statistics
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from specviz.trace import Trace
 
 T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
 
 # The gammas `costs` measures by default, and the range the refined prediction is judged on.
 DEFAULT_GAMMAS = (1, 2, 4, 8)
@@ -89,24 +91,37 @@ def interleaved_medians(
     return {name: {w: statistics.median(t) for w, t in ws.items()} for name, ws in times.items()}
 
 
+def interleaved_calls(
+    calls: Mapping[K, Callable[[], float]], reps: int, warmup: int = 2
+) -> dict[K, list[float]]:
+    """The one timing loop: every call's ms (each call times itself and returns its ms),
+    reps times, after warmup untimed rounds, in an order rotated as the repetitions go on
+    and reversed in every other one (interleaved_order), so that a spell of other work on
+    the machine falls on every call alike: timed one after another, the call measured
+    during the spell would take all of it, and a ratio of two calls with it. The costs
+    here, the GPU check (specviz.gpucheck.measure) and the draft choice time through it."""
+    keys = list(calls)
+    for _ in range(warmup):
+        for k in keys:
+            calls[k]()
+    times: dict[K, list[float]] = {k: [] for k in keys}
+    for rep in range(reps):
+        for k in interleaved_order(keys, rep, reps):
+            times[k].append(calls[k]())
+    return times
+
+
 def interleaved_times(
     plan: dict[str, tuple[Timer, Iterable[int]]], reps: int, warmup: int = 2
 ) -> dict[str, dict[int, list[float]]]:
-    """Every ms of each timer's calls at each of its widths, all timed together.
-
-    Each repetition makes every (timer, width) call once, in an order rotated as the
-    repetitions go on and reversed in every other one, so that a spell of other work on the
-    machine falls on every model alike: timed one model after another, the model measured
-    during the spell would take all of it, and a ratio of two models' steps with it.
-    """
-    calls = [(name, w) for name, (_, ws) in plan.items() for w in sorted(set(ws))]
-    for _ in range(warmup):
-        for name, w in calls:
-            plan[name][0].once(w)
-    times: dict[tuple[str, int], list[float]] = {call: [] for call in calls}
-    for rep in range(reps):
-        for name, w in interleaved_order(calls, rep, reps):
-            times[name, w].append(plan[name][0].once(w))
+    """Every ms of each timer's calls at each of its widths, all timed together
+    (interleaved_calls)."""
+    calls = {
+        (name, w): functools.partial(plan[name][0].once, w)
+        for name, (_, ws) in plan.items()
+        for w in sorted(set(ws))
+    }
+    times = interleaved_calls(calls, reps, warmup)
     out: dict[str, dict[int, list[float]]] = {name: {} for name in plan}
     for (name, w), t in times.items():
         out[name][w] = t
@@ -394,14 +409,14 @@ class SpeedStory:
         None otherwise."""
         if not self.below_one():
             return None
-        parts = []
+        parts, a = [], self.accept
         if self.measured is not None:
             parts.append(f"measured {self.measured.text()}")
         if self.predicted is not None:
             parts.append(
                 f"predicted {self.predicted:.2f}x from c = {self.c:.2f}"
                 + (f", a verify call of {self.verify:.2f} target steps" if self.verify else "")
-                + (f" and {self.accept_name} = {self.accept:.2f}" if self.accept else "")
+                + ("" if a is None else f" and {self.accept_name} = {a:.2f}")
             )
         said = "Speculative decoding is slower than plain decoding here: " + " and ".join(parts)
         if self.holdback is not None:

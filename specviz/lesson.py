@@ -11,23 +11,28 @@ specviz.views.markup.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from specviz.config import form_defaults
+from specviz.config import form_defaults, offered
 from specviz.lesson_statements import (  # noqa: F401 - the lesson's public face
     STATUSES,
     RunNumbers,
     check_statement,
+    drew,
     first_rejection,
     greedy_statement,
+    no_draw_sentence,
     rejection_statement,
+    residual_tokens,
     run_key,
     status_counts,
     sweep_statement,
+    teaching_rejection,
     temperature_statement,
     untouched_statement,
+    which_moved,
 )
 from specviz.trace import Trace
 from specviz.views.markup import status_word
@@ -54,6 +59,48 @@ WRONG_RULE = "resample-from-p"
 RIGHT_RULE = "rejection"  # the papers' rule, checked under exact-match verification
 
 Decode = Callable[[list[int]], str]
+# Steps 3 and 7 run again, each time with the next seed, while a run has no example to show:
+# at most this many runs in all.
+TRIES = 3
+
+
+# --- the controls a step leaves behind -----------------------------------------------------
+
+
+def _shown(value: Any) -> str:
+    """A control's value in words: on/off for a box, a number as it is read."""
+    if value is None or isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value) if value != "" else "empty"
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as the widgets deliver them (a number box gives 4.0 for 4)."""
+    numbers = (int, float)
+    if isinstance(a, numbers) and isinstance(b, numbers) and not isinstance(a, bool):
+        return abs(float(a) - float(b)) <= 1e-9 * max(1.0, abs(float(b)))
+    return a == b
+
+
+def changed_controls(values: Mapping[str, Any], base: Mapping[str, Any] = BASE) -> list[str]:
+    """The controls among base's whose value in `values` differs from base, each as "name
+    value (default value)"; an optional number counts as off while its switch is off."""
+    out = []
+    for s in offered("app"):
+        switch = s.meta.switch.name if s.meta.switch is not None else None
+        if s.name not in base or s.name not in values:
+            continue
+        now, was = values[s.name], base[s.name]
+        if switch is not None:
+            now = now if values.get(switch) else None
+            was = was if base[switch] else None
+        if not _same(now, was):
+            out.append(f"{s.words} {_shown(now)} (default {_shown(was)})")
+    if "compare" in values and not _same(values["compare"], base["compare"]):
+        out.append(f"compare {_shown(values['compare'])} (default {_shown(base['compare'])})")
+    return out
 
 
 # --- the lesson's own state, per visitor ---------------------------------------------------
@@ -66,6 +113,7 @@ class Lesson:
     index: int = 0
     said: dict[int, str] = field(default_factory=dict)
     first: RunNumbers | None = None
+    set_controls: bool = False  # a step set the controls, and they were not restored since
 
     def move(self, by: int) -> None:
         self.index = max(0, min(len(STEPS) - 1, self.index + by))

@@ -5,9 +5,8 @@ goes through markup.esc. Pure: no gradio, no torch.
 
 from __future__ import annotations
 
-import statistics
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +15,7 @@ from specviz.config import Settings
 from specviz.trace import Drafted, Round, Trace, round_number, target_dtype
 from specviz.verify import verification_for
 from specviz.verify.words import source_text
+from specviz.views import markup
 from specviz.views.markup import esc, num, sampling_text, warped_apart
 
 STATUSES = ("accepted", "rejected", "resampled", "bonus")
@@ -45,18 +45,32 @@ class RunNumbers:
     speedup: float | None
     counts: dict[str, int]
     key: tuple[Any, ...] = ()  # prompt and models: a later run compares only with the same
+    c: float | None = None  # draft step / target step (None: no baseline, or too short)
+    draft_step_ms: float | None = None  # ms per draft step, the first round left out
 
     @classmethod
     def of(cls, spec: Trace, ar: Trace | None) -> RunNumbers:
+        compared = ar is not None and bool(ar.token_ids)
+        c = metrics.cost_ratio(spec, ar) if compared else 0.0  # type: ignore[arg-type]
         return cls(
             tokens=len(spec.token_ids),
             target_calls=metrics.target_calls(spec),
             tokens_per_call=metrics.tokens_per_call(spec),
             acceptance=metrics.acceptance_rate(spec),
-            speedup=metrics.speedup(ar, spec) if ar is not None and ar.token_ids else None,
+            speedup=metrics.speedup(ar, spec) if compared else None,  # type: ignore[arg-type]
             counts=status_counts(spec),
             key=run_key(spec),
+            c=c or None,
+            draft_step_ms=draft_step_ms(spec),
         )
+
+
+def draft_step_ms(spec: Trace) -> float | None:
+    """ms per draft step, the first round left out as metrics.cost_ratio leaves it out (it
+    also reads the prompt); None when the later rounds drafted nothing."""
+    later = spec.rounds[1:]
+    drafted = sum(len(r.drafted) for r in later)
+    return sum(r.draft_ms for r in later) / drafted if drafted else None
 
 
 def run_key(trace: Trace) -> tuple[Any, ...]:
@@ -135,11 +149,71 @@ def _change(name: str, before: float, after: float, fmt: Callable[[float], str])
     return f"{name} {verb} from {fmt(before)} to {fmt(after)}"
 
 
+# Step 2 says a figure moved when it changed by more than this share of its first value: run
+# to run on a shared machine, c alone varies by about this much.
+MOVED = 0.15
+
+
+def moved(before: float, after: float) -> bool:
+    """Whether a figure changed by more than MOVED of its first value."""
+    return abs(after - before) > MOVED * abs(before)
+
+
+def _side_by_side(before: RunNumbers, now: RunNumbers) -> str:
+    """Step 1's run and this one in two columns: tokens per call and c first."""
+
+    def cell(x: float | None, fmt: Callable[[float], str]) -> str:
+        return "not measured" if x is None else fmt(x)
+
+    def ms(x: float) -> str:
+        return f"{x:.1f} ms"
+
+    rows = [
+        ("tokens per target call", before.tokens_per_call, now.tokens_per_call, _fmt2),
+        ("c (draft step / target step)", before.c, now.c, _fmt2),
+        ("draft step", before.draft_step_ms, now.draft_step_ms, ms),
+        ("acceptance", before.acceptance, now.acceptance, _fmt2),
+        ("speedup", before.speedup, now.speedup, _x),
+    ]
+    cells = [[name, cell(a, fmt), cell(b, fmt)] for name, a, b, fmt in rows]
+    return markup.grid_html(["", "step 1's run", "this run"], cells, "sv-table sv-lesson-runs")
+
+
+def which_moved(before: RunNumbers, now: RunNumbers) -> str:
+    """Which of tokens per target call and c moved from step 1's run to this one (by more
+    than MOVED), in one sentence from the two runs' numbers."""
+    t0, t1 = before.tokens_per_call, now.tokens_per_call
+    tpc = _change("tokens per call", t0, t1, _fmt2)
+    if before.c is None or now.c is None:
+        return (
+            f"{tpc[0].upper()}{tpc[1:]}; c was not measured in both runs (it needs the "
+            "baseline and two rounds), so this cannot tell whether the draft's cost moved too."
+        )
+    c0, c1 = before.c, now.c
+    tpc_moved, c_moved = moved(t0, t1), moved(c0, c1)
+    share = f"{100 * MOVED:.0f} %"
+    if tpc_moved and not c_moved:
+        return f"{tpc[0].upper()}{tpc[1:]} while c stayed near {c1:.2f} ({c0:.2f} before)."
+    c_said = _change("c", c0, c1, _fmt2)
+    if tpc_moved:
+        return f"{tpc[0].upper()}{tpc[1:]} and {c_said} too, so both count."
+    if c_moved:
+        return (
+            f"Tokens per call stayed near {t1:.2f} ({t0:.2f} before) while {c_said}: here the "
+            "draft's cost moved, not the acceptance."
+        )
+    return (
+        f"Neither moved by more than {share}: tokens per call {t0:.2f} and {t1:.2f}, c "
+        f"{c0:.2f} and {c1:.2f}."
+    )
+
+
 def temperature_statement(
     spec: Trace | None, ar: Trace | None, before: RunNumbers | None = None
 ) -> str:
-    """Step 2: rejections and resamples, acceptance and speedup (against step 1's run when
-    it is given and ran on the same prompt and models), and the unchanged distribution."""
+    """Step 2: rejections and resamples; against step 1's run (when it is given and ran on
+    the same prompt and models) tokens per target call and c side by side, and which of the
+    two moved; and the unchanged distribution."""
     spec = _need_spec(spec)
     now = RunNumbers.of(spec, ar)
     dt = spec.settings.draft_temperature
@@ -148,17 +222,16 @@ def temperature_statement(
         f"With the {head}: {now.counts['rejected']} rejections and "
         f"{now.counts['resampled']} resamples in {now.target_calls} rounds. "
     )
+    table = ""
     if before is not None and before.key == now.key:
-        parts = [_change("acceptance", before.acceptance, now.acceptance, lambda x: f"{x:.2f}")]
-        parts.append(_change("tokens per call", before.tokens_per_call, now.tokens_per_call, _fmt2))
-        if before.speedup is not None and now.speedup is not None:
-            parts.append(_change("speedup", before.speedup, now.speedup, _x))
-        said += "Against step 1's run, " + ", ".join(parts) + ". "
+        said += f"Against step 1's run: {which_moved(before, now)} "
+        table = _side_by_side(before, now)
     else:
         said += f"Acceptance {now.acceptance:.2f}, {now.tokens_per_call:.2f} tokens per call"
+        said += f", c {now.c:.2f}" if now.c is not None else ""
         said += f", speedup {_x(now.speedup)}. " if now.speedup is not None else ". "
     said += _distributed(spec.settings)
-    return f"<p>{said}</p>"
+    return f"<p>{said}</p>{table}"
 
 
 def _distributed(settings: Settings) -> str:
@@ -187,13 +260,71 @@ def _fmt2(x: float) -> str:
 def first_rejection(trace: Trace | None) -> tuple[Round, int, Drafted] | None:
     """The first draft the rejection rule rejected with a draw u: (round, position, draft);
     None when there is none (no run, greedy, exact match, or every draft accepted)."""
-    if trace is None:
-        return None
-    for r in trace.rounds:
+    return next(_rejections(trace), None)
+
+
+def _rejections(trace: Trace | None) -> Iterator[tuple[Round, int, Drafted]]:
+    """Every draft the rejection rule rejected with a draw u, in order."""
+    for r in trace.rounds if trace is not None else ():
         for i, d in enumerate(r.drafted):
             if d.status == "rejected" and d.u is not None and d.target_sample is None:
-                return r, r.start + i, d
-    return None
+                yield r, r.start + i, d
+
+
+# Step 3's example: a rejection where the draw decided. Its keep probability min(1, p/q) lies
+# well inside (0, 1), so that u could have gone either way, and the distribution its
+# replacement was drawn from holds at least RESIDUAL_TOKENS tokens above RESIDUAL_SHARE, so
+# that the replacement was a draw too.
+KEEP_RANGE = (0.1, 0.9)
+RESIDUAL_SHARE = 0.05
+RESIDUAL_TOKENS = 2
+DREW = (
+    f"a rejection where the draw decided ({KEEP_RANGE[0]:g} < min(1, p/q) < "
+    f"{KEEP_RANGE[1]:g}, and at least {RESIDUAL_TOKENS} tokens above "
+    f"{100 * RESIDUAL_SHARE:g} % where its replacement was drawn from)"
+)
+
+
+def residual_tokens(r: Round) -> int:
+    """How many tokens the round's added token's distribution (the residual, for a
+    resampled token) gives more than RESIDUAL_SHARE, as its recorded top list holds them."""
+    if r.added is None:
+        return 0
+    return sum(e.get("residual", 0.0) > RESIDUAL_SHARE for e in r.added.top)
+
+
+def drew(r: Round, d: Drafted) -> bool:
+    """Whether the draw decided this rejection: its keep probability inside KEEP_RANGE and
+    a replacement resampled from at least RESIDUAL_TOKENS likely tokens."""
+    lo, hi = KEEP_RANGE
+    resampled = r.added is not None and r.added.status == "resampled"
+    return lo < d.accept_prob < hi and resampled and residual_tokens(r) >= RESIDUAL_TOKENS
+
+
+def teaching_rejection(trace: Trace | None) -> tuple[Round, int, Drafted] | None:
+    """The first rejection of the trace where the draw decided (:func:`drew`): (round,
+    position, draft); None when there is none."""
+    return next(((r, pos, d) for r, pos, d in _rejections(trace) if drew(r, d)), None)
+
+
+def no_draw_sentence(trace: Trace | None, seeds: Sequence[int]) -> str:
+    """Why the runs with these seeds gave step 3 no example (each had no rejection where
+    the draw decided), and what the last one's first rejection, if any, shows instead."""
+    runs = (
+        f"the run with seed {seeds[0]}"
+        if len(seeds) == 1
+        else f"the {len(seeds)} runs with seeds {', '.join(map(str, seeds))}"
+    )
+    said = f"None of {runs} had {esc(DREW)}. "
+    found = first_rejection(trace)
+    if found is None:
+        return said + "The last one had no rejection at all: press the step's button again."
+    r, _, d = found
+    return said + (
+        f"Below is the last run's first rejection instead: min(1, p/q) = {d.accept_prob:.3f} "
+        f"and {residual_tokens(r)} token(s) above {100 * RESIDUAL_SHARE:g} % in the "
+        "distribution its replacement was drawn from. "
+    )
 
 
 def _q(text: str) -> str:
@@ -201,10 +332,13 @@ def _q(text: str) -> str:
     return f"<code>{esc(repr(text))}</code>"
 
 
-def rejection_statement(trace: Trace | None) -> str:
-    """Step 3: the first rejection's p, q, u, min(1, p/q), and where its replacement came
-    from (the residual, and the replacement's probability there)."""
-    found = first_rejection(trace)
+def rejection_statement(
+    trace: Trace | None, found: tuple[Round, int, Drafted] | None = None
+) -> str:
+    """Step 3: a rejection's p, q, u, min(1, p/q), and where its replacement came from (the
+    residual, and the replacement's probability there). found: the rejection (round,
+    position, draft); None: the trace's first."""
+    found = found or first_rejection(trace)
     if found is None:
         raise ValueError("this run has no rejection to open: run step 2 first")
     r, pos, d = found
@@ -233,7 +367,15 @@ def rejection_statement(trace: Trace | None) -> str:
         if source == "residual" and d.overlap is not None and d.p_prime is None:
             said += f"; the residual holds the 1 − sum min(p, q) = {1 - d.overlap:.3f} of p "
             said += "that the draft under-proposes, renormalised"
-    return f"<p>{said}.</p>"
+    said += "."
+    if drew(r, d):
+        said += (
+            f" The draw decided: a u below {d.accept_prob:.3f} (a chance of "
+            f"{100 * d.accept_prob:.0f} %) would have kept the draft, and "
+            f"{residual_tokens(r)} tokens hold more than {100 * RESIDUAL_SHARE:g} % each "
+            "where the replacement was drawn from, so it was a draw too."
+        )
+    return f"<p>{said}</p>"
 
 
 def greedy_statement(
@@ -282,41 +424,53 @@ def greedy_statement(
     return f"<p>{said}</p>"
 
 
-def sweep_statement(rows: Sequence[dict[str, Any]], verification: str = "rejection") -> str:
-    """Step 5: the measured best gamma and speedups; Leviathan's formula at each cell's own
-    measured acceptance and c (alpha, or sum p q, the row's match_alpha, when the sweep
-    verified by exact match), and its best gamma at their medians; the refined prediction
-    beside it, and why too many drafts stop paying. Every expected figure is computed here
-    from the acceptance and c it is said to use."""
-    rows = [r for r in rows if r.get("measured_speedup") is not None]
+def _spread(r: dict[str, Any]) -> str:
+    """A cell's measured speedup with the middle 90 % of its bootstrap."""
+    return f"{_x(r['measured_speedup'])} ({r['measured_low']:.2f}–{r['measured_high']:.2f})"
+
+
+def apart(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two cells' measured speedups are told apart: their spreads do not overlap."""
+    return a["measured_low"] > b["measured_high"] or b["measured_low"] > a["measured_high"]
+
+
+def sweep_statement(
+    rows: Sequence[dict[str, Any]], verification: str = "rejection", reps: int | None = None
+) -> str:
+    """Step 5: the measured speedups with their spreads and the best gamma, and which cells
+    the timing cannot tell from it; Leviathan's formula at each cell's own measured
+    acceptance and c, and at the sweep's formula point (analysis.sweep.formula_point, which
+    the chart's curve reads too) its best gamma; the refined prediction; and whether more
+    drafts stopped paying here, as far as the spreads tell."""
+    from specviz.analysis.sweep import acceptance_key, formula_point
+
+    rows = sorted(
+        (r for r in rows if r.get("measured_speedup") is not None), key=lambda r: r["gamma"]
+    )
     if not rows:
         raise ValueError("the sweep measured no cell")
-    rows = sorted(rows, key=lambda r: r["gamma"])
     best = max(rows, key=lambda r: r["measured_speedup"])
-    measured = ", ".join(f"gamma {r['gamma']}: {_x(r['measured_speedup'])}" for r in rows)
-    # the acceptance the verification's own measure names, where the sweep recorded it
-    measure = verification_for(Settings(verification=verification)).measure
-    name, key = ("sum p q", "match_alpha") if measure[1] == "match_alpha" else ("alpha", "alpha")
+    how = f" ({reps} repetition{'s' if reps != 1 else ''}, " if reps else " ("
+    how += "every gamma interleaved with the baseline; the middle 90 % in brackets)"
+    measured = ", ".join(f"gamma {r['gamma']}: {_spread(r)}" for r in rows)
+    said = f"Measured{how}: {measured}; <b>best gamma {best['gamma']}</b>"
+    ties = [r for r in rows if r is not best and not apart(r, best)]
+    if ties:
+        said += (
+            f", though the timing cannot tell it from gamma "
+            f"{', '.join(str(r['gamma']) for r in ties)} (their spreads overlap)"
+        )
+    name, key = acceptance_key(verification)
+    point = formula_point(rows, verification)
     lev = ", ".join(_x(metrics.expected_speedup(r[key], r["gamma"], r["c"])) for r in rows)
-    accept = statistics.median(r[key] for r in rows)
-    c = statistics.median(r["c"] for r in rows)
-    lev_best = metrics.best_gamma(accept, c)
-    spread = (
-        f"each cell's own measured {name} and c"
-        if len(rows) > 1
-        else f"the measured {name} {accept:.3f} and c {c:.2f}"
-    )
-    said = (
-        f"Measured: {measured}; <b>best gamma {best['gamma']}</b> "
-        f"({_x(best['measured_speedup'])}). Leviathan's formula at {spread} expects {lev}"
-    )
+    said += f". Leviathan's formula at each cell's own measured {name} and c expects {lev}"
     if len(rows) > 1:
-        said += f"; at their medians, {name} {accept:.3f} and c {c:.2f}, it"
+        said += f"; at their medians, {name} {point.accept:.3f} and c {point.c:.2f}, it"
     else:
-        said += " and"
+        said += f"; at {name} {point.accept:.3f} and c {point.c:.2f} it"
     said += (
-        f" puts the best gamma at <b>{lev_best}</b> "
-        f"(expected {_x(metrics.expected_speedup(accept, lev_best, c))}). "
+        f" puts the best gamma at <b>{point.best_gamma}</b> "
+        f"(expected {_x(point.expected(point.best_gamma))}). "
     )
     refined = [r for r in rows if r.get("predicted_speedup") is not None]
     if refined:
@@ -327,11 +481,36 @@ def sweep_statement(rows: Sequence[dict[str, Any]], verification: str = "rejecti
             f"{', '.join(_x(r['predicted_speedup']) for r in refined)} (best of these: gamma "
             f"{rbest['gamma']}). "
         )
-    said += (
-        "Too many drafts stop paying: each round pays gamma draft steps and a verify call "
-        "gamma + 1 positions wide, and every draft after the first rejection is wasted."
+    return f"<p>{said}{_more_drafts(rows, best, point)}</p>"
+
+
+def _more_drafts(rows: list[dict[str, Any]], best: dict[str, Any], point: Any) -> str:
+    """Whether drafts beyond the measured best stopped paying, as far as the spreads tell."""
+    top = rows[-1]
+    why = (
+        "each round pays gamma draft steps and a verify call gamma + 1 positions wide, and "
+        "every draft after the first rejection is wasted"
     )
-    return f"<p>{said}</p>"
+    if len(rows) == 1:
+        return f"Too many drafts stop paying: {why}."
+    if best is not top and apart(top, best):
+        return (
+            f"Past gamma {best['gamma']} more drafts stopped paying: gamma {top['gamma']} "
+            f"measured {_x(top['measured_speedup'])} against {_x(best['measured_speedup'])}, "
+            f"because {why}."
+        )
+    if best is top and all(apart(r, top) for r in rows[:-1]):
+        return (
+            f"Here more drafts kept paying up to gamma {top['gamma']}: at {point.name} "
+            f"{point.accept:.3f} few drafts are rejected. They stop paying further out (the "
+            f"formula's best is gamma {point.best_gamma}): {why}."
+        )
+    other = top if best is not top else next(r for r in rows[:-1] if not apart(r, top))
+    return (
+        f"Whether more drafts stop paying here, the timing cannot tell (gamma "
+        f"{other['gamma']}'s spread overlaps gamma {best['gamma']}'s); by the formula they "
+        f"stop past gamma {point.best_gamma}: {why}."
+    )
 
 
 def _min_p(result: Any) -> float:

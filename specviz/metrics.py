@@ -26,6 +26,7 @@ The engine builds each trace's Stats with :func:`summarize`, so pandas is import
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -257,8 +258,51 @@ def paired_speedup(ar: Trace, spec: Trace, resamples: int = SPREAD_RESAMPLES) ->
     Interleaved runs (specviz.engine.interleave) meet the same load stretch by stretch, so
     the spread is the machine's noise within a run; runs one after the other are compared
     over the tokens both made. None where the runs share no stretch."""
+    return pooled_speedup([(ar, spec)], resamples)
+
+
+def pooled_speedup(
+    pairs: Sequence[tuple[Trace, Trace]], resamples: int = SPREAD_RESAMPLES
+) -> Speedup | None:
+    """:func:`paired_speedup` over several (baseline, speculative) pairs, such as the
+    repetitions of one measurement: the value is the sum of every baseline stretch over the
+    sum of every speculative one, and the bootstrap resamples all their stretches but each
+    pair's first, which is kept once in every resample. None where no pair shares a
+    stretch."""
     import numpy as np
 
+    firsts: list[tuple[float, float]] = []
+    ds: list[float] = []
+    da: list[float] = []
+    tokens = 0
+    for ar, spec in pairs:
+        s, a, n = _stretches(ar, spec)
+        if not s:
+            continue
+        firsts.append((s[0], a[0]))
+        ds += s[1:]
+        da += a[1:]
+        tokens += n
+    spec_s = sum(f[0] for f in firsts) + sum(ds)
+    ar_s = sum(f[1] for f in firsts) + sum(da)
+    if not firsts or spec_s <= 0:
+        return None
+    value = ar_s / spec_s
+    low = high = value
+    if len(ds) > 1 and resamples > 0:
+        rng = np.random.default_rng(0)
+        s0, a0 = sum(f[0] for f in firsts), sum(f[1] for f in firsts)
+        rest_s, rest_a = np.array(ds), np.array(da)
+        idx = rng.integers(0, len(rest_s), size=(resamples, len(rest_s)))
+        ratios = (a0 + rest_a[idx].sum(1)) / (s0 + rest_s[idx].sum(1))
+        low, high = (float(x) for x in np.quantile(ratios, [0.05, 0.95]))
+    stretches = len(firsts) + len(ds)
+    return Speedup(value, min(low, value), max(high, value), tokens, stretches, ar_s, spec_s)
+
+
+def _stretches(ar: Trace, spec: Trace) -> tuple[list[float], list[float], int]:
+    """The speculative run's seconds per round and the baseline's seconds for the same
+    tokens, over the tokens both runs made, and how many tokens that is."""
     have = ar.timeline[-1][1] if ar.timeline else 0.0
     ds: list[float] = []
     da: list[float] = []
@@ -272,17 +316,7 @@ def paired_speedup(ar: Trace, spec: Trace, resamples: int = SPREAD_RESAMPLES) ->
         ds.append(t - prev_t)
         da.append(a1 - a0)
         prev_t, prev_n = t, n
-    if not ds or sum(ds) <= 0:
-        return None
-    value = sum(da) / sum(ds)
-    low = high = value
-    if len(ds) > 2 and resamples > 0:
-        rng = np.random.default_rng(0)
-        s, a = np.array(ds[1:]), np.array(da[1:])
-        idx = rng.integers(0, len(s), size=(resamples, len(s)))
-        ratios = (da[0] + a[idx].sum(1)) / (ds[0] + s[idx].sum(1))
-        low, high = (float(x) for x in np.quantile(ratios, [0.05, 0.95]))
-    return Speedup(value, min(low, value), max(high, value), int(prev_n), len(ds), sum(da), sum(ds))
+    return ds, da, int(prev_n)
 
 
 def speedup(ar: Trace, spec: Trace) -> float:

@@ -8,8 +8,16 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 
-import pytest
-import torch
+# torch's idle OpenMP threads wait asleep instead of spinning: on the two cores the workers
+# share, a process computing on two threads (the offline pair loading at the set-up's
+# count, a child that loads it: the command line, the set-up script) otherwise keeps both
+# cores busy between its parallel regions, and the other worker waits. Results are the
+# same; only the idle threads' waiting changes. Set before torch loads its OpenMP runtime,
+# so that it holds here, in the workers and in every process they start.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # The thread count the set-up script ran at: its record of the offline draft's choice is
@@ -182,18 +190,42 @@ def browser():
         chromium.close()
 
 
-# The modules that take longest (measured on a 2-core CPU, in that order) run first: xdist
-# hands a free worker the next module, so the last one to start is then a short one and the
-# two workers finish close together. Every other module keeps its place.
+# The modules that take longest, longest first (each measured alone on a 2-core CPU: its
+# seconds of CPU, and of waiting where it serves an app, drives chromium or holds a run),
+# run first: xdist hands a free worker the next module, so the last ones to start are short
+# and the two workers finish close together. Every other module keeps its place after them.
 SLOWEST_FIRST = (
     "test_distribution",
-    "test_engine",
     "test_browser",
-    "test_layout_browser",
+    "test_kernels",
     "test_lesson_browser",
+    "test_engine",
+    "test_packages",
+    "test_verify_contract",
     "test_load",
+    "test_share_browser",
+    "test_queue_browser",
+    "test_layout_browser",
+    "test_compiled",
+    "test_deploy",
     "test_faults",
+    "test_gpu_check",
+    "test_cli",
+    "test_verification",
+    "test_bench",
+    "test_report",
+    "test_tree",
+    "test_zerogpu",
+    "test_offline",
 )
+
+
+def pytest_configure(config) -> None:
+    # pytest-xdist's --dist loadscope otherwise queues modules by their number of tests,
+    # most first (--loadscope-reorder, its default), which ignores SLOWEST_FIRST and leaves
+    # the one-test browser modules, among the longest, for last
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(config, items) -> None:

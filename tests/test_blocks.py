@@ -4,6 +4,7 @@ outputs and leave the rest alone, without rebuilding a component for each one le
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 
 import gradio as gr
 import plotly.graph_objects as go
@@ -11,6 +12,13 @@ import pytest
 from gradio.state_holder import SessionState
 
 from specviz.ui.blocks import SKIP, Blocks
+
+
+def run_coroutine(coro):
+    """The coroutine run to its end on a thread of its own: a browser test's sync API
+    leaves an event loop running on this worker's main thread."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 def build():
@@ -49,8 +57,8 @@ FRAMES = {
 def test_a_frame_is_sent_as_gradio_sends_it(frame: str) -> None:
     demo, fn, comps = build()
     ours_state, theirs_state = SessionState(demo), SessionState(demo)
-    ours = asyncio.run(demo.postprocess_data(fn, FRAMES[frame](comps), ours_state))
-    theirs = asyncio.run(gr.Blocks.postprocess_data(demo, fn, FRAMES[frame](comps), theirs_state))
+    ours = run_coroutine(demo.postprocess_data(fn, FRAMES[frame](comps), ours_state))
+    theirs = run_coroutine(gr.Blocks.postprocess_data(demo, fn, FRAMES[frame](comps), theirs_state))
     # for a skipped gr.HTML gradio also echoes the update marker as a custom property,
     # {"props": {"__type__": "update"}}, which sets nothing; ours sends the bare marker
     echo = {"props": SKIP, **SKIP}
@@ -81,8 +89,8 @@ def test_an_output_left_alone_builds_no_component(monkeypatch) -> None:
             _init(self, *a, **k)
 
         monkeypatch.setattr(cls, "__init__", counting)
-    out = asyncio.run(demo.postprocess_data(fn, {comps["number"]: 3}, SessionState(demo)))
+    out = run_coroutine(demo.postprocess_data(fn, {comps["number"]: 3}, SessionState(demo)))
     assert built == []  # gradio's own Blocks builds one per skipped output: four here
     assert out[0] == SKIP and out[2:] == [SKIP, SKIP, None, SKIP]
-    asyncio.run(gr.Blocks.postprocess_data(demo, fn, {comps["number"]: 3}, SessionState(demo)))
+    run_coroutine(gr.Blocks.postprocess_data(demo, fn, {comps["number"]: 3}, SessionState(demo)))
     assert sorted(built) == ["Button", "Dropdown", "HTML", "Plot"]

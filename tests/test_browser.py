@@ -261,7 +261,7 @@ def test_step_narration_and_a_measured_sweep(page) -> None:
     page.fill("#sv-sweep-reps input[type=number]", "1")
     page.press("#sv-sweep-reps input[type=number]", "Enter")
     page.click("#sv-sweep-run")
-    wait_text(page, "#sv-sweep-status", "sweep done: 4 runs, 2 cells", timeout=180_000)
+    wait_text(page, "#sv-sweep-status", "sweep done: 3 runs, 2 cells", timeout=180_000)
     page.wait_for_selector("#sv-sweep-plot .js-plotly-plot", timeout=30_000)
     chart = page.inner_text("#sv-sweep-plot")
     assert "measured" in chart and "formula" in chart

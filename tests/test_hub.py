@@ -153,7 +153,7 @@ def test_the_apps_custom_pair_runs_the_hub_models(hub_pair):
     expected = generate(hub_pair, PROMPTS[0], form.settings(Limits()).with_(method="ar"))
     assert session.spec.token_ids == expected.token_ids == session.ar.token_ids
     assert TARGET in session.spec.models["target"] and DRAFT in session.spec.models["draft"]
-    assert "identical" in frames[-1]["greedy"]
+    assert "identical" in frames[-1]["greedy_check"]
 
 
 def test_a_model_narrower_than_the_tokenizer_is_refused_at_load(hub_cache):

@@ -35,7 +35,8 @@ def test_log_row_of_a_compared_run(compared):
     assert row["changed"] == "gamma=3, temperature=1.0, max_new_tokens=12, seed=1"
     assert row["method"] == "spec + ar" and row["new_tokens"] == 12
     assert row["acceptance"] == spec.stats.acceptance_rate and row["alpha"] == spec.stats.alpha
-    assert row["speedup"] == pytest.approx(ar.stats.ms_per_token / spec.stats.ms_per_token)
+    # the baseline's seconds over the speculative run's, for the same tokens
+    assert row["speedup"] == pytest.approx(ar.timeline[-1][0] / spec.timeline[-1][0])
     assert row["c"] > 0 and row["tokens_per_call"] == spec.stats.tokens_per_call
 
 
@@ -164,10 +165,15 @@ def test_shading_refuses_traces_without_overlaps():
 
 def test_narration_tells_the_round_from_its_numbers():
     lines = narration.narrate_round(sample_trace().rounds[0])
-    assert lines[0].startswith("The draft proposed 3 tokens, in 3.0 ms: 'Hi', ")
-    assert lines[1] == (
-        "One target call scored 4 positions (the 3 drafts and the position after them) in 5.0 ms."
+    assert lines[0].startswith(
+        "The draft proposed 3 tokens, in 3.0 ms (its first call also read the prompt): 'Hi', "
     )
+    assert lines[1] == (
+        "One target call scored 4 positions (the 3 drafts and the position after them) in "
+        "5.0 ms (it also read the prompt)."
+    )
+    later = narration.narrate_round(sample_trace().rounds[1])
+    assert "read the prompt" not in later[0] and "read the prompt" not in later[1]
     assert lines[2] == (
         "Draft 1 'Hi': p = 0.50, q = 0.40, min(1, p/q) = 1.00; u = 0.30 < 1.00, so it was accepted."
     )

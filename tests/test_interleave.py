@@ -172,7 +172,9 @@ def test_the_story_of_a_compared_run_matches_its_traces(pair) -> None:
     assert st.measured is not None and st.measured.value == metrics.speedup(ar, spec)
     assert st.c == metrics.cost_ratio(spec, ar)
     html = markup.speedline_html(st)
-    assert f"{st.tokens_per_call:.2f}" in html and f"{st.calls_saved} calls saved" in html
+    assert (
+        f"{st.tokens_per_call:.2f}" in html and f"{st.calls} calls: {st.calls_saved} saved" in html
+    )
     assert f"{st.measured.value:.2f}x" in html
     assert ("sv-speedline-warn" in html) == st.below_one()
     alone = speed_story(spec, None)

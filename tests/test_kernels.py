@@ -3,8 +3,9 @@ it computes, how the set-up step builds it, what happens when it cannot, and the
 that calls it, eager and in a compiled package, exact as a draft must be.
 
 The op is loaded once per process: the library the set-up step built where this CPU takes
-it (AVX2), else one compiled here into a temporary folder (about 15 s), so that the op's
-tests run on any x86 CPU with a compiler."""
+it (AVX2), else the one the module's own build compiles into a temporary folder (about
+15 s; the same build the set-up step's test checks), so that the op's tests run on any x86
+CPU with a compiler."""
 
 from __future__ import annotations
 
@@ -24,20 +25,31 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def op(tmp_path_factory):
-    """torch.ops.specviz.int8_linear, loaded."""
-    if not kernels.ready():
-        if not hasattr(torch.ops.specviz, "int8_linear"):
-            cxx = kernels.compiler()
-            if cxx is None:
-                pytest.skip("no C++ compiler to build the kernel with")
-            out = tmp_path_factory.mktemp("kernels") / "specviz_kernels.so"
-            done = subprocess.run(
-                kernels.command(cxx, kernels.SOURCE, out), capture_output=True, text=True
-            )
-            assert done.returncode == 0, done.stderr[-2000:]
-            torch.ops.load_library(str(out))
-            kernels._register_fake()
+def built_library(tmp_path_factory):
+    """The set-up step's build of the library (kernels.build, as on a CPU that takes it)
+    into a temporary folder, once for the module: the library's path, build's answer, the
+    lines it reported and the folder's files right after it."""
+    if kernels.compiler() is None:
+        pytest.skip("no C++ compiler to build the kernel with")
+    target = tmp_path_factory.mktemp("built") / "kernels" / "specviz_kernels-x.so"
+    lines: list[str] = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(kernels, "wanted", lambda: True)
+        mp.setattr(kernels, "library_path", lambda: target)
+        answer = kernels.build(report=lines.append)
+    files = sorted(p.name for p in target.parent.iterdir()) if target.parent.exists() else []
+    return target, answer, lines, files
+
+
+@pytest.fixture(scope="module")
+def op(request):
+    """torch.ops.specviz.int8_linear, loaded: the library the set-up step built where this
+    CPU takes it, else the module's own build (built_library)."""
+    if not kernels.ready() and not hasattr(torch.ops.specviz, "int8_linear"):
+        target, answer, lines, _ = request.getfixturevalue("built_library")
+        assert answer == target, lines
+        torch.ops.load_library(str(target))
+        kernels._register_fake()
     return torch.ops.specviz.int8_linear
 
 
@@ -275,18 +287,14 @@ def test_a_package_of_the_kernels_draft_calls_it_and_decodes_as_eager(
     assert fw is not None and fw.calls > 0 and fw.eager_calls == 0
 
 
-def test_the_set_up_step_builds_the_library_once(tmp_path, monkeypatch):
+def test_the_set_up_step_builds_the_library_once(built_library, monkeypatch):
     """build() compiles the source with the system's compiler into the cache's path, whole
     or not at all, and finds it there the next time without compiling."""
-    if kernels.compiler() is None:
-        pytest.skip("no C++ compiler")
-    target = tmp_path / "kernels" / "specviz_kernels-x.so"
+    target, answer, lines, files = built_library
+    assert answer == target and target.stat().st_size > 0 and lines == []
+    assert files == [target.name]  # no temporary left
     monkeypatch.setattr(kernels, "wanted", lambda: True)
     monkeypatch.setattr(kernels, "library_path", lambda: target)
-    lines: list[str] = []
-    assert kernels.build(report=lines.append) == target
-    assert target.stat().st_size > 0 and lines == []
-    assert sorted(p.name for p in target.parent.iterdir()) == [target.name]  # no temporary left
     monkeypatch.setenv("CXX", "/nonexistent/compiler")
     monkeypatch.setattr(kernels, "compiler", lambda: None)
     assert kernels.build(report=lines.append) == target and lines == []  # found: no compiling

@@ -5,6 +5,7 @@ the tiny pair (specviz.ui.lesson_panel), without a browser."""
 from __future__ import annotations
 
 import html
+import re
 
 import pytest
 
@@ -112,17 +113,59 @@ def test_counts_and_the_untouched_statement() -> None:
         lesson.untouched_statement(None, None)
 
 
-def test_the_hotter_draft_states_against_step_one() -> None:
-    before = lesson.RunNumbers.of(spec_trace(), ar_trace(ms=40.0))  # acceptance 0.75, 4x
+def numbers(tokens_per_call: float, c: float | None, speedup: float = 1.0) -> lesson.RunNumbers:
+    """A compared run's figures with these tokens per call and c."""
+    base = lesson.RunNumbers.of(spec_trace(), ar_trace())
+    return lesson.RunNumbers(
+        **{**base.__dict__, "tokens_per_call": tokens_per_call, "c": c, "speedup": speedup}
+    )
+
+
+@pytest.mark.parametrize(
+    ("before", "now", "said"),
+    [
+        (
+            (4.7, 0.30),
+            (2.1, 0.31),
+            "Tokens per call fell from 4.70 to 2.10 while c stayed near 0.31 (0.30 before).",
+        ),
+        (
+            (4.7, 0.41),
+            (2.1, 1.49),
+            "Tokens per call fell from 4.70 to 2.10 and c rose from 0.41 "
+            "to 1.49 too, so both count.",
+        ),
+        (
+            (2.0, 0.41),
+            (2.1, 1.49),
+            "Tokens per call stayed near 2.10 (2.00 before) while c rose "
+            "from 0.41 to 1.49: here the draft's cost moved, not the acceptance.",
+        ),
+        ((2.0, 0.41), (2.1, 0.40), "Neither moved by more than 15 %"),
+        ((4.7, None), (2.1, 0.3), "Tokens per call fell from 4.70 to 2.10; c was not measured"),
+    ],
+)
+def test_step_two_says_which_of_tokens_per_call_and_c_moved(before, now, said) -> None:
+    assert said in lesson.which_moved(numbers(*before), numbers(*now))
+
+
+def test_the_hotter_draft_puts_both_runs_side_by_side() -> None:
+    before = lesson.RunNumbers.of(spec_trace(), ar_trace(ms=40.0))  # 4x
     hot = spec_trace({"draft_temperature": 1.5})
+    now = lesson.RunNumbers.of(hot, ar_trace(ms=25.0))
     said = lesson.temperature_statement(hot, ar_trace(ms=25.0), before)
     assert "draft temperature 1.5" in said and "1 rejections and 1 resamples" in said
-    assert "acceptance stayed at 0.75" in said and "speedup fell from 4.00x to 2.50x" in said
+    assert f"Against step 1's run: {lesson.which_moved(before, now)}" in said
+    # both runs in two columns, tokens per call and c first
+    assert "<th></th><th>step 1&#x27;s run</th><th>this run</th>" in said
+    assert "<td>tokens per target call</td><td>2.50</td><td>2.50</td>" in said
+    c = f"<td>{before.c:.2f}</td><td>{now.c:.2f}</td>"
+    assert f"<td>c (draft step / target step)</td>{c}" in said
+    assert "<td>speedup</td><td>4.00x</td><td>2.50x</td>" in said
     assert "distributed as the target's at temperature 0.7 and top-p 0.9" in said
     alone = lesson.temperature_statement(hot, ar_trace(), None)
     assert "Against step 1" not in alone and "Acceptance 0.75" in alone and "2.50x" in alone
-    other_prompt = lesson.RunNumbers.of(spec_trace(), ar_trace())
-    other_prompt = lesson.RunNumbers(**{**other_prompt.__dict__, "key": ("other",)})
+    other_prompt = lesson.RunNumbers(**{**before.__dict__, "key": ("other",)})
     assert "Against step 1" not in lesson.temperature_statement(hot, None, other_prompt)
 
 
@@ -141,6 +184,62 @@ def test_the_rejection_statement_reads_the_trace_and_escapes_tokens() -> None:
         lesson.rejection_statement(greedy)
 
 
+def with_residual(trace: Trace, accept: float, residual: list[float]) -> Trace:
+    """The trace with its first round's rejected draft at keep probability `accept` and
+    its resampled token drawn from a distribution with these top probabilities."""
+    d = trace.rounds[0].drafted[1]
+    d.accept_prob = accept
+    d.p = accept * d.q
+    trace.rounds[0].added.top = [
+        {"id": i, "text": f"t{i}", "p": 0.1, "residual": r} for i, r in enumerate(residual)
+    ]
+    return trace
+
+
+@pytest.mark.parametrize(
+    ("accept", "residual", "teaches"),
+    [
+        (0.25, [0.6, 0.3, 0.1], True),
+        (0.0, [0.6, 0.3, 0.1], False),  # p = 0: u plays no role
+        (0.95, [0.6, 0.3, 0.1], False),  # kept but for the rarest u
+        (0.25, [1.0], False),  # the replacement was certain
+        (0.25, [0.96, 0.04], False),  # one token above 5 %
+    ],
+)
+def test_step_three_opens_only_a_rejection_the_draw_decided(accept, residual, teaches) -> None:
+    trace = with_residual(spec_trace(), accept, residual)
+    found = lesson.teaching_rejection(trace)
+    assert (found is not None) is teaches
+    if teaches:
+        r, pos, d = found
+        assert (r.index, pos) == (0, 1) and lesson.residual_tokens(r) >= 2
+        said = lesson.rejection_statement(trace, found)
+        assert "The draw decided: a u below 0.250 (a chance of 25 %) would have kept" in said
+    else:
+        assert "The draw decided" not in lesson.rejection_statement(trace)
+        said = lesson.no_draw_sentence(trace, [0, 1, 2])
+        assert "None of the 3 runs with seeds 0, 1, 2 had a rejection where the draw" in said
+        assert f"min(1, p/q) = {accept:.3f}" in said
+
+
+def test_step_seven_deals_only_rounds_a_draw_decided() -> None:
+    from specviz.views.verifier_game import drawn_rounds
+
+    sampled = spec_trace()
+    assert drawn_rounds(sampled) == [0]  # round 2 keeps D and E whatever u: p > q
+    sampled.rounds[1].drafted[0].p = 0.4  # now u decides D: min(1, p/q) = 0.5
+    sampled.rounds[1].drafted[0].accept_prob = 0.5
+    assert drawn_rounds(sampled) == [0, 1]  # the round with a rejection first
+    for d in sampled.rounds[0].verified:
+        d.accept_prob, d.p = 1.0, d.q
+    assert drawn_rounds(sampled) == [1]
+    greedy = spec_trace({"greedy": True})
+    for r in greedy.rounds:
+        for d in r.drafted:
+            d.u = None
+    assert drawn_rounds(greedy) == []
+
+
 def test_the_greedy_statement_says_equal_or_where_they_part() -> None:
     spec = spec_trace({"greedy": True})
     same = lesson.greedy_statement(spec, ar_trace())
@@ -152,43 +251,90 @@ def test_the_greedy_statement_says_equal_or_where_they_part() -> None:
     assert "first 3 tokens are equal" in shorter
 
 
-def row(gamma: int, measured: float, expected: float, predicted: float | None) -> dict:
+def row(
+    gamma: int,
+    measured: float,
+    expected: float,
+    predicted: float | None,
+    spread: float = 0.05,
+    alpha: float = 0.8,
+    c: float = 0.1,
+) -> dict:
     return {
         "gamma": gamma,
         "temperature": 0.7,
-        "alpha": 0.8,
+        "alpha": alpha,
         "match_alpha": 0.6,
-        "c": 0.1,
+        "c": c,
         "tokens_per_call": 2.0,
         "measured_speedup": measured,
+        "measured_low": measured - spread,
+        "measured_high": measured + spread,
         "expected_speedup": expected,
         "predicted_speedup": predicted,
     }
 
 
 def test_the_sweep_statement() -> None:
-    rows = [
-        row(8, 1.1, 2.0, 1.2),
-        row(1, 1.3, 1.6, 1.4),
-        row(2, 1.5, 1.9, 1.6),
-        row(4, 1.4, 2.2, 1.5),
-    ]
-    said = lesson.sweep_statement(rows)
-    assert "gamma 1: 1.30x, gamma 2: 1.50x, gamma 4: 1.40x, gamma 8: 1.10x" in said
-    assert "best gamma 2</b> (1.50x)" in said
-    # Leviathan at alpha 0.8, c 0.1: the best gamma over 1..32
     from specviz import metrics
 
-    best = metrics.best_gamma(0.8, 0.1)
+    rows = [
+        row(8, 1.1, 2.0, 1.2, 0.04),
+        row(1, 1.3, 1.6, 1.4, 0.04),
+        row(2, 1.5, 1.9, 1.6, 0.04),
+        row(4, 1.4, 2.2, 1.5, 0.04),
+    ]
+    said = lesson.sweep_statement(rows, reps=3)
+    assert "(3 repetitions, every gamma interleaved with the baseline" in said
+    assert "gamma 1: 1.30x (1.26–1.34), gamma 2: 1.50x (1.46–1.54)" in said
+    assert "gamma 8: 1.10x (1.06–1.14)" in said and "best gamma 2</b>" in said
+    assert "cannot tell" not in said
+    best = metrics.best_gamma(0.8, 0.1)  # Leviathan at alpha 0.8, c 0.1, over 1..32
     assert f"best gamma at <b>{best}</b>" in said and "alpha 0.800 and c 0.10" in said
     lev = ", ".join(f"{metrics.expected_speedup(0.8, g, 0.1):.2f}x" for g in (1, 2, 4, 8))
     assert f"expects {lev}" in said
     assert "refined prediction" in said and "1.40x, 1.60x, 1.50x, 1.20x" in said
-    assert "(best of these: gamma 2)" in said and "wasted" in said
+    assert "(best of these: gamma 2)" in said
+    assert "Past gamma 2 more drafts stopped paying: gamma 8 measured 1.10x against 1.50x" in said
     no_refined = lesson.sweep_statement([row(1, 1.3, 1.6, None)])
-    assert "refined" not in no_refined
+    assert "refined" not in no_refined and "Too many drafts stop paying" in no_refined
     with pytest.raises(ValueError, match="no cell"):
         lesson.sweep_statement([])
+
+
+def test_the_sweep_statement_says_what_the_spreads_cannot_tell() -> None:
+    # gamma 8 measured highest but within gamma 4's spread: no ranking is claimed
+    rows = [row(1, 1.0, 1, None), row(2, 1.2, 1, None), row(4, 1.4, 1, None, 0.2)]
+    said = lesson.sweep_statement([*rows, row(8, 1.5, 1, None, 0.2)])
+    assert "best gamma 8</b>, though the timing cannot tell it from gamma 4" in said
+    assert "Whether more drafts stop paying here, the timing cannot tell (gamma 4's" in said
+    # measured best at the largest gamma, told apart from every other
+    said = lesson.sweep_statement([*rows, row(8, 2.0, 1, None, 0.05)])
+    assert "Here more drafts kept paying up to gamma 8: at alpha 0.800" in said
+    # a best in the middle whose spread meets the largest gamma's
+    said = lesson.sweep_statement([*rows[:2], row(4, 1.5, 1, None, 0.2), row(8, 1.4, 1, None)])
+    assert "cannot tell it from gamma 8" in said and "(gamma 8's spread overlaps gamma 4's)" in said
+
+
+def test_the_sweep_chart_and_statement_quote_one_alpha_and_c() -> None:
+    from specviz.analysis.sweep import formula_point
+    from specviz.views import across_runs
+
+    rows = [
+        row(g, 1.0 + g / 10, 1, None, alpha=a, c=c)
+        for g, a, c in ((1, 0.9, 0.8), (2, 0.95, 0.9), (4, 0.85, 0.7))
+    ]
+    point = formula_point(rows)
+    assert (point.accept, point.c) == (0.9, 0.8)  # the medians
+    said = lesson.sweep_statement(rows)
+    legend = across_runs.sweep_figure(rows).data[0].name
+    assert f"alpha {point.accept:.3f} and c {point.c:.2f}" in said
+    assert f"α = {point.accept:.3f}, c = {point.c:.2f}" in legend
+    # under exact match both read sum p q
+    exact = formula_point(rows, "exact-match")
+    assert exact.name == "sum p q" and exact.accept == 0.6
+    assert "sum p q 0.600" in lesson.sweep_statement(rows, "exact-match")
+    assert "sum p q = 0.600" in across_runs.sweep_figure(rows, "exact-match").data[0].name
 
 
 def check_result(rule: str, spec_counts: list[int], acceptance: float, verification: str):
@@ -243,10 +389,12 @@ LIMITS = Limits(max_new_tokens=64)  # the tiny models hold 128 positions
 
 @pytest.fixture(scope="module")
 def close():
-    """A draft close to its target: mostly accepted until it samples hotter."""
+    """A draft close to its target: mostly accepted until it samples hotter. Flat enough
+    (sharpness 0.5) that the target's nucleus often holds several tokens, so that a
+    residual can spread over them (step 3's example)."""
     from tests.tiny import close_pair
 
-    return close_pair()
+    return close_pair(sharpness=0.5)
 
 
 @pytest.fixture()
@@ -254,62 +402,154 @@ def ctx(close):
     return AppContext(lambda pair, dtype: close, LIMITS)
 
 
-def take(ctx, session, state: Lesson, index: int, prompt: str = "1 2 3") -> list[dict]:
+@pytest.fixture(scope="module")
+def page():
+    """The page as the app composes it: what each name a step's changes carry maps to."""
+    import gradio as gr
+
+    from specviz.config import Deployment
+    from specviz.ui import layout
+    from specviz.ui.context import app_context
+
+    dep = Deployment(limits=LIMITS)
+    app, menu = app_context(dep, lambda name, dtype: None, ["default"])
+    with gr.Blocks() as demo:
+        built, _ = layout.compose(app, menu, dep, demo)
+    return built
+
+
+BARE = re.compile(r">\s*(false|true|None)\s*<")
+
+
+def shown_as_meant(page, frames: list[dict]) -> None:
+    """Every name maps to one component of the page; an HTML view gets a string with no
+    bare false, true or None in it (a control's value sent to a view shows as one); a
+    checkbox gets a bool."""
+    import gradio as gr
+
+    for frame in frames:
+        for name, value in frame.items():
+            comp = page.component(name)
+            if isinstance(comp, gr.HTML):
+                assert isinstance(value, str), (name, value)
+                assert value.strip() not in ("false", "true", "None"), (name, value)
+                assert not BARE.search(value), (name, value)
+            elif isinstance(comp, gr.Checkbox):
+                assert isinstance(value, bool), (name, value)
+
+
+def take(ctx, session, state: Lesson, index: int, prompt: str = "1 2 3", page=None) -> list[dict]:
     state.index = index
     form = Form(prompt=prompt, pair="tiny")
-    return list(lesson_panel.lesson_updates(session, state, form, ctx))
+    frames = list(lesson_panel.lesson_updates(session, state, form, ctx))
+    if page is not None:
+        shown_as_meant(page, frames)
+    return frames
 
 
-def test_steps_one_to_four_on_the_tiny_pair(ctx, one_thread) -> None:
+def test_steps_one_to_four_and_seven_on_the_tiny_pair(ctx, page, one_thread) -> None:
     session, state = new_session(), Lesson()
-    frames = take(ctx, session, state, 0)
+    frames = take(ctx, session, state, 0, page=page)
     assert frames[0]["compare"] is True and frames[0]["own_draft_temperature"] is False
     assert frames[0]["max_new_tokens"] == 64  # within the deployment's limit
     said = frames[-1]["lesson_said"]
     assert f"{len(session.spec.token_ids)} tokens from {len(session.spec.rounds)}" in said
     assert state.first is not None and "Speedup" in said
+    # the run's final frame goes out with the statement: a tab opened later draws it
+    assert {"theory", "projection", "acc_round", "speed"} <= set(frames[-1])
+    assert frames[0]["lesson_changed_row"].visible is False  # the defaults: nothing changed
 
-    frames = take(ctx, session, state, 1)
+    frames = take(ctx, session, state, 1, page=page)
     assert frames[0]["draft_temperature"] == 1.5 and frames[0]["own_draft_temperature"]
     assert session.spec.settings.draft_temperature == 1.5
     assert lesson.status_counts(session.spec)["rejected"] > 0  # rejections appear
     said = frames[-1]["lesson_said"]
-    assert "Against step 1's run, acceptance fell" in said
+    now = lesson.RunNumbers.of(session.spec, session.ar)
+    assert f"Against step 1's run: {html.escape(lesson.which_moved(state.first, now), False)}" in (
+        said
+    )
+    first, second = state.first, now
+    tpc = f"<td>{first.tokens_per_call:.2f}</td><td>{second.tokens_per_call:.2f}</td>"
+    assert f"<td>tokens per target call</td>{tpc}" in said
+    assert f"<td>c (draft step / target step)</td><td>{first.c:.2f}</td><td>{second.c:.2f}" in said
+    assert "draft temperature 1.5 (default off)" in frames[0]["lesson_changed"]
+    assert frames[0]["lesson_changed_row"].visible is True
 
-    spec = session.spec
-    frames = take(ctx, session, state, 2)
-    assert session.spec is spec and len(frames) == 1  # no model call: the stored run
-    out = frames[0]
-    assert "rejected: u =" in html.unescape(out["verdict"]) and "u = " in out["lesson_said"]
-    r, pos, _ = lesson.first_rejection(spec)
+    # step 3 opens a rejection where the draw decided, from step 2's run or a new one
+    frames = take(ctx, session, state, 2, page=page)
+    out = frames[-1]
+    found = lesson.teaching_rejection(session.spec)
+    assert found is not None, out["lesson_said"]
+    r, pos, d = found
+    assert 0.1 < d.accept_prob < 0.9 and d.u is not None and d.u >= d.accept_prob
+    assert sum(e["residual"] > 0.05 for e in r.added.top) >= 2
     assert out["insp_round"] == r.index + 1 and out["insp_pos"] == pos
+    assert (
+        "rejected: u =" in html.unescape(out["verdict"])
+        and "The draw decided" in (out["lesson_said"])
+    )
+    assert f"min(1, p/q) = {d.accept_prob:.3f}" in out["lesson_said"]
 
-    frames = take(ctx, session, state, 3)
+    frames = take(ctx, session, state, 3, page=page)
     assert frames[0]["greedy"] is True
     assert session.spec.token_ids == session.ar.token_ids
     assert "Equal" in frames[-1]["lesson_said"]
 
+    # step 7 after the greedy run: no draw decides there, so a sampled run first
+    from specviz.views.verifier_game import draw_decided
 
-def test_step_three_runs_step_two_first_without_a_rejection(ctx, one_thread) -> None:
+    greedy = session.spec
+    frames = take(ctx, session, state, 6, page=page)
+    out = frames[-1]
+    game = out["play_state"]
+    assert session.spec is not greedy and not session.spec.settings.is_greedy
+    assert game.trace is session.spec
+    assert any(draw_decided(d, game.trace.settings) for d in game.round.verified)
+    assert "your last run was greedy, where no draw decides" in out["lesson_said"]
+    # a sampled run with a drawn round is dealt from as it is: no model call
+    frames = take(ctx, session, state, 6, page=page)
+    assert len(frames) == 1 and frames[0]["play_state"].trace is session.spec
+
+
+def test_step_three_runs_with_new_seeds_and_says_when_none_had_an_example(page, one_thread) -> None:
+    """With two tokens a residual never spreads over two: every rejection's replacement is
+    the other token. Step 3 runs at most TRIES runs, each with the next seed, then says so
+    and opens the last run's first rejection."""
+    from tests.tiny import tiny_pair
+
+    pair = tiny_pair(vocab=2, target_seed=0, draft_seed=2)
+    ctx = AppContext(lambda p, d: pair, LIMITS)
     session, state = new_session(), Lesson()
-    frames = take(ctx, session, state, 2)
-    assert frames[0]["own_draft_temperature"] and frames[0]["draft_temperature"] == 1.5
-    assert "Round " in frames[-1]["lesson_said"] and "verdict" in frames[-1]
-
-
-def test_step_five_sweeps_and_step_six_checks(ctx, one_thread) -> None:
-    session, state = new_session(), Lesson()
-    frames = take(ctx, session, state, 4)
-    chosen = next(f for f in frames if "sweep_gammas" in f)  # the sweep's handler shows them
-    assert chosen["sweep_gammas"] == [1, 2, 4, 8] and chosen["sweep_reps"] == 1
+    frames = take(ctx, session, state, 2, "1 0 1", page)
     said = frames[-1]["lesson_said"]
-    assert "Measured: gamma 1:" in said and "gamma 8:" in said and "Leviathan" in said
-    assert "refined prediction" in said
+    assert len(session.log.rows) == lesson.TRIES  # one run per seed, no more
+    seeds = [f["seed"] for f in frames if "seed" in f]
+    assert seeds[0] == 0 and seeds[-1] == lesson.TRIES - 1
+    assert f"None of the {lesson.TRIES} runs with seeds 0, 1, 2 had a rejection" in said
+    if lesson.first_rejection(session.spec) is not None:
+        assert "Below is the last run" in said and "verdict" in frames[-1]
+    assert "seed 2 (default 0)" in frames[-1].get("lesson_changed", "") or any(
+        "seed 2 (default 0)" in f.get("lesson_changed", "") for f in frames
+    )
+
+
+def test_step_five_sweeps_and_step_six_checks(ctx, page, one_thread) -> None:
+    session, state = new_session(), Lesson()
+    frames = take(ctx, session, state, 4, page=page)
+    chosen = next(f for f in frames if "sweep_gammas" in f)  # the sweep's handler shows them
+    assert chosen["sweep_gammas"] == [1, 2, 4, 8] and chosen["sweep_reps"] == lesson.SWEEP_REPS
+    said = frames[-1]["lesson_said"]
+    assert "interleaved with the baseline" in said and "gamma 8:" in said
+    assert "Leviathan" in said and "refined prediction" in said
+    # the statement quotes the chart's alpha and c
+    legend = frames[-1]["sweep_plot"].data[0].name
+    quoted = re.search(r"α = (\d\.\d+), c = (\d+\.\d+)", legend)
+    assert f"alpha {quoted[1]} and c {quoted[2]}" in said
 
     from tests.tiny import tiny_pair
 
     pair = tiny_pair(vocab=8, target_seed=0, draft_seed=2)  # first-position overlap ~0.4
-    frames = take(AppContext(lambda p, d: pair, LIMITS), session, state, 5, prompt="1 2")
+    frames = take(AppContext(lambda p, d: pair, LIMITS), session, state, 5, "1 2", page)
     said = frames[-1]["lesson_said"]
     assert "resample-from-p the check <b>fails</b>" in said, said
     assert "exact-match verification it <b>passes</b>" in said, said
@@ -320,6 +560,29 @@ def test_step_five_sweeps_and_step_six_checks(ctx, one_thread) -> None:
         "rejection",
     ]
     assert next(i for i, f in enumerate(frames) if f.get("check_rule") == "rejection") > second
+    # both checks charted: the wrong rule failing, exact match passing
+    figure = frames[-1]["check_plot"]
+    titles = " ".join(a.text for a in figure.layout.annotations)
+    assert "resample-from-p rule FAILS: first token" in titles
+    assert "exact match passes: first token" in titles and "bins" in titles
+    assert "FAILS; exact match passes" in figure.layout.title.text
+
+    # the controls step 6 left, and one click back to the defaults
+    line = [f["lesson_changed"] for f in frames if "lesson_changed" in f][-1]
+    assert "temperature 1 (default 0.7)" in line and "draft temperature 0.7 (default off)" in line
+    assert "verification exact-match (default rejection)" in line  # the second check's
+    out = lesson_panel.restore_changes(state, ctx)
+    assert out["lesson_changed_row"].visible is False and out["lesson_changed"] == ""
+    assert {k: out[k] for k in lesson.BASE} == lesson_panel.defaults(ctx)
+    assert out["temperature"] == 0.7 and out["own_draft_temperature"] is False
+    assert out["max_new_tokens"] == 64  # the untouched page's, within the deployment's limit
+    assert lesson_panel.edited_changes(state, {**out, "seed": 3}, ctx) == {}  # restored
+    state.set_controls = True
+    assert (
+        "seed 3 (default 0)"
+        in lesson_panel.edited_changes(state, {**out, "seed": 3.0}, ctx)["lesson_changed"]
+    )
+    shown_as_meant(page, [out])
 
 
 def test_bad_input_is_one_line_in_the_panel(ctx) -> None:

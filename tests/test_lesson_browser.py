@@ -1,9 +1,10 @@
 """The guided lesson in a real browser (Debian's chromium through Playwright): at 1280x720
 the lesson and Run are on screen when the page opens, and step 1's button runs and states
 the run's numbers; presses queued behind a run or a load keep to their own steps; step 6
-catches the wrong rule on the offline pair. The steps other than 6 run on conftest's
-ui_pair (tiny networks over the offline pair's tokenizer, unless the screenshots are
-being written).
+catches the wrong rule on the offline pair and charts both checks; the tabs a step's run
+filled show it; one click restores the controls a step changed. The steps other than 6
+run on conftest's ui_pair (tiny networks over the offline pair's tokenizer, unless the
+screenshots are being written).
 
 Set SPECVIZ_SCREENSHOT_DIR to also write lesson-1280x720.png there.
 """
@@ -19,7 +20,7 @@ import time
 import pytest
 
 from tests.conftest import need_chromium, serve, slow_target
-from tests.test_browser import opened
+from tests.test_browser import open_tab, opened
 from tests.test_layout_browser import inside, shot
 
 pytestmark = pytest.mark.browser
@@ -43,11 +44,17 @@ def test_the_lesson_and_run_on_screen_and_step_one_states_its_run(
         assert re.search(r"\d+ accepted, \d+ rejected, \d+ resampled, \d+ bonus", text)
         assert re.search(r"Speedup \d+\.\d\dx", text), text
         assert "done" in page.inner_text("#sv-status")
+        assert not page.locator("#sv-lesson-changed").is_visible()  # the defaults: no line
         page.evaluate("window.scrollTo(0, 0)")
         page.mouse.move(0, 0)
         inside(page, "#sv-lesson")
         inside(page, "#sv-run")
         shot(page, "lesson-1280x720.png")
+        # the tabs the step's run filled show it, though none was open while it ran
+        open_tab(page, "Theory")
+        for chart in ("#sv-theory-plot", "#sv-projection-plot"):
+            page.wait_for_selector(f"{chart} .js-plotly-plot", timeout=30_000)
+        open_tab(page, "Decision")
         # Next shows step 2 with its own button; the first step's statement waits there.
         page.click("#sv-lesson-next")
         page.locator("#sv-lesson").filter(has_text="step 2 of 7").wait_for(timeout=30_000)
@@ -58,6 +65,15 @@ def test_the_lesson_and_run_on_screen_and_step_one_states_its_run(
 
 
 STEP_ONE = re.compile(r"\d+ tokens from \d+ target calls")
+# Text nodes that are a bare false, true or None: a value meant for a control shown as text.
+BARE_TEXT = """() => {
+  const out = [], walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  while (walk.nextNode()) {
+    const t = walk.currentNode.textContent.trim();
+    if (["false", "true", "None"].includes(t)) out.push(t);
+  }
+  return out;
+}"""
 
 
 def no_error_shown(page) -> None:
@@ -141,6 +157,15 @@ def test_clicking_ahead_keeps_each_statement_on_its_own_step(browser, short_url,
         said.filter(has_text=STEP_ONE).wait_for(timeout=30_000)
         assert "draft temperature 1.5" not in said.inner_text()
         no_error_shown(page)
+        # step 2 left the draft's own temperature on: a line says so; one click restores
+        changed = page.locator("#sv-lesson-changed")
+        changed.filter(has_text="draft temperature 1.5 (default off)").wait_for(timeout=30_000)
+        assert page.is_checked("#sv-own-draft-temp input")
+        page.click("#sv-lesson-restore")
+        changed.wait_for(state="hidden", timeout=30_000)
+        assert not page.is_checked("#sv-own-draft-temp input")
+        assert "restored to the page's defaults" in page.inner_text("#sv-status")
+        assert page.evaluate(BARE_TEXT) == []
 
 
 def test_next_then_the_button_before_the_server_answers_next(browser, short_url, ui_pair) -> None:
@@ -257,8 +282,11 @@ def test_step_six_catches_the_wrong_rule_and_passes_exact_match(browser, real_sh
         assert re.search(r"With resample-from-p the check fails \(smallest p-value", text), text
         assert re.search(r"with exact-match verification it passes \(smallest p-value", text)
         page.wait_for_selector("#sv-check-plot .js-plotly-plot", timeout=30_000)
+        chart = page.inner_text("#sv-check-plot")  # both checks drawn, each with its verdict
+        assert "resample-from-p rule FAILS" in chart and "exact match passes" in chart
         page.wait_for_function(
             "() => !document.querySelector('#sv-status .sv-status-busy')", timeout=60_000
         )
         no_error_shown(page)
+        assert page.evaluate(BARE_TEXT) == []
         shot(page, "lesson-step6.png")

@@ -25,7 +25,6 @@ COST_NAMES = {
         ("report/stats.py", "*"),
         ("ui/frames.py", "*"),
         ("ui/theory_tab.py", "*"),
-        ("views/across_runs.py", "*"),
         ("views/theory_figures.py", "*"),
     },
     "v": {

@@ -465,7 +465,7 @@ def model_thread_one_thread():
 
 
 def test_the_tab_runs_an_upload_and_refuses_a_bad_one(
-    pair, tmp_path, model_thread_one_thread
+    pair, tmp_path, model_thread_one_thread, monkeypatch
 ) -> None:
     from specviz.config import Limits
     from specviz.ui import report_tab
@@ -496,14 +496,53 @@ def test_the_tab_runs_an_upload_and_refuses_a_bad_one(
     long = Form(prompt="1 2", pair="tiny", max_new_tokens=20, gamma=2)
     five = tmp_path / "five.jsonl"
     five.write_text("\n".join(json.dumps(x) for x in LINES))
+    one_prompt = rr.run_prompt
+
+    def then_stop(*args, **kwargs):  # Stop pressed while the first prompt runs, on any machine
+        report_tab.stop_report(state)
+        return one_prompt(*args, **kwargs)
+
+    monkeypatch.setattr(rr, "run_prompt", then_stop)
     views = report_tab.report_updates(state, long, ctx, report_tab.FILE_CHOICE, str(five), False)
-    for view in views:  # Stop once the first prompt is done: the one in progress ends
-        if "[1/5]" in view.get("report_status", ""):
-            report_tab.stop_report(state)
-    assert (
-        "report stopped after" in view["report_status"] and "of 5 prompts" in view["report_status"]
-    )
-    assert len(view["report_files"]) == 3
+    last = list(views)[-1]  # the prompt in progress ends, and the report stops after it
+    assert "report stopped after 1 of 5 prompts" in last["report_status"]
+    assert len(last["report_files"]) == 3
+
+
+def test_the_tab_offers_the_quick_set_first_and_runs_it_at_32_tokens(
+    text_pair, model_thread_one_thread
+) -> None:
+    """The quick set: the first prompt of each of the six categories, chosen by one radio
+    value that the tab shows first and selected; each prompt runs 32 new tokens whatever max
+    new tokens says (text_pair has no EOS: every run makes its whole budget)."""
+    import gradio as gr
+
+    from specviz.config import Limits
+    from specviz.ui import report_tab
+    from specviz.ui.context import AppContext
+    from specviz.ui.state import Form
+
+    quick = ps.quick_prompts()
+    assert [p.category for p in quick] == list(ps.CATEGORIES) and len(quick) == 6
+    assert [p.text for p in quick] == [ps.BUILTIN_SET[c][0] for c in ps.CATEGORIES]
+    assert ps.read_prompts(ps.QUICK) == quick
+    views: dict = {}
+    with gr.Blocks():
+        report_tab.layout(views)
+    source = views["report_source"]
+    assert source.choices[0][0] == report_tab.QUICK_CHOICE == source.value
+    assert "6 prompts" in report_tab.QUICK_CHOICE and "32 tokens" in report_tab.QUICK_CHOICE
+
+    ctx = AppContext(lambda p, d: text_pair, Limits())
+    form = Form(pair="tiny", max_new_tokens=8, gamma=2)
+    state = report_tab.ReportState()
+    out = list(report_tab.report_updates(state, form, ctx, report_tab.QUICK_CHOICE, None, False))
+    assert "report done: 6 prompts" in out[-1]["report_status"]
+    records = read_records((state.out / rr.RUNS).read_text())
+    assert [r.prompt.id for r in records] == [p.id for p in quick]
+    assert all(len(r.spec.token_ids) == len(r.ar.token_ids) == 32 for r in records)
+    manifest = json.loads((state.out / rr.MANIFEST).read_text())
+    assert manifest["source"] == ps.QUICK
 
 
 # --- the real offline pair, once ---------------------------------------------------------

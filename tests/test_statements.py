@@ -411,6 +411,8 @@ def sweep_rows(gammas, alphas, matches, cs) -> list[dict]:
             "match_alpha": m,
             "c": c,
             "measured_speedup": 1.0 + 0.1 * g,
+            "measured_low": 0.95 + 0.1 * g,
+            "measured_high": 1.05 + 0.1 * g,
             "expected_speedup": 99.0,  # a stale figure: the statement must not print it
             "predicted_speedup": None,
         }

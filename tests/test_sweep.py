@@ -52,14 +52,22 @@ def test_one_row_per_cell_with_exactly_the_documented_keys(events):
     cells = [(r["gamma"], r["temperature"]) for r in rows]
     assert cells == [(1, 0.7), (3, 0.7), (1, 1.0), (3, 1.0)]
     assert all(tuple(r) == ROW_KEYS for r in rows)
-    assert [e.done for e in events] == list(range(1, 17)) and {e.total for e in events} == {16}
+    # per temperature and repetition: one baseline and one run per gamma
+    assert [e.done for e in events] == list(range(1, 13)) and {e.total for e in events} == {12}
 
 
-def test_repetitions_alternate_order_and_share_seeds(events):
-    cell = [e for e in events if (e.gamma, e.temperature) == (3, 0.7)]
-    assert [(e.rep, e.method) for e in cell] == [(0, "spec"), (0, "ar"), (1, "ar"), (1, "spec")]
-    assert [e.trace.settings.seed for e in cell] == [5, 5, 6, 6]
-    assert all(e.trace.settings.gamma == 3 for e in cell)
+def test_each_repetition_has_one_baseline_for_every_gamma_on_one_seed(events):
+    at = [e for e in events if e.temperature == 0.7]
+    assert [(e.rep, e.method, e.gamma) for e in at] == [
+        (0, "ar", 0),
+        (0, "spec", 1),
+        (0, "spec", 3),
+        (1, "ar", 0),
+        (1, "spec", 1),
+        (1, "spec", 3),
+    ]
+    assert [e.trace.settings.seed for e in at] == [5, 5, 5, 6, 6, 6]
+    assert [e.trace.settings.gamma for e in at if e.method == "spec"] == [1, 3, 1, 3]
     # EOS is ignored: every run has exactly max_new_tokens tokens
     assert all(len(e.trace.token_ids) == 10 for e in events)
     assert any(6 in e.trace.token_ids[:-1] for e in events)
@@ -69,7 +77,7 @@ def test_figures_come_from_the_cells_traces(events):
     for last in (e for e in events if e.row is not None):
         cell = [e for e in events if (e.gamma, e.temperature) == (last.gamma, last.temperature)]
         spec = [e.trace for e in cell if e.method == "spec"]
-        ar = [e.trace for e in cell if e.method == "ar"]
+        ar = [e.trace for e in events if e.method == "ar" and e.temperature == last.temperature]
         verified = [d for t in spec for r in t.rounds for d in r.drafted if d.status != "discarded"]
         row = last.row
         assert row["alpha"] == pytest.approx(sum(d.overlap for d in verified) / len(verified))
@@ -80,10 +88,13 @@ def test_figures_come_from_the_cells_traces(events):
         assert 0 < row["alpha"] < 1 and 1 <= row["tokens_per_call"] <= last.gamma + 1
         c = statistics.median(metrics.cost_ratio(s, a) for s, a in zip(spec, ar, strict=True))
         assert row["c"] == pytest.approx(c)
-        ms = statistics.median(t.stats.ms_per_token for t in ar)
-        assert row["measured_speedup"] == pytest.approx(
-            ms / statistics.median(t.stats.ms_per_token for t in spec)
-        )
+        # the baselines' seconds over the speculative runs' for the same tokens, pooled
+        measured = metrics.pooled_speedup(list(zip(ar, spec, strict=True)))
+        assert row["measured_speedup"] == pytest.approx(measured.value)
+        assert (row["measured_low"], row["measured_high"]) == (measured.low, measured.high)
+        assert row["measured_low"] <= row["measured_speedup"] <= row["measured_high"]
+        seconds = sum(metrics.paired_speedup(a, s).ar_s for a, s in zip(ar, spec, strict=True))
+        assert measured.ar_s == pytest.approx(seconds) and measured.tokens == 20
         expected = metrics.expected_speedup(row["alpha"], last.gamma, row["c"])
         assert row["expected_speedup"] == pytest.approx(expected)
         # the refined prediction: the cell's alpha at the costs measured before the sweep

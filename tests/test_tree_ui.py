@@ -45,8 +45,8 @@ def test_a_run_draws_the_last_tree_round_and_a_node_opens_its_trial(ctx) -> None
     spec = session.spec
     last = tree_view.last_full(tree_view.tree_rounds(spec))
     assert last is not None and len(last.nodes) == 6
-    assert f"Round {last.index + 1}, tree 2,2" in final["tree"]
-    assert final["tree"].count("data-node=") == len(last.nodes)
+    assert f"Round {last.index + 1}, tree 2,2" in final["tree_view"]
+    assert final["tree_view"].count("data-node=") == len(last.nodes)
     # a tried node that was not the first trial, if any, else any tried node
     tried = [(r, j, n) for r in spec.rounds for j, n in enumerate(r.nodes or []) if n.trial]
     tried = tried or [(r, j, n) for r in spec.rounds for j, n in enumerate(r.nodes or [])
@@ -73,7 +73,7 @@ def test_a_token_of_another_round_draws_that_rounds_tree(ctx) -> None:
     list(ui.run_updates(session, form(), ctx))
     first = session.spec.rounds[0]
     out = tree_panel.on_round_click(session, click({"round": 0, "pos": 0}))
-    assert "Round 1, tree 2,2" in out["tree"] and out["tree"].count("data-node=") == len(
+    assert "Round 1, tree 2,2" in out["tree_view"] and out["tree_view"].count("data-node=") == len(
         first.nodes
     )
     assert tree_panel.on_round_click(session, click({"round": 500, "pos": 0})) == {}
@@ -82,7 +82,7 @@ def test_a_token_of_another_round_draws_that_rounds_tree(ctx) -> None:
 def test_a_chain_run_leaves_the_tree_panel_empty(ctx) -> None:
     session = ui.new_session()
     final = list(ui.run_updates(session, form(tree="", gamma=3), ctx))[-1]
-    assert final["tree"] == "" and final["tree_compare"] == ""
+    assert final["tree_view"] == "" and final["tree_compare"] == ""
     assert tree_panel.on_round_click(session, click({"round": 0, "pos": 0})) == {}
 
 
@@ -91,7 +91,7 @@ def test_step_narrates_the_trials_and_theory_compares_with_a_chain(ctx) -> None:
     out = ui.step_update(session, form(), ctx)
     assert "The draft proposed a tree 2,2 of 6 nodes" in out["narration"]
     assert "Depth 1, under the context, the siblings in draw order: 1st" in out["narration"]
-    assert "Round 1, tree 2,2" in out["tree"]
+    assert "Round 1, tree 2,2" in out["tree_view"]
     final = list(ui.run_updates(session, form(compare=True), ctx))[-1]
     table = final["tree_compare"]
     assert "7 positions" in table and "chain of gamma 6" in table
@@ -105,8 +105,8 @@ def test_a_dynamic_tree_is_drawn_and_inspected_too(ctx) -> None:
     final = list(ui.run_updates(session, dynamic, ctx))[-1]
     rnd = tree_view.last_full(tree_view.tree_rounds(session.spec))
     assert rnd is not None and rnd.tree is None
-    assert f"Round {rnd.index + 1}, dynamic tree" in final["tree"]
-    assert final["tree"].count("data-node=") == len(rnd.nodes)
+    assert f"Round {rnd.index + 1}, dynamic tree" in final["tree_view"]
+    assert final["tree_view"].count("data-node=") == len(rnd.nodes)
     j = next(j for j, n in enumerate(rnd.nodes) if n.trial is not None)
     out = tree_panel.on_click(session, click({"round": rnd.index, "node": j}))
     assert "among its siblings" in out["verdict"]

@@ -232,7 +232,7 @@ def test_an_imported_minimal_trace_shows_alpha_as_not_measured(tiny, tmp_path) -
 
 def test_greedy_check_agrees_in_fp32(loader) -> None:
     _, frames = run_all(loader, form(greedy=True))
-    assert "identical" in frames[-1]["greedy"]
+    assert "identical" in frames[-1]["greedy_check"]
 
 
 def test_two_sessions_at_once_get_their_own_traces(tiny, loader) -> None:

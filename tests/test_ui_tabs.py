@@ -177,7 +177,7 @@ def test_sweep_streams_its_rows_on_the_model_thread(tiny, ctx) -> None:
     assert threads == {"specviz-model"}
     assert any("<progress" in f.get("sweep_status", "") for f in frames)
     final = frames[-1]
-    assert "sweep done: 4 runs, 2 cells" in final["sweep_status"]
+    assert "sweep done: 3 runs, 2 cells" in final["sweep_status"]  # one baseline, two gammas
     names = [t.name for t in final["sweep_plot"].data]
     assert any("measured" in n for n in names) and any("formula" in n for n in names)
     measured = next(t for t in final["sweep_plot"].data if "measured" in t.name)
@@ -197,7 +197,7 @@ def test_sweep_stop_ends_it_after_the_run_in_progress(tiny, ctx) -> None:
         frames = list(ui.sweep_updates(session, form(max_new_tokens=6), ctx, [1, 2], "", 2))
     finally:
         hook.remove()
-    assert "sweep stopped after 1 of 8 runs" in frames[-1]["sweep_status"]
+    assert "sweep stopped after 1 of 6 runs" in frames[-1]["sweep_status"]
     assert frames[-1]["sweep_table"] == ""
 
 

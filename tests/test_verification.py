@@ -454,10 +454,12 @@ def test_verifications_command_compares_every_verification(cli_pair, capsys):
     got = {r["verification"]: r for r in data["rows"]}
     assert list(got) == ["rejection", "exact-match", "typical", "top-k-match"]
     keys = {"verification", "lossy", "acceptance_rate", "tokens_per_call", "speedup"}
-    assert all(keys | {"mean_out_tv", "check_passed"} == set(r) for r in data["rows"])
+    keys |= {"mean_out_tv", "check_passed", "speedup_low", "speedup_high"}
+    assert all(keys == set(r) for r in data["rows"])
     for name, r in got.items():
         assert r["lossy"] == (name in ("typical", "top-k-match"))
         assert r["tokens_per_call"] >= 1.0 and r["speedup"] > 0
+        assert r["speedup_low"] <= r["speedup"] <= r["speedup_high"]
         if r["lossy"]:
             assert r["mean_out_tv"] > 0.01
         else:
@@ -513,6 +515,11 @@ def test_the_app_compares_every_verification_and_stops_between_steps():
     assert any("<progress" in fr.get("verif_status", "") for fr in frames[:-1])
     table = frames[-1]["verif_table"]
     assert "typical (lossy)" in table and "top-k-match (lossy)" in table
+    # tokens per target call leads; each speedup with its spread; what the timing can tell
+    assert table.index("tokens/call") < table.index("acceptance") < table.index("speedup")
+    for r in got:
+        assert f"<td>{r.tokens_per_call:.2f}</td>" in table and r.speedup_text() in table
+    assert "Tokens per target call, free of timing noise: " in unescape(table)
     assert FORBIDDEN not in unescape(table).lower() and "done: 4" in frames[-1]["verif_status"]
     for r in got:
         if not r.lossy:
@@ -537,6 +544,26 @@ def test_the_app_compares_every_verification_and_stops_between_steps():
     assert MODEL_THREAD.idle()
     with pytest.raises(ValueError, match="samples must be in 200..800"):
         next(verifications_tab.compare_updates(ctx, f, 900, True))
+
+
+def test_overlapping_speedups_are_said_to_be_indistinct():
+    from specviz.analysis.verifications import indistinct, timing_sentence
+
+    def row(name: str, tpc: float, value: float, low: float, high: float) -> Row:
+        return Row(name, name in ("typical", "top-k-match"), 0.5, tpc, value, 0.0, None, low, high)
+
+    # the lecturer's case: typical buys more tokens per call but times slower, within noise
+    rows = [row("rejection", 3.84, 0.83, 0.70, 0.95), row("typical", 4.24, 0.71, 0.60, 0.85)]
+    rows.append(row("exact-match", 3.10, 1.20, 1.10, 1.30))
+    assert [(a.verification, b.verification) for a, b in indistinct(rows)] == [
+        ("rejection", "typical")
+    ]
+    said = timing_sentence(rows)
+    assert said.startswith("Tokens per target call, free of timing noise: typical (lossy) 4.24,")
+    assert "cannot tell these apart" in said and "rejection and typical (lossy)" in said
+    assert "exact-match and" not in said
+    assert "clear of the others" in timing_sentence(rows[1:])
+    assert rows[0].speedup_text() == "0.83x (0.70\u20130.95)"
 
 
 def sparse_rows(seed: int, k: int, vocab: int = 60) -> tuple[torch.Tensor, torch.Tensor]:

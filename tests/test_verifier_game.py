@@ -23,6 +23,7 @@ from specviz.ui.state import Form, new_session
 from specviz.verify.exact_match import ExactMatch
 from specviz.verify.rejection import Rejection
 from specviz.views import verifier_game as vg
+from tests.tiny import close_pair
 
 # --- hand-built rounds ---------------------------------------------------------------
 
@@ -328,13 +329,17 @@ def test_the_handlers_refuse_in_one_line(ctx, one_thread) -> None:
         user_errors(verifier_tab.deal_changes)(session, 999)
 
 
-def test_the_lesson_step_deals_a_round_of_the_sessions_run(ctx, one_thread) -> None:
+def test_the_lesson_step_deals_a_round_of_the_sessions_run(one_thread) -> None:
+    # a pair whose p is no one-hot at the step's temperature and top-p, so that draws decide
+    smooth = close_pair()
+    ctx = AppContext(lambda pair, dtype: smooth, LIMITS)
     session, state = new_session(), Lesson()
     state.index = next(i for i, s in enumerate(STEPS) if isinstance(s.action, PlayAction))
     form = Form(prompt="1 2 3", pair="tiny")
     frames = list(lesson_panel.lesson_updates(session, state, form, ctx))
     assert session.spec is not None and session.spec.settings.draft_temperature == 1.5
-    dealt = next(f for f in frames if "play_state" in f)
+    dealt = next((f for f in frames if "play_state" in f), None)
+    assert dealt is not None, frames[-1].get("lesson_said")
     assert dealt["tabs"].selected == "insp" and dealt["play_view"].visible
     assert "on the board in the Decision tab" in frames[-1]["lesson_said"]
     spec = session.spec  # a second press plays the stored run: no model call

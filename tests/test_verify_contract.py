@@ -22,6 +22,7 @@ record holds it (over p' at a node of b children).
 
 from __future__ import annotations
 
+import functools
 import itertools
 from html import unescape
 
@@ -110,6 +111,9 @@ def test_every_decision_agrees_with_the_object_and_its_sentences(
     seen_resampled = 0
     for seed in range(4):
         t = run(pair, entry, shape, drafter, greedy, seed)
+        # a decision's chart, built once (a rejected draft's position is also where the
+        # round's replacement is checked): a chart is a function of the stored trace alone
+        chart = functools.cache(lambda i, pos, t=t: figures.decision_figure(decision_at(t, i, pos)))
         assert verification_for(t.settings) == v
         assert ("lossy" in t.verification or "wrong" in t.verification) == (not v.lossless)
         for rnd in t.rounds:
@@ -144,8 +148,7 @@ def test_every_decision_agrees_with_the_object_and_its_sentences(
                 assert ("u <" in verdict or "u ≥" in verdict) == (
                     v.draws == "u" and d.u is not None
                 ), verdict
-                dec = decision_at(t, rnd.index, rnd.start + i)
-                bars = [tr.name for tr in figures.decision_figure(dec).data]
+                bars = [tr.name for tr in chart(rnd.index, rnd.start + i).data]
                 assert v.keep_label(d) in bars
             a = rnd.added
             if a is None or a.status != "resampled":
@@ -160,7 +163,7 @@ def test_every_decision_agrees_with_the_object_and_its_sentences(
                 "narration": unescape(narration.narration_html(rnd, t.settings)),
             }
             said["verifier game"] = vg.verdict_sentence(game, len(game.drafts) - 1)
-            titles = [x.text for x in figures.decision_figure(dec).layout.annotations]
+            titles = [x.text for x in chart(rnd.index, dec.pos).layout.annotations]
             said["decision chart"] = " ".join(titles)
             assert f"resampled: drawn from {SHORT_SOURCES[src]}" in titles
             found = first_rejection(t)

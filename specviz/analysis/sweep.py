@@ -1,28 +1,36 @@
 """The measured sweep: speculative against autoregressive decoding over gamma and temperature.
 
-For every (gamma, temperature) cell, each repetition runs both methods once, in an order
-rotated from one repetition to the next (so slow drift of the machine hits both alike),
-with the same seed. One process, one warm-up before the first timed run. Both methods
-ignore EOS, as the benchmark does, so every run produces exactly max_new_tokens tokens and
-ms/token compares like with like.
+For every temperature, each repetition runs one autoregressive baseline and one
+speculative run per gamma, all with the same seed, interleaved on one thread
+(specviz.engine.interleave: always the run with the fewest tokens goes next, each on its own
+clock), so that every gamma meets the same load as the baseline, stretch by stretch, on a
+shared machine; the runs' order on a tie rotates from one repetition to the next. One
+process, one warm-up before the first timed run. Both methods ignore EOS, as the benchmark
+does, so every run produces exactly max_new_tokens tokens and the speeds compare like with
+like.
 
-One row per cell, every figure measured from that cell's traces:
+One row per (gamma, temperature) cell, every figure measured from that cell's traces:
 
 - alpha: mean overlap sum_x min(p, q) over the verified drafts of all its speculative runs;
 - match_alpha: the same for sum_x p(x) q(x), exact match's expected acceptance;
 - c: median over repetitions of specviz.metrics.cost_ratio (draft step / target step);
 - tokens_per_call: new tokens / target calls, pooled over its speculative runs;
-- measured_speedup: median AR ms/token / median speculative ms/token;
+- measured_speedup: the baselines' seconds over the speculative runs' for the same tokens,
+  pooled over the repetitions, and measured_low, measured_high the middle 90 % of its
+  bootstrap over their stretches (specviz.metrics.pooled_speedup);
 - expected_speedup: Leviathan's (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)) at the
   measured alpha (match_alpha when the settings verify by exact match) and c;
 - predicted_speedup: the refined prediction (specviz.costs) at the cell's alpha (or
   match_alpha), from the step, verify and overhead costs measured once before the first
   cell (None when the plan skips that measurement).
 
-``sweep`` yields a :class:`SweepEvent` after every run (progress for the app; stop by
-no longer iterating); ``run_sweep`` collects the rows and takes a progress callback and a
-stop flag. The models are only touched when a sweep runs: importing this module loads no
-torch.
+The formula over the whole sweep (a chart's curve, the lesson's sentence) is read at
+:func:`formula_point`, one computation for every reader.
+
+``sweep`` yields a :class:`SweepEvent` for every run once its repetition's runs are done
+(progress for the app; stop by no longer iterating); ``run_sweep`` collects the rows and
+takes a progress callback and a stop flag. The models are only touched when a sweep runs:
+importing this module loads no torch.
 """
 
 from __future__ import annotations
@@ -49,6 +57,8 @@ ROW_KEYS = (
     "c",
     "tokens_per_call",
     "measured_speedup",
+    "measured_low",
+    "measured_high",
     "expected_speedup",
     "predicted_speedup",
 )
@@ -99,7 +109,8 @@ class SweepPlan:
 
     @property
     def total_runs(self) -> int:
-        return len(self.gammas) * len(self.temperatures) * self.reps * 2
+        """Runs in all: per temperature and repetition, one baseline and one per gamma."""
+        return (len(self.gammas) + 1) * len(self.temperatures) * self.reps
 
 
 def _values(name: str, values: tuple[Any, ...]) -> None:
@@ -117,7 +128,7 @@ class SweepEvent:
 
     done: int  # runs finished, warm-up excluded
     total: int
-    gamma: int
+    gamma: int  # 0 for the baseline, which every gamma of its repetition is compared with
     temperature: float
     rep: int
     method: str  # "spec" | "ar"
@@ -161,9 +172,10 @@ class SweepResult:
 
 
 def sweep(pair: ModelPair, plan: SweepPlan) -> Iterator[SweepEvent]:
-    """Warm up once, then run every cell's repetitions; one event per finished run."""
+    """Warm up once, then per temperature and repetition the baseline and every gamma's
+    run interleaved; one event per finished run."""
     from specviz.costs import measure_costs
-    from specviz.engine import generate, warm_up
+    from specviz.engine import Run, interleave, warm_up
 
     sv = pair.without_eos()
     cells = plan.cells()
@@ -172,20 +184,34 @@ def sweep(pair: ModelPair, plan: SweepPlan) -> Iterator[SweepEvent]:
     if plan.costs and plan.settings.drafter == "model" and pair.draft is not None:
         costs = measure_costs(sv, cells[0], plan.gammas, plan.prompt)
     done = 0
-    for s in cells:
-        spec: list[Trace] = []
+    for t in plan.temperatures:
+        row_cells = [s for s in cells if s.temperature == t]
+        spec: dict[int, list[Trace]] = {s.gamma: [] for s in row_cells}
         ar: list[Trace] = []
         for rep in range(plan.reps):
-            order = ("spec", "ar") if rep % 2 == 0 else ("ar", "spec")
-            for method in order:
-                run = s.with_(method=method, seed=s.seed + rep)
-                trace = generate(sv, plan.prompt, run, raw=plan.raw)
-                (spec if method == "spec" else ar).append(trace)
+            seed = plan.settings.seed + rep
+            base = Run(sv, plan.prompt, row_cells[0].with_(method="ar", seed=seed), plan.raw)
+            runs = [base] + [Run(sv, plan.prompt, s.with_(seed=seed), plan.raw) for s in row_cells]
+            turn = rep % len(runs)  # who goes first on a tie rotates
+            for _ in interleave(runs[turn:] + runs[:turn]):
+                pass
+            ar.append(base.trace)
+            for s, run in zip(row_cells, runs[1:], strict=True):
+                spec[s.gamma].append(run.trace)
+            last = rep == plan.reps - 1
+            for s, run in zip([None, *row_cells], runs, strict=True):
                 done += 1
-                last = rep == plan.reps - 1 and method == order[-1]
-                row = cell_row(s, spec, ar, costs) if last else None
+                row = cell_row(s, spec[s.gamma], ar, costs) if s is not None and last else None
                 yield SweepEvent(
-                    done, plan.total_runs, s.gamma, s.temperature, rep, method, trace, row, costs
+                    done,
+                    plan.total_runs,
+                    s.gamma if s is not None else 0,
+                    t,
+                    rep,
+                    run.settings.method,
+                    run.trace,
+                    row,
+                    costs,
                 )
 
 
@@ -229,12 +255,16 @@ def cell_row(
     s: Settings, spec: list[Trace], ar: list[Trace], costs: StepCosts | None = None
 ) -> dict[str, Any]:
     """The row of the cell with settings s from its speculative and AR traces, paired by
-    repetition, and the refined prediction from costs (None without)."""
+    repetition (the baseline of each repetition, shared by its gammas), and the refined
+    prediction from costs (None without)."""
     alpha, match = pooled_alpha(spec), pooled_alpha(spec, "match_prob")
     expected = match if verification_for(s).measure[1] == "match_alpha" else alpha
-    c = statistics.median(metrics.cost_ratio(sp, a) for sp, a in zip(spec, ar, strict=True))
-    spec_ms = statistics.median(t.stats.ms_per_token for t in spec)
-    ar_ms = statistics.median(t.stats.ms_per_token for t in ar)
+    pairs = list(zip(ar, spec, strict=True))
+    c = statistics.median(metrics.cost_ratio(sp, a) for a, sp in pairs)
+    measured = metrics.pooled_speedup(pairs)
+    value, low, high = (
+        (measured.value, measured.low, measured.high) if measured is not None else (0.0,) * 3
+    )
     return {
         "gamma": s.gamma,
         "temperature": 0.0 if s.is_greedy else float(s.temperature),
@@ -242,10 +272,48 @@ def cell_row(
         "match_alpha": match,
         "c": c,
         "tokens_per_call": pooled_tokens_per_call(spec),
-        "measured_speedup": ar_ms / spec_ms if spec_ms else 0.0,
+        "measured_speedup": value,
+        "measured_low": low,
+        "measured_high": high,
         "expected_speedup": metrics.expected_speedup(expected, s.gamma, c),
         "predicted_speedup": costs.predicted(expected, s.gamma) if costs is not None else None,
     }
+
+
+# --- the formula over the sweep -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FormulaPoint:
+    """The acceptance and c at which the sweep's readers draw and state Leviathan's formula:
+    the medians over the cells, of the acceptance the verification's own measure names."""
+
+    name: str  # "alpha", or "sum p q" under exact match
+    accept: float
+    c: float
+
+    @property
+    def best_gamma(self) -> int:
+        return metrics.best_gamma(self.accept, self.c)
+
+    def expected(self, gamma: int) -> float:
+        return metrics.expected_speedup(self.accept, gamma, self.c)
+
+
+def acceptance_key(verification: str) -> tuple[str, str]:
+    """The acceptance a sweep's formula reads under this verification: its name and its
+    row key ("alpha", or "sum p q" from match_alpha under exact match)."""
+    measure = verification_for(Settings(verification=verification)).measure[1]
+    return ("sum p q", "match_alpha") if measure == "match_alpha" else ("alpha", "alpha")
+
+
+def formula_point(rows: list[dict[str, Any]], verification: str = "rejection") -> FormulaPoint:
+    """The medians of the rows' acceptance (as acceptance_key names it) and c."""
+    if not rows:
+        raise ValueError("the sweep measured no cell")
+    name, key = acceptance_key(verification)
+    accept = statistics.median(r[key] for r in rows)
+    return FormulaPoint(name, accept, statistics.median(r["c"] for r in rows))
 
 
 # --- output --------------------------------------------------------------------------------
@@ -253,9 +321,10 @@ def cell_row(
 
 def format_table(rows: list[dict[str, float]]) -> str:
     """The rows as a plain-text table, one line per cell."""
-    head = ("gamma", "temp", "alpha", "sum pq", "c", "tok/call", "measured", "expected", "refined")
-    lines = ["  ".join(f"{h:>8}" for h in head)]
+    head = ("gamma", "temp", "alpha", "sum pq", "c", "tok/call", "measured", "spread")
+    lines = ["  ".join(f"{h:>{9 if h == 'spread' else 8}}" for h in (*head, "expected", "refined"))]
     for r in rows:
+        spread = f"{r['measured_low']:.2f}-{r['measured_high']:.2f}"
         cells = (
             f"{r['gamma']:>8d}",
             f"{r['temperature']:>8.2f}",
@@ -264,6 +333,7 @@ def format_table(rows: list[dict[str, float]]) -> str:
             f"{r['c']:>8.3f}",
             f"{r['tokens_per_call']:>8.2f}",
             f"{r['measured_speedup']:>7.2f}x",
+            f"{spread:>9}",
             f"{r['expected_speedup']:>7.2f}x",
             _times(r.get("predicted_speedup")),
         )

@@ -1,6 +1,7 @@
 """`python -m specviz verifications`: the same prompt, seed and settings under every
-verification, side by side. Per verification: the acceptance rate, tokens per target call,
-the measured speedup over one autoregressive baseline, the mean TV(out, p) per verified
+verification, side by side. Per verification: tokens per target call, the acceptance rate,
+the measured speedup over one autoregressive baseline (interleaved with every
+verification's run) with its spread, the mean TV(out, p) per verified
 position (the distortion each decision adds: 0 up to float error for the lossless ones),
 and the distribution check's verdict. Exit 0 whatever the verdicts: the table is the result.
 """
@@ -63,7 +64,7 @@ def cmd_verifications(args: argparse.Namespace) -> int:
 def table(rows: list[Row], seed: int) -> str:
     """The rows as an aligned text table with its definitions underneath."""
     from specviz import metrics
-    from specviz.analysis.verifications import COLUMNS
+    from specviz.analysis.verifications import COLUMNS, timing_sentence
 
     head = list(COLUMNS)
     body = [r.cells() for r in rows]
@@ -74,10 +75,11 @@ def table(rows: list[Row], seed: int) -> str:
     d = metrics.DEFINITIONS
     lines += [
         "",
-        f"seed {seed}, one autoregressive baseline for every row",
-        f"acceptance: {d['acceptance rate']}",
+        timing_sentence(rows),
+        f"seed {seed}, one autoregressive baseline for every row, interleaved with them",
         f"tokens/call: {d['tokens per call']}",
-        f"speedup: {d['speedup']}",
+        f"acceptance: {d['acceptance rate']}",
+        f"speedup: {d['speedup']}; in brackets the middle 90 % of its bootstrap",
         f"mean TV(out, p): {d['out TV']}; 0 up to float error for a lossless verification",
         "check: the distribution check (speculative samples against the target's p); a lossy "
         "verification fails it where its distortion is large enough to detect",

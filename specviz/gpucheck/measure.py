@@ -13,7 +13,7 @@ import torch
 
 from specviz import metrics
 from specviz.config import Settings
-from specviz.costs import Timer
+from specviz.costs import Timer, interleaved_calls
 from specviz.engine import clock, generate
 from specviz.gpucheck.plan import (
     ALPHAS,
@@ -31,19 +31,18 @@ from specviz.pair import ModelPair
 def median_ms(
     fn: Callable[[], Any], plan: Plan, reps: int, after: Callable[[], Any] | None = None
 ) -> float:
-    """Median wall time of fn in ms, after plan.warm untimed calls; after() runs untimed."""
-    for _ in range(plan.warm):
-        fn()
-        if after:
-            after()
-    times = []
-    for _ in range(reps):
+    """Median wall time of fn in ms, after plan.warm untimed calls; after() runs untimed.
+    Timed through the costs' one timing loop (specviz.costs.interleaved_calls)."""
+
+    def timed() -> float:
         t0 = clock(plan.device)
         fn()
-        times.append(clock(plan.device) - t0)
+        ms = (clock(plan.device) - t0) * 1e3
         if after:
             after()
-    return statistics.median(times) * 1e3
+        return ms
+
+    return statistics.median(interleaved_calls({"": timed}, reps, plan.warm)[""])
 
 
 @torch.inference_mode()

@@ -21,6 +21,10 @@ from pathlib import Path
 from typing import Any
 
 BUILTIN = "builtin"
+# The quick set: the first prompt of each category of the built-in set, each run for
+# QUICK_TOKENS new tokens, so that a class sees every kind of task in minutes.
+QUICK = "quick"
+QUICK_TOKENS = 32
 CATEGORIES = ("multi-turn", "translation", "summarisation", "qa", "math", "rag")
 UNCATEGORISED = "uncategorised"  # the category of a line without one
 
@@ -92,9 +96,12 @@ def parse_jsonl(text: str, limits: PromptLimits = CLI_LIMITS) -> list[Prompt]:
 
 
 def read_prompts(source: str, limits: PromptLimits = CLI_LIMITS) -> list[Prompt]:
-    """The built-in set ("builtin") or the prompts of a JSON lines file."""
+    """The built-in set ("builtin"), the quick set ("quick") or the prompts of a JSON lines
+    file."""
     if source == BUILTIN:
         return builtin_prompts()
+    if source == QUICK:
+        return quick_prompts()
     path = Path(source)
     # a file far beyond the limits is refused before it is read whole
     most = limits.max_prompts * (limits.max_chars + 200) + 1
@@ -130,6 +137,12 @@ def builtin_prompts() -> list[Prompt]:
         for i, text in enumerate(BUILTIN_SET[category], start=1):
             out.append(Prompt(len(out), f"{category}-{i}", category, text, len(out) + 1))
     return out
+
+
+def quick_prompts() -> list[Prompt]:
+    """The quick set: the first prompt of each of CATEGORIES, with its built-in id."""
+    first = [p for p in builtin_prompts() if p.id.endswith("-1")]
+    return [Prompt(i, p.id, p.category, p.text, i + 1) for i, p in enumerate(first)]
 
 
 BUILTIN_SET: dict[str, tuple[str, ...]] = {

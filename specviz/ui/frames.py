@@ -88,7 +88,7 @@ def live_frame(session: Session, last: float, gap: float = FRAME_S) -> tuple[Cha
         out["tokens"] = markup.tokens_html(session.spans, spec.prompt if spec else "")
         out["rounds"] = markup.rounds_html(session.rows)
         if spec is not None and spec.rounds[-1].nodes is not None:
-            out["tree"] = tree_frame(spec)
+            out["tree_view"] = tree_frame(spec)
     if new or (ar is not None and ar.timeline):
         out["speed"] = live_plot(figures.speedup_spec(spec, ar))
         out["speedline"] = markup.speedline_html(story_of(spec, ar))
@@ -130,14 +130,14 @@ def final_frame(session: Session, gamma: int, measure: bool = True) -> Changes:
         "speed": figures.speedup_figure(spec, ar),
         "summary": summary_html(session),
         "table1": table1_html(spec, ar, guard),
-        "greedy": greedy_html(session),
+        "greedy_check": greedy_html(session),
         "status": done_status(main, guard),
         "race": race_hint(spec, ar),
         "time_split": timing.breakdown_figure(spec)
         if spec is not None and spec.rounds
         else figures.empty_figure("no speculative rounds"),
         "time_totals": time_html(spec, session.mode, measure=measure),
-        "tree": tree_frame(spec),
+        "tree_view": tree_frame(spec),
         "tree_compare": tree_compare_html(spec, ar),
     }
     if main is not None:

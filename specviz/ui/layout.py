@@ -173,7 +173,7 @@ def main_views() -> dict[str, Any]:
             theory_tab.layout(views)
             sweep_tab.layout(views)
         with gr.Tab("Exactness", id="exact", elem_id="sv-exact-tab"):
-            views["greedy"] = gr.HTML(js_on_load=None, elem_id="sv-greedy")
+            views["greedy_check"] = gr.HTML(js_on_load=None, elem_id="sv-greedy")
             check_tab.layout(views)
             verifications_tab.layout(views)
         with gr.Tab("Data", id="data", elem_id="sv-data-tab"):

@@ -23,14 +23,16 @@ click of Next is lost while the server is slow.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import replace
 from typing import Any
 
 import gradio as gr
 
 from specviz.lesson import (
+    BASE,
     STEPS,
+    TRIES,
     Action,
     CheckAction,
     Lesson,
@@ -39,11 +41,15 @@ from specviz.lesson import (
     RunAction,
     Step,
     SweepAction,
+    changed_controls,
     check_statement,
     first_rejection,
+    no_draw_sentence,
     rejection_statement,
     sweep_statement,
+    teaching_rejection,
 )
+from specviz.trace import Trace, round_number
 from specviz.ui.assets import script
 from specviz.ui.check_tab import check_updates, summary_html
 from specviz.ui.context import AppContext
@@ -53,8 +59,8 @@ from specviz.ui.page import HIDDEN, INTERNAL, Page
 from specviz.ui.state import Changes, Form, Session
 from specviz.ui.sweep_tab import sweep_updates
 from specviz.ui.verifier_tab import deal_changes
-from specviz.views import markup
-from specviz.views.verifier_game import lesson_line, playable_rounds
+from specviz.views import check_figure, markup
+from specviz.views.verifier_game import drawn_rounds, lesson_line
 
 STATE = "lesson_state"  # the per-visitor Lesson's gr.State, among layout()'s components
 
@@ -78,6 +84,17 @@ def layout() -> dict[str, Any]:
                 "Next →", size="sm", scale=0, min_width=110, elem_id="sv-lesson-next"
             )
         parts["lesson_said"] = gr.HTML("", js_on_load=None, elem_id="sv-lesson-said")
+        # the controls a step left changed, and one click back to the untouched page's
+        with gr.Row(visible=False, elem_id="sv-lesson-changed") as changed:
+            parts["lesson_changed_row"] = changed
+            parts["lesson_changed"] = gr.HTML("", js_on_load=None, elem_id="sv-lesson-changed-line")
+            parts["lesson_restore"] = gr.Button(
+                "Restore the defaults",
+                size="sm",
+                scale=0,
+                min_width=170,
+                elem_id="sv-lesson-restore",
+            )
         # the step shown, as the page holds it: what a press of the step's button sends
         parts["lesson_index"] = gr.Number(0, precision=0, visible=False, elem_id="sv-lesson-index")
     return parts
@@ -127,10 +144,53 @@ def shown_update(state: Lesson) -> Changes:
 
 def step_controls(step: Step, ctx: AppContext) -> dict[str, Any]:
     """The control values a step sets, within the deployment's limits."""
-    values = step.form_values()
+    return within_limits(step.form_values(), ctx)
+
+
+def within_limits(values: dict[str, Any], ctx: AppContext) -> dict[str, Any]:
+    """Control values with gamma and max new tokens capped at the deployment's limits."""
+    values = dict(values)
     values["gamma"] = min(values["gamma"], ctx.limits.max_gamma)
     values["max_new_tokens"] = min(values["max_new_tokens"], ctx.limits.max_new_tokens)
     return values
+
+
+def defaults(ctx: AppContext) -> dict[str, Any]:
+    """The untouched page's controls (BASE) within the deployment's limits."""
+    return within_limits(BASE, ctx)
+
+
+CHANGED = "Since the lesson set them, these controls differ from the page's defaults: "
+
+
+def changed_changes(values: dict[str, Any], ctx: AppContext) -> Changes:
+    """The line naming the controls that differ from the defaults, with the restore button
+    (hidden when none differs)."""
+    names = changed_controls(values, defaults(ctx))
+    if not names:
+        return {"lesson_changed": "", "lesson_changed_row": gr.Row(visible=False)}
+    return {
+        "lesson_changed": markup.status_html(CHANGED + "; ".join(names) + ".", "warn"),
+        "lesson_changed_row": gr.Row(visible=True),
+    }
+
+
+def restore_changes(state: Lesson, ctx: AppContext) -> Changes:
+    """Restore the defaults: every control a step sets back to the untouched page's, and
+    the line hidden."""
+    state.set_controls = False
+    values = defaults(ctx)
+    return {
+        **values,
+        **changed_changes(values, ctx),
+        "status": markup.status_html("controls restored to the page's defaults"),
+    }
+
+
+def edited_changes(state: Lesson, values: dict[str, Any], ctx: AppContext) -> Changes:
+    """The visitor changed a control: the line again, while the lesson's settings stand
+    (nothing before a step set them, or after a restore)."""
+    return changed_changes(values, ctx) if state.set_controls else {}
 
 
 class StepRun:
@@ -150,9 +210,18 @@ class StepRun:
         return self.state.index == self.index
 
     def start(self, message: str) -> Changes:
-        """The first update: the controls the step sets, its tab, and a busy line."""
+        """The first update: the controls the step sets, the line naming those that differ
+        from the defaults, its tab, and a busy line."""
         tab = {"tabs": gr.Tabs(selected=self.step.tab)} if self.step.tab else {}
-        return {**self.controls, **tab, **self.busy(message)}
+        self.state.set_controls = True
+        changed = changed_changes(self.controls, self.ctx)
+        return {**self.controls, **changed, **tab, **self.busy(message)}
+
+    def again(self, seed: int, message: str) -> Changes:
+        """A run of the step again with another seed: the seed control shows it."""
+        self.form = replace(self.form, seed=seed)
+        self.controls = {**self.controls, "seed": seed}
+        return {"seed": seed, **changed_changes(self.controls, self.ctx), **self.busy(message)}
 
     def busy(self, message: str) -> Changes:
         """A busy line in the panel, while this step is shown."""
@@ -200,13 +269,11 @@ def act(action: Action, session: Session, run: StepRun) -> Iterator[Changes]:
     """The step's action, by its kind."""
     if isinstance(action, RunAction):
         yield run.start("running ...")
-        yield from run_updates(session, run.form, run.ctx)
-        yield run.said(action.statement(run.state, session.spec, session.ar, session.decode))
+        last = yield from last_held(run_updates(session, run.form, run.ctx))
+        said = action.statement(run.state, session.spec, session.ar, session.decode)
+        yield {**last, **run.said(said)}
     elif isinstance(action, RejectionAction):
-        if first_rejection(session.spec) is None:
-            yield run.start("running ...")
-            yield from run_updates(session, run.form, run.ctx)
-        yield {**open_rejection(session), **run.said(rejection_statement(session.spec))}
+        yield from rejection(session, run)
     elif isinstance(action, SweepAction):
         yield from sweep(action, session, run)
     elif isinstance(action, PlayAction):
@@ -215,31 +282,150 @@ def act(action: Action, session: Session, run: StepRun) -> Iterator[Changes]:
         yield from check(action, session, run)
 
 
-def open_rejection(session: Session) -> Changes:
-    """The inspector on the session's first rejection, read from the stored trace."""
-    found = first_rejection(session.spec)
+def last_held(updates: Generator[Changes, None, Any]) -> Generator[Changes, None, Changes]:
+    """Every update but the last, which it returns, so that the step's statement goes out
+    with the run's final frame in the event's last update: the browser draws a view of a
+    tab not yet opened from an event's last update only."""
+    last, _ = yield from held(updates)
+    return last
+
+
+def held(updates: Generator[Changes, None, Any]) -> Generator[Changes, None, tuple[Changes, Any]]:
+    """As last_held, returning the last update and the handler's own return value; closing
+    this closes the handler (which stops its work)."""
+    last: Changes = {}
+    try:
+        while True:
+            try:
+                out = next(updates)
+            except StopIteration as stop:
+                return last, stop.value
+            if last:
+                yield last
+            last = out
+    finally:
+        updates.close()
+
+
+def run_until(
+    session: Session, run: StepRun, found: Callable[[Trace | None], Any], what: str
+) -> Generator[Changes, None, tuple[list[int], Changes]]:
+    """Run with the step's controls until found(the run's trace) is not None: the seed of
+    the form first, then the next ones, at most TRIES runs (a seed whose settings the stored
+    run already has is skipped: it would give the same run). Returns the seeds run and the
+    last run's final frame, held back for the step's last update (last_held)."""
+    tried: list[int] = []
+    last: Changes = {}
+    spec = session.spec
+    stored = (spec.prompt, spec.settings.to_dict()) if spec is not None else None
+    seed = run.form.seed
+    while len(tried) < TRIES:
+        again = run.ctx.settings(replace(run.form, seed=seed)).to_dict()
+        if (run.form.prompt, again) == stored:
+            seed += 1
+            continue
+        if not tried:
+            yield run.start(f"running with seed {seed} to find {what} ...")
+            if seed != run.form.seed:
+                yield run.again(seed, f"running with seed {seed} to find {what} ...")
+        else:
+            yield {**last, **run.again(seed, f"seed {tried[-1]} had none; seed {seed} ...")}
+        last = yield from last_held(run_updates(session, run.form, run.ctx))
+        tried.append(seed)
+        if found(session.spec) is not None:
+            break
+        seed += 1
+    return tried, last
+
+
+def _seeds(seeds: list[int]) -> str:
+    return f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {', '.join(map(str, seeds))}"
+
+
+def rejection(session: Session, run: StepRun) -> Iterator[Changes]:
+    """Step 3: the stored run's first rejection where the draw decided; without one, runs
+    with the step's controls and new seeds until one has it, or says that none had."""
+    tried: list[int] = []
+    last: Changes = {}
+    had = session.spec is not None
+    if teaching_rejection(session.spec) is None:
+        tried, last = yield from run_until(
+            session, run, teaching_rejection, "a rejection where the draw decides"
+        )
+    found = teaching_rejection(session.spec)
+    note = ""
+    if found is None:
+        note = f"<p>{no_draw_sentence(session.spec, tried)}</p>"
+        found = first_rejection(session.spec)
+        if found is None:
+            yield {**last, **run.said(note)}
+            return
+    elif tried and (had or tried[1:]):
+        none = "no rejection where the draw decided"
+        parts = [f"your last run had {none}"] if had else []
+        if tried[1:]:
+            parts.append(
+                f"the run(s) with {_seeds(tried[:-1])} had " + ("none either" if had else none)
+            )
+        said = "; ".join(parts)
+        note = f"<p>{said[0].upper()}{said[1:]}; the run with seed {tried[-1]} has one.</p>"
+    said = note + rejection_statement(session.spec, found)
+    yield {**last, **open_rejection(session, found), **run.said(said)}
+
+
+def open_rejection(session: Session, found: tuple[Any, int, Any] | None = None) -> Changes:
+    """The inspector on a rejection of the session's run (None: its first), read from the
+    stored trace."""
+    found = found or first_rejection(session.spec)
     if found is None:
         raise ValueError("this run had no rejection: press the step's button again")
     rnd, pos, _ = found
     return {**inspect_changes(session.spec, rnd.index, pos), "tabs": gr.Tabs(selected="insp")}
 
 
+def _drawn(trace: Trace | None) -> int | None:
+    rounds = drawn_rounds(trace)
+    return rounds[0] if rounds else None
+
+
 def play(session: Session, run: StepRun) -> Iterator[Changes]:
-    """A round of the stored run dealt in the Decision tab (after a run when there is none
-    to play), and the step's line about the game."""
-    if not playable_rounds(session.spec):
-        yield run.start("running, then dealing a round ...")
-        yield from run_updates(session, run.form, run.ctx)
-    view = deal_changes(session, None)
-    yield {**view, "tabs": gr.Tabs(selected="insp"), **run.said(lesson_line(view["play_state"]))}
+    """Step 7: a round of the stored run where a draw decided a draft, dealt in the Decision
+    tab; without one (a greedy run, a lossy verification, no run), runs with the step's
+    controls first (new seeds, at most TRIES runs). Then the step's line about the game."""
+    before = session.spec
+    tried: list[int] = []
+    last: Changes = {}
+    if _drawn(before) is None:
+        tried, last = yield from run_until(session, run, _drawn, "a round where a draw decides")
+    index = _drawn(session.spec)
+    if index is None:
+        said = (
+            f"<p>None of the runs with {_seeds(tried)} had a round where a draw decided a "
+            "draft, so there is nothing to guess: press the step's button again.</p>"
+        )
+        yield {**last, **run.said(said)}
+        return
+    view = deal_changes(session, round_number(index))
+    said = lesson_line(view["play_state"])
+    if tried:
+        why = (
+            "your last run was greedy, where no draw decides"
+            if before is not None and before.settings.is_greedy
+            else "your last run had no round where a draw decided a draft"
+            if before is not None
+            else "there was no run yet"
+        )
+        said = f"<p>A new sampled run (seed {tried[-1]}) first: {why}.</p>" + said
+    yield {**last, **view, "tabs": gr.Tabs(selected="insp"), **run.said(said)}
 
 
 def sweep(action: SweepAction, session: Session, run: StepRun) -> Iterator[Changes]:
     """The sweep's own handler at the action's gammas and repetitions."""
     yield run.start("sweeping gamma ...")
     updates = sweep_updates(session, run.form, run.ctx, list(action.gammas), "", action.reps)
-    rows = yield from updates
-    yield run.said(sweep_statement(rows))
+    last, rows = yield from held(updates)
+    verification = run.ctx.settings(run.form).verification
+    yield {**last, **run.said(sweep_statement(rows, verification, action.reps))}
 
 
 def check(action: CheckAction, session: Session, run: StepRun) -> Iterator[Changes]:
@@ -247,11 +433,15 @@ def check(action: CheckAction, session: Session, run: StepRun) -> Iterator[Chang
     n = action.n
     yield run.start(f"check 1 of 2, the rule {action.wrong_rule} ({n} samples) ...")
     wrong = yield from _checked(run, run.form, action.wrong_rule, action, session)
-    yield {**action.right, **run.busy(f"check 2 of 2, {_right(action)} ({n} samples) ...")}
+    run.controls = {**run.controls, **action.right}
+    changed = changed_changes(run.controls, run.ctx)
+    busy = run.busy(f"check 2 of 2, {_right(action)} ({n} samples) ...")
+    yield {**action.right, **changed, **busy}
     right_form = replace(run.form, **action.right)
     right = yield from _checked(run, right_form, action.right_rule, action, session)
     yield {
         "check_summary": summary_html(wrong) + summary_html(right),
+        "check_plot": check_figure.checks_figure([wrong, right]),
         **run.said(check_statement(wrong, right)),
     }
 
@@ -299,6 +489,7 @@ def wire(page: Page, state: Any) -> None:
         **page.model_queue,
         **HIDDEN,
     )
+    wire_restore(page, state)
     names = ("lesson_index", "lesson_box", "lesson_card", "lesson_go", "lesson_said")
     shown = [page.lesson[k] for k in names]
     index = page.lesson["lesson_index"]
@@ -319,5 +510,35 @@ def wire(page: Page, state: Any) -> None:
             # one request at a time, the newest index last: the server ends on the step
             # the page shows
             trigger_mode="always_last",
+            **INTERNAL,
+        )
+
+
+def wire_restore(page: Page, state: Any) -> None:
+    """Restore the defaults, and the line kept true as the visitor changes a control."""
+    names = sorted(BASE)
+    controls = [page.controls[k] for k in names]
+    line = [page.lesson["lesson_changed"], page.lesson["lesson_changed_row"]]
+    page.lesson["lesson_restore"].click(
+        page.once(lambda st: restore_changes(st, page.ctx)),
+        [state],
+        [*controls, *line, page.components["status"]],
+        queue=False,
+        show_progress="hidden",
+        **INTERNAL,
+    )
+
+    def edited(st: Lesson, *values: Any) -> Changes:
+        return edited_changes(st, dict(zip(names, values, strict=True)), page.ctx)
+
+    for comp in controls:
+        # a slider reports once it is let go; every other control on each edit
+        event = comp.release if isinstance(comp, gr.Slider) else comp.input
+        event(
+            page.once(edited),
+            [state, *controls],
+            line,
+            queue=False,
+            show_progress="hidden",
             **INTERNAL,
         )

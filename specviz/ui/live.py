@@ -43,7 +43,7 @@ def run_updates(session: Session, form: Form, ctx: AppContext) -> Iterator[Chang
         "status": markup.status_html(f"loading pair {pair_label(form)!r} ...", "busy"),
         "narration": narration_hint(),
         "decision": decision_panel.hint_html(),
-        "tree": "",
+        "tree_view": "",
     }
     yield from ctx.runner.run(session, form, ctx, settings)
 
@@ -81,10 +81,10 @@ def _step_changes(session: Session, settings: Settings, rnd: Round | None, out: 
     if rnd is not None:
         out.update(round_changes(session.spec, rnd))
         out["narration"] = narration_html(rnd, session.spec.settings)
-    out["tree"] = tree_frame(session.spec, rnd.index if rnd is not None else None)
+    out["tree_view"] = tree_frame(session.spec, rnd.index if rnd is not None else None)
     n = round_number(rnd.index) if rnd is not None else len(session.spec.rounds)
     msg = f"step mode: round {n} done, {len(session.spec.token_ids)} tokens"
-    msg += " (finished: Step again starts over)" if done else " (timings include the pauses)"
+    msg += " (finished: Step again starts over)" if done else ""
     out["status"] = markup.status_html(msg, "info")
     return out
 

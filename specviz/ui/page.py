@@ -44,6 +44,16 @@ class Page:
     lesson: dict[str, Any]
     blocks: Any  # the gr.Blocks being built (its load event opens the pair)
 
+    def __post_init__(self) -> None:
+        """A name means one component: a view named as a control would take the values a
+        handler (a lesson step, a preset) meant for the control."""
+        named = (self.controls, self.components, self.lesson)
+        for i, a in enumerate(named):
+            for b in named[i + 1 :]:
+                for name in set(a) & set(b):
+                    if a[name] is not b[name]:
+                        raise ValueError(f"two components of the page are named {name!r}")
+
     @property
     def inputs(self) -> list[Any]:
         """The controls in Form field order: what Run, Step and the check send."""

@@ -20,9 +20,20 @@ from typing import Any
 
 import gradio as gr
 
+from specviz.config import Settings
 from specviz.report import figures, stats
 from specviz.report.html import overview_table
-from specviz.report.prompts import APP_LIMITS, BUILTIN, Prompt, builtin_prompts, read_prompts
+from specviz.report.prompts import (
+    APP_LIMITS,
+    BUILTIN,
+    CATEGORIES,
+    QUICK,
+    QUICK_TOKENS,
+    Prompt,
+    builtin_prompts,
+    quick_prompts,
+    read_prompts,
+)
 from specviz.report.records import Record
 from specviz.report.run import Plan, Progress, ReportRun, check_prompts, report_meta
 from specviz.ui.context import AppContext
@@ -33,12 +44,18 @@ from specviz.ui.state import Changes, Form
 from specviz.ui.worker import Worker
 from specviz.views import markup
 
-BUILTIN_CHOICE = "the built-in set (36 prompts, six kinds of task)"
+QUICK_CHOICE = (
+    f"quick: {len(CATEGORIES)} prompts, one of each kind of task, {QUICK_TOKENS} tokens each"
+)
+BUILTIN_CHOICE = "the built-in set (36 prompts, six kinds of task, max new tokens each)"
 FILE_CHOICE = "my JSON lines file"
+SOURCES = {QUICK_CHOICE: QUICK, BUILTIN_CHOICE: BUILTIN}
 FIGURES = ("acceptance", "speedup", "conditional", "histogram", "kinds", "compare")
 INTRO = (
     "Run the current pair and settings (the controls on the left: pair, gamma, temperature, "
-    "max new tokens, seed) over a set of prompts, both methods per prompt with the same "
+    "max new tokens, seed) over a set of prompts (the quick set runs "
+    f"{QUICK_TOKENS} new tokens a prompt, whatever max new tokens says), both methods per "
+    "prompt with the same "
     "seed, and see where the draft loses: acceptance and tokens per call by category, "
     "measured speedup beside the refined prediction, P(accept k | accepted 1..k-1) by "
     "draft position, the accepted-length histogram and acceptance by kind of token. A "
@@ -70,8 +87,8 @@ def layout(views: dict[str, Any]) -> None:
     views["report_state"] = gr.State(ReportState(), time_to_live=3600)
     with gr.Row():
         views["report_source"] = gr.Radio(
-            [BUILTIN_CHOICE, FILE_CHOICE],
-            value=BUILTIN_CHOICE,
+            [QUICK_CHOICE, BUILTIN_CHOICE, FILE_CHOICE],
+            value=QUICK_CHOICE,
             label="prompts",
             elem_id="sv-report-source",
             scale=2,
@@ -124,7 +141,15 @@ def load_prompts(source: Any, path: Any) -> list[Prompt]:
         if not path:
             raise ValueError("choose a JSON lines file first, or the built-in set")
         return read_prompts(str(path), APP_LIMITS)
-    return builtin_prompts()
+    return quick_prompts() if source == QUICK_CHOICE else builtin_prompts()
+
+
+def report_settings(source: Any, settings: Settings) -> Settings:
+    """The settings a report runs: the quick set's QUICK_TOKENS new tokens (within the
+    deployment's limit), else the form's."""
+    if source != QUICK_CHOICE:
+        return settings
+    return settings.with_(max_new_tokens=min(QUICK_TOKENS, settings.limits.max_new_tokens))
 
 
 def error_html(exc: BaseException) -> str:
@@ -188,7 +213,7 @@ def _report(
     if not ctx.runner.keeps_models:
         raise ValueError("the report needs a model kept in memory: it does not run on ZeroGPU")
     prompts = load_prompts(source, path)
-    settings = ctx.settings(form)
+    settings = report_settings(source, ctx.settings(form))
     compare = settings.with_(drafter="ngram") if ngram else None
     ident = {"name": form.pair, "draft": form.custom_draft, "target": form.custom_target}
     plan = Plan(
@@ -197,7 +222,7 @@ def _report(
         {**ident, "dtype": form.dtype},
         compare_with="ngram" if ngram else None,
         compare_settings=compare,
-        source=BUILTIN if source != FILE_CHOICE else Path(str(path)).name,
+        source=Path(str(path)).name if source == FILE_CHOICE else SOURCES.get(source, BUILTIN),
     )
     yield {"report_status": markup.status_html(f"loading pair {form.pair!r} ...", "busy")}
     pair = ctx.pair(form)

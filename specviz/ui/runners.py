@@ -119,7 +119,8 @@ class LocalRunner:
     ) -> tuple[Round | None, Changes]:
         out: Changes = {}
         if session.stepper is None or session.step_key != key or session.mode != "step":
-            pair = ctx.pair(form)
+            # warmed as a Run's pair is, so that the first round's times are the round's
+            pair = warmed_pair(ctx, form)
             run = Run(pair, form.prompt, settings)
             session.start(run.trace, None, "step")
             session.stepper, session.step_key = iter(run), key

@@ -141,7 +141,7 @@ def step_changes(session: Session) -> Changes:
     out["rounds"] = markup.rounds_html(session.rows[:at])
     out.update(round_changes(spec, rnd))
     out["narration"] = narration_html(rnd, spec.settings)
-    out["tree"] = tree_frame(spec, rnd.index)
+    out["tree_view"] = tree_frame(spec, rnd.index)
     msg = f"shared run {session.shared_id}: round {round_number(rnd.index)} of {n}, stored"
     msg += " (the end: Step again starts over)" if at == n else " (Step for the next round)"
     out["status"] = markup.status_html(msg, "info")

@@ -31,10 +31,12 @@ DEFAULT_GAMMAS = (1, 2, 4, 8)
 MAX_APP_REPS = 5  # the CLI allows more; the app keeps a sweep to minutes
 INTRO = (
     "Measure speculative and autoregressive decoding for each gamma at the current "
-    "settings (prompt, pair, temperature, max new tokens, seed): each repetition runs both "
-    "with the same seed, the order alternating, after one warm-up; EOS is ignored so that "
-    "every run has max new tokens. Points: measured speedup (median ms/token); dashed: "
-    "Leviathan's expected speedup at the measured alpha and c. "
+    "settings (prompt, pair, temperature, max new tokens, seed): each repetition runs the "
+    "baseline and every gamma with the same seed, interleaved on one thread so that each "
+    "meets the same load, after one warm-up; EOS is ignored so that every run has max new "
+    "tokens. Points: measured speedup (the baseline's seconds over the speculative run's for "
+    "the same tokens, pooled over the repetitions) with the middle 90 % of its bootstrap; "
+    "dashed: Leviathan's expected speedup at the sweep's median alpha and c. "
     "`python -m specviz sweep` does the same from the command line."
 )
 
@@ -95,19 +97,20 @@ def progress_html(event: SweepEvent | None, total: int) -> str:
     done = event.done if event is not None else 0
     text = "warming up ..."
     if event is not None:
+        which = "the baseline" if event.method == "ar" else f"gamma {event.gamma}"
         text = (
-            f"run {done} of {total} done (gamma {event.gamma}, temperature "
-            f"{event.temperature:g}, {event.method}, repetition {event.rep + 1})"
+            f"run {done} of {total} done ({which}, temperature {event.temperature:g}, "
+            f"repetition {event.rep + 1})"
         )
     bar = markup.progress_html(done, total)
     return bar + markup.status_html(text, "busy")
 
 
-def results(rows: list[dict[str, Any]], status: str) -> Changes:
+def results(rows: list[dict[str, Any]], status: str, verification: str = "rejection") -> Changes:
     """The chart and the table of the rows so far."""
     table = markup.pre_html(format_table(rows), "sv-sweep") if rows else ""
     return {
-        "sweep_plot": across_runs.sweep_figure(rows),
+        "sweep_plot": across_runs.sweep_figure(rows, verification),
         "sweep_table": table,
         "sweep_status": status,
     }
@@ -132,18 +135,19 @@ def sweep_updates(
     events: list[SweepEvent] = []
     stop = session.new_stop()
     worker = Worker([sweep(pair, plan)], stop, sink=events)
-    yield {"sweep_status": progress_html(None, plan.total_runs), **results([], "")}
+    yield {**results([], ""), "sweep_status": progress_html(None, plan.total_runs)}
     shown = 0
     for _ in worker.polls(gap=FRAME_S):
         if len(events) > shown:
             shown = len(events)
             rows = [e.row for e in events[:shown] if e.row is not None]
-            yield results(rows, progress_html(events[shown - 1], plan.total_runs))
+            status = progress_html(events[shown - 1], plan.total_runs)
+            yield results(rows, status, plan.settings.verification)
     if worker.error is not None:
         with model_failures(f"sweeping pair {label!r}"):
             raise worker.error
     rows = [e.row for e in events if e.row is not None]
-    yield results(rows, done_html(events, plan))
+    yield results(rows, done_html(events, plan), plan.settings.verification)
     return rows
 
 

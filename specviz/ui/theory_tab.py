@@ -18,7 +18,9 @@ from specviz.views import figures, theory_figures
 
 def layout(views: dict[str, Any]) -> None:
     """The theory and projection figures and the c slider, into the page's components by name."""
-    views["theory"] = gr.Plot(label="expected speedup against gamma (Leviathan)")
+    views["theory"] = gr.Plot(
+        label="expected speedup against gamma (Leviathan)", elem_id="sv-theory-plot"
+    )
     views["tree_compare"] = gr.HTML("", js_on_load=None, elem_id="sv-tree-compare")
     views["c_user"] = gr.Slider(
         0.01,
@@ -27,7 +29,9 @@ def layout(views: dict[str, Any]) -> None:
         step=0.01,
         label="projection: cost ratio c of a draft step to a bigger target's step",
     )
-    views["projection"] = gr.Plot(label="projection (not a measurement)")
+    views["projection"] = gr.Plot(
+        label="projection (not a measurement)", elem_id="sv-projection-plot"
+    )
 
 
 def projection_update(session: Session, c: float) -> Any:

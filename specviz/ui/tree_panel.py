@@ -23,7 +23,9 @@ def layout(views: dict[str, Any]) -> None:
     """The tree drawing, into the page's components by name."""
     # a click on a node sends its round and node index; on the added token, as in the token
     # view, its round and position
-    views["tree"] = gr.HTML("", js_on_load=script("pick"), elem_id="sv-tree-view", max_height=300)
+    views["tree_view"] = gr.HTML(
+        "", js_on_load=script("pick"), elem_id="sv-tree-view", max_height=300
+    )
 
 
 def node_changes(trace: Any, round_index: int, node: int) -> Changes:
@@ -58,7 +60,7 @@ def on_round_click(sess: Session, evt: gr.EventData) -> Changes:
         return {}
     if not spec.rounds[r].nodes:
         return {}
-    return {"tree": tree_frame(spec, r)}
+    return {"tree_view": tree_frame(spec, r)}
 
 
 def wire(page: Page) -> None:
@@ -71,6 +73,6 @@ def wire(page: Page) -> None:
     def select(sess: Session, evt: gr.EventData) -> dict[Any, Any]:
         return page.keyed(on_round_click(sess, evt))
 
-    views["tree"].click(click, [page.session], page.outputs, **{**page.quiet, **INTERNAL})
+    views["tree_view"].click(click, [page.session], page.outputs, **{**page.quiet, **INTERNAL})
     for view in (views["tokens"], views["rounds"]):
-        view.click(select, [page.session], [views["tree"]], **{**page.quiet, **INTERNAL})
+        view.click(select, [page.session], [views["tree_view"]], **{**page.quiet, **INTERNAL})

@@ -11,7 +11,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from specviz import metrics
+from specviz.analysis.sweep import formula_point
 from specviz.views.figures import LEGEND, empty_figure, plain
 from specviz.views.palette import COLORS, SERIES
 from specviz.views.style import figure, subplots
@@ -26,10 +26,12 @@ LAYOUT: dict[str, Any] = {
 # --- the sweep -----------------------------------------------------------------------------
 
 
-def sweep_figure(rows: list[dict[str, Any]]) -> go.Figure:
-    """Measured speedup per gamma (points) over the formula's curve at the measured alpha
-    and c (the mean of each temperature's cells) and the refined prediction from measured
-    costs (where the rows carry it), one colour per temperature."""
+def sweep_figure(rows: list[dict[str, Any]], verification: str = "rejection") -> go.Figure:
+    """Measured speedup per gamma (points, with the middle 90 % of each one's bootstrap) over
+    the formula's curve at the sweep's formula point (analysis.sweep.formula_point, per
+    temperature: the acceptance the verification names and c, as the lesson states them)
+    and the refined prediction from measured costs (where the rows carry it), one colour per
+    temperature."""
     if not rows:
         return empty_figure("No sweep yet: run one to see measured points against the formula.")
     fig = figure(layout=LAYOUT)
@@ -37,10 +39,10 @@ def sweep_figure(rows: list[dict[str, Any]]) -> go.Figure:
     temps = sorted({r["temperature"] for r in rows})
     for i, t in enumerate(temps):
         color, cells = SERIES[i % len(SERIES)], [r for r in rows if r["temperature"] == t]
-        _sweep_series(fig, cells, t, top, color)
+        _sweep_series(fig, cells, t, top, color, verification)
     fig.add_hline(y=1.0, line={"color": COLORS["ar"], "dash": "dot", "width": 1})
     fig.update_xaxes(title="gamma (tokens drafted per round)", dtick=1)
-    fig.update_yaxes(title="speedup (AR ms/token / spec ms/token)", rangemode="tozero")
+    fig.update_yaxes(title="speedup (AR seconds / spec seconds, same tokens)", rangemode="tozero")
     title = (
         "Measured speedup, Leviathan's (1 − α^(γ+1)) / ((1 − α)(γc + 1)) and the refined prediction"
     )
@@ -48,19 +50,23 @@ def sweep_figure(rows: list[dict[str, Any]]) -> go.Figure:
 
 
 def _sweep_series(
-    fig: go.Figure, cells: list[dict[str, Any]], t: float, top: int, color: str
+    fig: go.Figure,
+    cells: list[dict[str, Any]],
+    t: float,
+    top: int,
+    color: str,
+    verification: str,
 ) -> None:
     name = "greedy" if t == 0 else f"T = {t:g}"
-    alpha = sum(r["alpha"] for r in cells) / len(cells)
-    c = sum(r["c"] for r in cells) / len(cells)
+    point = formula_point(cells, verification)
     gammas = list(range(1, top + 1))
-    curve = [metrics.expected_speedup(alpha, g, c) for g in gammas]
+    symbol = "α" if point.name == "alpha" else point.name
     fig.add_scatter(
         x=gammas,
-        y=curve,
+        y=[point.expected(g) for g in gammas],
         mode="lines",
         line={"color": color, "dash": "dash"},
-        name=f"{name}: formula at α = {alpha:.2f}, c = {c:.2f}",
+        name=f"{name}: formula at {symbol} = {point.accept:.3f}, c = {point.c:.2f}",
     )
     refined = [r for r in cells if r.get("predicted_speedup") is not None]
     if refined:
@@ -72,13 +78,24 @@ def _sweep_series(
             marker={"color": color, "size": 7, "symbol": "diamond-open"},
             name=f"{name}: refined (measured step, verify and overhead costs)",
         )
+    ys = [r["measured_speedup"] for r in cells]
+    spread = all("measured_low" in r for r in cells)
     fig.add_scatter(
         x=[r["gamma"] for r in cells],
-        y=[r["measured_speedup"] for r in cells],
+        y=ys,
         mode="markers+lines",
         marker={"color": color, "size": 10},
         line={"color": color, "width": 1},
-        name=f"{name}: measured",
+        name=f"{name}: measured" + (" (middle 90 %)" if spread else ""),
+        error_y={
+            "type": "data",
+            "symmetric": False,
+            "array": [r["measured_high"] - y for r, y in zip(cells, ys, strict=True)],
+            "arrayminus": [y - r["measured_low"] for r, y in zip(cells, ys, strict=True)],
+            "color": color,
+        }
+        if spread
+        else None,
         customdata=[[r["alpha"], r["c"], r["tokens_per_call"]] for r in cells],
         hovertemplate="gamma %{x}: %{y:.2f}x<br>alpha %{customdata[0]:.2f}, "
         "c %{customdata[1]:.2f}, %{customdata[2]:.2f} tokens/call<extra></extra>",

@@ -3,6 +3,7 @@ frequencies beside the target's probabilities (Plotly; no gradio)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from specviz.analysis.binning import OTHER, Comparison
@@ -15,13 +16,23 @@ from specviz.views.style import subplots
 def check_figure(result: CheckResult, max_bins: int = 20) -> Any:
     """Plotly figure: per comparison, speculative and autoregressive frequencies beside the
     target's p."""
+    return checks_figure([result], max_bins)
+
+
+def checks_figure(results: Sequence[CheckResult], max_bins: int = 20) -> Any:
+    """Plotly figure of one or more checks: per check and comparison, speculative and
+    autoregressive frequencies beside the target's p, each titled with its verdict, its
+    p-value and its bins."""
+    panels = [(result, comp) for result in results for comp in result.comparisons]
+    several = len(results) > 1
     titles = [
-        f"{comp.name}: TV(spec, p) {comp.tv_spec:.3f}, p-value {comp.spec_test.p_text}"
-        f" | TV(AR, p) {comp.tv_ar:.3f}, p-value {comp.ar_test.p_text}"
-        for comp in result.comparisons
+        (f"{_what(result)} {_verdict(result)}: " if several else "")
+        + f"{comp.name}: TV(spec, p) {comp.tv_spec:.3f}, p-value {comp.spec_test.p_text} over "
+        f"{len(comp.labels)} bins | TV(AR, p) {comp.tv_ar:.3f}, p-value {comp.ar_test.p_text}"
+        for result, comp in panels
     ]
-    fig = subplots(rows=len(result.comparisons), cols=1, subplot_titles=titles)
-    for row, comp in enumerate(result.comparisons, start=1):
+    fig = subplots(rows=len(panels), cols=1, subplot_titles=titles)
+    for row, (_, comp) in enumerate(panels, start=1):
         idx = _shown(comp, max_bins)
         x = [_display(comp.labels[i], i) for i in idx]
         series = (
@@ -31,15 +42,27 @@ def check_figure(result: CheckResult, max_bins: int = 20) -> Any:
         )
         add_bar_group(fig, row, [(name, x, [ys[i] for i in idx]) for name, ys in series])
         fig.update_yaxes(title_text="probability", row=row, col=1)
-    verdict = "passes" if result.passed else "FAILS"
-    what = "exact match" if result.verifier == "exact match" else f"{result.rule} rule"
+    n = ", ".join(sorted({str(r.n) for r in results}))
+    if several:
+        verdicts = "; ".join(f"{_what(r)} {_verdict(r)}" for r in results)
+        title = f"Distribution checks (N = {n} each): {verdicts}"
+    else:
+        title = f"Distribution check ({_what(results[0])}, N = {n} each): {_verdict(results[0])}"
     fig.update_layout(
         barmode="group",
-        title=f"Distribution check ({what}, N = {result.n} each): {verdict}",
-        height=360 * len(result.comparisons) + 80,
+        title=title,
+        height=360 * len(panels) + 80,
         legend=LEGEND,
     )
     return fig
+
+
+def _what(result: CheckResult) -> str:
+    return "exact match" if result.verifier == "exact match" else f"{result.rule} rule"
+
+
+def _verdict(result: CheckResult) -> str:
+    return "passes" if result.passed else "FAILS"
 
 
 def _shown(comp: Comparison, max_bins: int) -> list[int]:

@@ -297,14 +297,14 @@ def speedline_html(story: SpeedStory | None) -> str:
     if story is None or not story.calls:
         return ""
     m = story.measured
-    predicted = None
+    predicted = basis = None
     if story.predicted is not None:
-        predicted = f"{story.predicted:.2f}x (from c = {story.c:.2f}"
+        predicted = f"{story.predicted:.2f}x"
+        basis = f"from the run's own c = {story.c:.2f}"
         if story.verify:
-            predicted += f", verify {story.verify:.2f} steps"
+            basis += f", a verify call of {story.verify:.2f} target steps"
         if story.accept is not None:
-            predicted += f", {story.accept_name} {story.accept:.2f}"
-        predicted += ")"
+            basis += f" and {story.accept_name} {story.accept:.2f}, at gamma {story.gamma}"
     return _html(
         "speedline",
         f"{story.tokens_per_call:.2f}",
@@ -314,6 +314,7 @@ def speedline_html(story: SpeedStory | None) -> str:
         f"{m.value:.2f}x" if m else None,
         f"{m.low:.2f}\u2013{m.high:.2f}" if m else None,
         predicted,
+        basis,
         story.below_one(),
     )
 

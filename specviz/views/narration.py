@@ -32,6 +32,8 @@ def proposal(rnd: Round) -> str:
     """What the draft proposed, and how long drafting took."""
     k = len(rnd.drafted)
     took = f"in {rnd.draft_ms:.1f} ms"
+    if rnd.index == 0:
+        took += " (its first call also read the prompt)"
     if k == 0:
         return f"The drafter proposed no tokens this round (gamma {rnd.gamma}), {took}."
     fewer = f" (gamma was {rnd.gamma}; it proposed fewer)" if k < rnd.gamma else ""
@@ -44,9 +46,10 @@ def scoring(rnd: Round) -> str:
     k = len(rnd.drafted)
     what = f"the {k} draft{'s' if k > 1 else ''} and the position after them" if k else "one"
     n = k + 1
+    prompt = " (it also read the prompt)" if rnd.index == 0 else ""
     return (
         f"One target call scored {n} position{'s' if n > 1 else ''} ({what}) "
-        f"in {rnd.verify_ms:.1f} ms."
+        f"in {rnd.verify_ms:.1f} ms{prompt}."
     )
 
 

@@ -94,6 +94,29 @@ def playable_rounds(trace: Trace | None) -> list[int]:
     return [r.index for r in trace.rounds if r.verified]
 
 
+def draw_decided(d: Drafted, settings: Mapping[str, Any]) -> bool:
+    """Whether a draw decided this verified draft: the verification drew (u, or the
+    target's own sample) and its keep probability a(x) lies strictly between 0 and 1, so
+    that the same p and q could have ended either way."""
+    drawn = d.u is not None or d.target_sample is not None
+    return drawn and 0.0 < keep_probability(d, settings) < 1.0
+
+
+def drawn_rounds(trace: Trace | None) -> list[int]:
+    """The indices of the playable rounds where a draw decided at least one draft, those
+    with a rejection first (there the visitor also sees what replaced it)."""
+    if trace is None or trace.method != "spec":
+        return []
+    s = trace.settings
+    drawn = [
+        i
+        for i in playable_rounds(trace)
+        if any(draw_decided(d, s) for d in trace.rounds[i].verified)
+    ]
+    rejected = [i for i in drawn if any(d.status == "rejected" for d in trace.rounds[i].drafted)]
+    return rejected + [i for i in drawn if i not in rejected]
+
+
 def first_round(trace: Trace) -> int:
     """The round to deal when none is chosen: the first with a rejection, else the first
     that verified a draft (ValueError when none did)."""
