@@ -67,6 +67,11 @@ LEGEND_OVERLAPS = """() => {
 
 FONT_PX = "(sel) => parseFloat(getComputedStyle(document.querySelector(sel)).fontSize)"
 
+# The element lies wholly inside the viewport (the page may still be scrolling to it).
+IN_SIGHT = """(sel) => { const b = document.querySelector(sel).getBoundingClientRect();
+  return b.top >= 0 && b.bottom <= window.innerHeight && b.left >= 0
+    && b.right <= window.innerWidth; }"""
+
 
 def run(page, tokens: int) -> None:
     page.fill("#sv-max-new input[type=number]", str(tokens))
@@ -126,7 +131,7 @@ def test_a_run_shows_no_bare_literal_no_cut_text_and_legends_clear_of_axes(brows
         token = page.locator("#sv-tokens [data-status=rejected]").first
         text = shown_decision(page, token)
         assert "p(x)" in text and "q(x)" in text and "p/q = " in text
-        inside(page, "#sv-decision .sv-dp-keep")
+        page.wait_for_function(IN_SIGHT, arg="#sv-decision .sv-dp-keep", timeout=10_000)
         inside(page, f"#sv-tokens [data-pos='{token.get_attribute('data-pos')}']")
         nothing_wrong_shown(page, "after the click")
         shot(page, "display-1280x720.png")
@@ -144,12 +149,7 @@ def test_a_phone_keeps_each_token_whole_and_scrolls_to_its_decision(browser, ui_
         text = shown_decision(page, token)
         assert "p/q = " in text
         # the page has scrolled to the panel, which sits under the token view here
-        page.wait_for_function(
-            "() => { const b = document.querySelector('#sv-decision .sv-dp')"
-            ".getBoundingClientRect(); return b.top >= 0 && b.top < window.innerHeight; }",
-            timeout=10_000,
-        )
-        inside(page, "#sv-decision .sv-dp-keep")
+        page.wait_for_function(IN_SIGHT, arg="#sv-decision .sv-dp-keep", timeout=10_000)
         shot(page, "display-390x844.png")
         assert page.dialogs == []
 

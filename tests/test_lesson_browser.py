@@ -12,6 +12,7 @@ Set SPECVIZ_SCREENSHOT_DIR to also write lesson-1280x720.png there.
 from __future__ import annotations
 
 import os
+import random
 import re
 import threading
 import time
@@ -165,6 +166,60 @@ def test_clicking_ahead_keeps_each_statement_on_its_own_step(browser, short_url,
         assert not page.is_checked("#sv-own-draft-temp input")
         assert "restored to the page's defaults" in page.inner_text("#sv-status")
         assert page.evaluate(BARE_TEXT) == []
+
+
+def test_next_then_the_button_before_the_server_answers_next(browser, short_url, ui_pair) -> None:
+    """A busy server answers Next late: here its answers (the requests to show the step
+    moved to) are held until the next step's button has been pressed, 1.5 to 2.5 s after
+    Next, as on two loaded cores. The press carries out the step moved to (step 2; then
+    step 4 after two quick Nexts, none lost), each statement lands on its own step, and no
+    "Error" shows. Each target call takes 0.15 s or more, so that a run outlasts the
+    presses around it."""
+    held: list = []
+    holding = [False]
+
+    def hold(route) -> None:
+        if holding[0]:
+            held.append(route)
+        else:
+            route.continue_()
+
+    def answered_late() -> None:
+        """Once Next has asked the server, let everything held through."""
+        deadline = time.monotonic() + 30
+        while not held and time.monotonic() < deadline:
+            page.wait_for_timeout(100)
+        assert held, "Next never asked the server to show its step"
+        holding[0] = False
+        while held:
+            held.pop(0).continue_()
+
+    with slow_target(ui_pair, 0.15), opened(browser, short_url, 1280, 720) as page:
+        page.route("**/run/predict*", hold)
+        said = page.locator("#sv-lesson-said .sv-lesson-said")
+        for steps, shown, statement in (
+            (1, "step 2 of 7", "draft temperature 1.5"),
+            (2, "step 4 of 7", "This run's target"),
+        ):
+            holding[0] = True
+            for _ in range(steps):
+                page.click("#sv-lesson-next")
+            page.wait_for_timeout(random.uniform(1500, 2500))
+            page.click("#sv-lesson-go")  # before the server has answered Next
+            answered_late()
+            page.locator("#sv-lesson").filter(has_text=shown).wait_for(timeout=30_000)
+            said.filter(has_text=statement).wait_for(timeout=300_000)
+        page.wait_for_function(
+            "() => !document.querySelector('#sv-status .sv-status-busy')", timeout=60_000
+        )
+        no_error_shown(page)
+        # step 2 kept its own statement; step 3 (never pressed) has none
+        page.click("#sv-lesson-prev")
+        page.locator("#sv-lesson").filter(has_text="step 3 of 7").wait_for(timeout=30_000)
+        assert page.locator("#sv-lesson-said .sv-lesson-said").count() == 0
+        page.click("#sv-lesson-prev")
+        said.filter(has_text="draft temperature 1.5").wait_for(timeout=30_000)
+        no_error_shown(page)
 
 
 def test_a_press_queued_behind_the_load_runs_the_step_it_was_pressed_on(browser, short_url) -> None:

@@ -23,8 +23,11 @@ A step's statement is kept for that step. The visitor may move on while it runs,
 the next step's button (queued behind it): each statement lands on its own step, and the
 panel shows it only while that step is the one shown. A press carries out the step shown
 when it was pressed, however long it waits in the queue: the page sends that step's index
-with the press (a hidden number that Previous and Next keep in step), as the Lesson's own
-index may have moved on by the time the press is served.
+with the press (a hidden number), as the Lesson's own index may have moved on by the time
+the press is served. Previous and Next move that number in the browser at once
+(assets/lesson-move.js) and only then ask the server to show the step: a press right after
+a Next, while a busy server has not answered it yet, carries out the step moved to, and no
+click of Next is lost while the server is slow.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ from specviz.lesson import (
     teaching_rejection,
 )
 from specviz.trace import Trace, round_number
+from specviz.ui.assets import script
 from specviz.ui.check_tab import check_updates, summary_html
 from specviz.ui.context import AppContext
 from specviz.ui.frames import inspect_changes
@@ -123,6 +127,21 @@ def said_html(state: Lesson) -> str:
 def move_update(state: Lesson, by: int) -> Changes:
     """Previous (-1) or Next (+1): the step shown, its button and what it said."""
     state.move(by)
+    return shown_update(state)
+
+
+def show_update(state: Lesson, index: Any) -> Changes:
+    """The step the page has moved to (its index, set in the browser by Previous or Next):
+    shown, with its button and what it said. The index itself is the browser's: it is not
+    sent back, which would undo a later click still on its way."""
+    state.index = pressed_step(state, index)
+    out = shown_update(state)
+    del out["lesson_index"]
+    return out
+
+
+def shown_update(state: Lesson) -> Changes:
+    """The step shown, its button and what it said."""
     return {
         "lesson_index": state.index,
         "lesson_box": gr.Accordion(label=box_label(state)),
@@ -481,13 +500,24 @@ def wire(page: Page, state: Any) -> None:
     wire_restore(page, state)
     names = ("lesson_index", "lesson_box", "lesson_card", "lesson_go", "lesson_said")
     shown = [page.lesson[k] for k in names]
+    index = page.lesson["lesson_index"]
     for name, by in (("lesson_prev", -1), ("lesson_next", 1)):
-        page.lesson[name].click(
-            page.once(lambda st, by=by: move_update(st, by)),
-            [state],
+        # the index moves in the browser at once, then the server shows that step: a press
+        # of the step's button right after (before the server has answered, as on a busy
+        # machine) sends the step moved to, never the one before it; each click counts
+        move = script("lesson-move", BY=by, LAST=len(STEPS) - 1)
+        moved = page.lesson[name].click(
+            None, [index], [index], js=move, queue=False, trigger_mode="multiple", **INTERNAL
+        )
+        moved.then(
+            page.once(show_update),
+            [state, index],
             shown,
             queue=False,
             show_progress="hidden",
+            # one request at a time, the newest index last: the server ends on the step
+            # the page shows
+            trigger_mode="always_last",
             **INTERNAL,
         )
 
