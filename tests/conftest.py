@@ -6,6 +6,7 @@ end-to-end tests, on tiny networks over its tokenizer for the page's own logic."
 from __future__ import annotations
 
 import os
+import time
 from contextlib import contextmanager
 
 # torch's idle OpenMP threads wait asleep instead of spinning: on the two cores the workers
@@ -190,18 +191,55 @@ def browser():
         chromium.close()
 
 
-# The modules that take longest (measured on a 2-core CPU, in that order) run first: xdist
-# hands a free worker the next module, so the last one to start is then a short one and the
-# two workers finish close together. Every other module keeps its place.
+# The modules that take longest, longest first (seconds of setup, calls and teardown in one
+# run of the suite on 2 cores of an AMD EPYC, --durations=0), run first: xdist hands a free
+# worker the next module, so the last ones to start are short and the two workers finish
+# close together. Every other module keeps its place after them.
 SLOWEST_FIRST = (
-    "test_distribution",
-    "test_engine",
-    "test_browser",
-    "test_layout_browser",
-    "test_lesson_browser",
-    "test_load",
-    "test_faults",
+    "test_distribution",  # 84 s
+    "test_lesson_browser",  # 72 s
+    "test_browser",  # 66 s
+    "test_packages",  # 54 s
+    "test_engine",  # 49 s
+    "test_load",  # 48 s
+    "test_kernels",  # 47 s
+    "test_verify_contract",  # 43 s
+    "test_share_browser",  # 38 s
+    "test_display_browser",  # 38 s
+    "test_layout_browser",  # 27 s
+    "test_faults",  # 26 s
+    "test_cli",  # 22 s
+    "test_queue_browser",  # 21 s
+    "test_compiled",  # 20 s
+    "test_bench",  # 19 s
+    "test_ui",  # 17 s
+    "test_deploy",  # 17 s
+    "test_report",  # 16 s
+    "test_gpu_check",  # 14 s
+    "test_tree",  # 14 s
 )
+
+
+def pytest_configure(config) -> None:
+    # pytest-xdist's --dist loadscope otherwise queues the modules by their number of tests,
+    # most first (--loadscope-reorder, its default), which ignores SLOWEST_FIRST and leaves
+    # one-test browser modules, among the longest, for last
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With SPECVIZ_TEST_TIMELINE=FILE, one line per test is appended to FILE: the worker,
+    the test's start and end (seconds since the epoch) and its id, to see where a run of
+    the suite spends its time and where a worker waits."""
+    path = os.environ.get("SPECVIZ_TEST_TIMELINE")
+    start = time.time()
+    yield
+    if path:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        with open(path, "a") as out:
+            out.write(f"{worker}\t{start:.3f}\t{time.time():.3f}\t{item.nodeid}\n")
 
 
 def pytest_collection_modifyitems(config, items) -> None:

@@ -59,21 +59,21 @@ def test_a_waiting_run_shows_its_place_and_a_full_queue_says_so(
         for page in (first, second, third):
             set_max_new(page, 40)
         press_run(first)  # a finished Run gives gradio its estimate of the next
-        with slow_target(text_pair, 0.3):  # about 12 s of target calls per run
+        with slow_target(text_pair, 0.6):  # about 24 s of target calls per run
             first.click("#sv-run")
             first.locator("#sv-status").filter(has_text="speculative: round").wait_for(
                 timeout=30_000
             )
             second.click("#sv-run")
             status = second.locator("#sv-status")
-            status.filter(has_text="queue: 1/1").wait_for(timeout=10_000)
+            status.filter(has_text="queue: 1/1").wait_for(timeout=30_000)
             line = status.inner_text()
             # its place, the seconds it has waited, and the estimate
             assert re.search(r"queue: 1/1 \| \d+\.\d/\d+\.\ds", line), line
             shot(second, "queue-waiting.png")
             third.click("#sv-run")
             toast = third.locator(".toast-body")
-            toast.filter(has_text="currently busy").wait_for(timeout=10_000)
+            toast.filter(has_text="currently busy").wait_for(timeout=30_000)
             assert toast.count() == 1
             assert "This application is currently busy. Please try again." in toast.inner_text()
             shot(third, "queue-full.png")
