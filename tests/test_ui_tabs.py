@@ -321,3 +321,16 @@ def test_the_step_button_sends_the_step_shown_at_the_press(tiny) -> None:
         (button,) = [b for b in demo.blocks.values() if b.elem_id == elem_id]
         (move,) = [fn for fn in demo.fns.values() if (button._id, "click") in fn.targets]
         assert index[0] in move.outputs  # Previous and Next keep the index in step
+
+
+def test_an_opening_page_queues_one_event_at_a_time(tiny) -> None:
+    """gradio's queue size counts every waiting event: the page's load events (the
+    visitor's state, the page's own opening) must not wait in it side by side, or on a
+    loaded machine with a small SPECVIZ_QUEUE_SIZE the second is turned away and the page
+    never loads its pair (the models panel shows "Error"). One load event is queued; the
+    state's initialiser runs outside the queue."""
+    demo = ui.build_app(loader=lambda pair, dtype: tiny, pairs=["tiny"])
+    on_load = [fn for fn in demo.fns.values() if any(t[1] == "load" for t in fn.targets)]
+    assert any(fn.fn is ui.new_session for fn in on_load)
+    queued = [fn.name for fn in on_load if fn.queue]
+    assert len(queued) == 1, queued

@@ -112,6 +112,10 @@ def build_app(
     for fn in demo.fns.values():  # the per-visitor state's initialiser is no API either
         if fn.fn is new_session:
             fn.api_visibility = "private"
+            # nor does it wait in the queue: an opening page's events must not count
+            # against the queue's size (SPECVIZ_QUEUE_SIZE), or a page opened while the
+            # queue is nearly full fails to load its pair
+            fn.queue = False
     return demo
 
 
