@@ -7,7 +7,8 @@ beside the tokens, scrolled to on a phone; the presentation mode's one screen at
 (the speed line, the tokens, the decision's p/q bars with u, the narration's own area) in
 type of 20 px or more; the tokens at 18 px or more in a 1920x1080 window.
 
-Set SPECVIZ_SCREENSHOT_DIR to also write display-*.png there.
+Set SPECVIZ_SCREENSHOT_DIR to also write display-*.png and present-1024x768.png there (the
+README's presentation-mode screenshot, on the offline pair while the screenshots are written).
 """
 
 from __future__ import annotations
@@ -182,7 +183,7 @@ def test_the_presentation_mode_holds_the_speed_the_tokens_and_the_decision(brows
             "#sv-narration .sv-status",
         ):
             assert page.evaluate(FONT_PX, selector) >= 20, selector
-        shot(page, "display-present-1024x768.png")
+        shot(page, "present-1024x768.png")
         # Steps: the narration keeps its own height and place, scrolling inside itself, and
         # each round's decision shows beside the tokens
         seen = []
