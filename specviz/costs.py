@@ -75,8 +75,8 @@ class Timer:
 
 def interleaved_order(items: Sequence[T], rep: int, reps: int) -> list[T]:
     """Repetition rep (of reps) of an interleaved measurement: every item once, the line-up
-    rotated by rep * n // reps (starts spread over it) and reversed when rep is odd. The
-    model calls here and the bench's contenders (specviz.bench.running) take turns so."""
+    rotated by rep * n // reps (starts spread over it) and reversed when rep is odd:
+    interleaved_calls' order."""
     k = rep * len(items) // reps
     order = [*items[k:], *items[:k]]
     return order[::-1] if rep % 2 else order
@@ -99,7 +99,8 @@ def interleaved_calls(
     and reversed in every other one (interleaved_order), so that a spell of other work on
     the machine falls on every call alike: timed one after another, the call measured
     during the spell would take all of it, and a ratio of two calls with it. The costs
-    here, the GPU check (specviz.gpucheck.measure) and the draft choice time through it."""
+    here, the GPU check (specviz.gpucheck.measure), the draft choice and the bench's
+    contenders (specviz.bench.running) time through it."""
     keys = list(calls)
     for _ in range(warmup):
         for k in keys:

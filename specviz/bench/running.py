@@ -34,7 +34,7 @@ from specviz.bench.contenders import Contender, Sample, all_contenders, contende
 from specviz.bench.options import BenchOptions, reference_gamma
 from specviz.bench.prompts import BenchPrompt, prompt_set
 from specviz.bench.ratios import case_ratios, summarize_ratios
-from specviz.costs import interleaved_order
+from specviz.costs import interleaved_calls
 from specviz.draft_choice import machine_key
 from specviz.pair import ModelPair
 from specviz.trace import Trace
@@ -139,17 +139,29 @@ def _measure(
     opts: BenchOptions,
     say: Callable[[str], None],
 ) -> list[dict[str, Any]]:
-    """Interleaved repetitions: of n contenders, repetition r of R runs them rotated by
-    r * n // R (starts spread over the line-up), reversed when r is odd."""
-    rows = []
-    for rep in range(opts.reps):
-        for i, contender in enumerate(interleaved_order(cs, rep, opts.reps), start=1):
+    """Interleaved repetitions through the costs' one timing loop
+    (specviz.costs.interleaved_calls, no warm-up of its own: warm_up_contenders ran): of n
+    contenders, repetition r of R runs them rotated by r * n // R (starts spread over the
+    line-up), reversed when r is odd. Each contender's r-th run uses seed + r."""
+    rows: list[dict[str, Any]] = []
+
+    def timed(contender: Contender) -> Callable[[], float]:
+        done = [0]  # this contender's runs so far: its repetition
+
+        def call() -> float:
+            rep = done[0]
+            done[0] += 1
             s = contender.run(ids, bp.text, opts.seed + rep, opts.max_new_tokens)
             rows.append(_row(contender, s, bp, mode, rep, len(ids)))
             say(
-                f"{bp.name} {mode} repetition {rep + 1}/{opts.reps}, run {i}/{len(cs)}: "
+                f"{bp.name} {mode} repetition {rep + 1}/{opts.reps}: "
                 f"{contender.name} {s.ms_per_token:.1f} ms/token"
             )
+            return s.ms_per_token
+
+        return call
+
+    interleaved_calls({i: timed(c) for i, c in enumerate(cs)}, opts.reps, warmup=0)
     _mark_agreement(rows, mode)
     return rows
 
