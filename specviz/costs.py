@@ -460,6 +460,26 @@ def speed_story(spec: Trace, ar: Trace | None) -> SpeedStory:
     )
 
 
+def compiled_gammas(
+    pair: ModelPair,
+    prompt: str,
+    gammas: Sequence[int] = DEFAULT_GAMMAS,
+    tokens: int | None = None,
+    settings: Settings | None = None,
+) -> list[int]:
+    """Of gammas, those whose target calls (one position and gamma + 1) the pair's compiled
+    path has ready here, as measure_costs would open them: all of them off the aoti path.
+    A target asked for a width it has no package for runs eager at every width, so costs
+    timed over such a gamma would describe the eager path."""
+    s = settings or Settings()
+    tokens = tokens or s.max_new_tokens
+    max_len = len(pair.encode_prompt(prompt)) + tokens + max(gammas) + 2
+    widths = pair.compiled_widths(pair.target, (1, *(g + 1 for g in gammas)), max_len)
+    if 1 not in widths:
+        return []
+    return [g for g in gammas if g + 1 in widths]
+
+
 def measure_costs(
     pair: ModelPair,
     settings: Settings | None = None,

@@ -176,6 +176,21 @@ class ModelPair:
             compiler = compiler_for(backend)
         return StaticLM(m.model, m.name, self.vocab_size, compiler, widths, max_len, self.device)
 
+    def compiled_widths(
+        self, m: LoadedModel, widths: tuple[int, ...], max_len: int
+    ) -> tuple[int, ...]:
+        """Of widths, those a cache opened now (open_cache) could run on the compiled path
+        without building anything: on the aoti path those with a package here (a cache asked
+        for any other runs eager), else all of them (the eager path, or a path that compiles
+        on demand)."""
+        if self.compile_backend != "aoti" or self.aoti_build or m.name in self.eager_models:
+            return tuple(widths)
+        from specviz.compiled import cache_len
+        from specviz.compiled.packages import has_package
+
+        length = cache_len(max_len)
+        return tuple(w for w in widths if has_package(m.model, w, length))
+
     def ran_eager(self, m: LoadedModel, cache: Any) -> str | None:
         """Why this model's cache (from open_cache) runs eager although the pair is on the
         compiled path; None when it runs compiled, or the pair is eager."""

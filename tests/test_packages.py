@@ -489,3 +489,24 @@ def test_under_auto_a_model_the_compiled_path_cannot_run_runs_eager_beside_the_o
     assert "ran eager" not in run.trace.models["target"]
     assert type(run.drafter.lm).__name__ == "CachedLM"
     assert type(run.target_lm).__name__ == "StaticLM"
+
+
+def test_costs_measure_only_the_gammas_the_packages_serve(store):
+    """Under auto a target asked for a width it has no package for runs eager at every
+    width: costs left to choose its gammas keeps those whose calls have packages here (the
+    store's 1 and GAMMA + 1 positions, and 2: the draft's, of the target's shapes). Every
+    gamma is kept off the aoti path, and where --compile aoti builds what is missing."""
+    from specviz import costs
+
+    pair, _ = store
+    auto = pair.with_compile("auto")
+    widths = auto.compiled_widths(auto.target, (1, 2, GAMMA + 1, 9), _length(pair))
+    assert widths == (1, 2, GAMMA + 1)
+    assert costs.compiled_gammas(auto, PROMPT, (1, GAMMA, 8), TOKENS) == [1, GAMMA]
+    assert costs.compiled_gammas(pair, PROMPT, (1, GAMMA, 8), TOKENS) == [1, GAMMA, 8]
+    built = pair.with_compile("aoti")
+    assert costs.compiled_gammas(built, PROMPT, (1, GAMMA, 8), TOKENS) == [1, GAMMA, 8]
+    other = tiny_pair(vocab=8).with_compile("auto")  # shapes never packaged: none ready
+    assert other.compile_backend != "aoti" or not costs.compiled_gammas(
+        other, PROMPT, (1, GAMMA, 8), TOKENS
+    )

@@ -23,7 +23,12 @@ def add_parser(sub: Any) -> None:
     cmd = sub.add_parser(
         "costs", help="where a round's time goes: step, verify and overhead costs measured"
     )
-    cmd.add_argument("--gammas", default="1,2,4,8", help="comma-separated, e.g. 1,2,4,8")
+    cmd.add_argument(
+        "--gammas",
+        default=None,
+        help="comma-separated, e.g. 1,2,4,8 (default: 1,2,4,8; on the packaged path those of "
+        "them whose target calls have packages here)",
+    )
     cmd.add_argument("--prompt", default=DEFAULT_PROMPT)
     cmd.add_argument("--reps", type=int, default=9, help="timed calls per width (median)")
     cmd.add_argument(
@@ -51,6 +56,19 @@ def cmd_costs(args: argparse.Namespace) -> int:
         raise ValueError(f"tokens must be in 8..1024, got {args.tokens}")
     require_prompt(args.prompt)
     pair = load_pair_from_args(args)
+    if args.gammas is None:  # measure the path a run takes: where packages exist, on them
+        ready = costs.compiled_gammas(pair, args.prompt, gammas, args.tokens, settings)
+        if ready and ready != list(gammas):
+            left = [g for g in gammas if g not in ready]
+            some = "gammas " if len(left) > 1 else "gamma "
+            say(
+                f"costs: {some}{', '.join(map(str, left))} "
+                f"{'have' if len(left) > 1 else 'has'} no compiled package for the target here "
+                "(a target without one runs eager): measured gamma "
+                f"{', '.join(map(str, ready))} on the compiled path (--gammas "
+                f"{','.join(map(str, gammas))} --compile aoti builds the rest)"
+            )
+            gammas = ready
     sc = costs.measure_costs(
         pair,
         settings,

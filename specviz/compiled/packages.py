@@ -425,6 +425,13 @@ def has_any(model: torch.nn.Module) -> bool:
     return any(k.get("model") == mk for k in _usable_keys())
 
 
+def has_package(model: torch.nn.Module, width: int, length: int) -> bool:
+    """Whether the store holds this model's package for this width and cache length, built
+    for this torch and this CPU and not recorded as failed (nothing is built or loaded)."""
+    pt2 = path_of(key(model, width, length))
+    return pt2.exists() and pt2.with_suffix(".json").exists() and not failed(model, width, length)
+
+
 class Packages:
     """The process's loaded packages, per model and (width, length); loaded once and
     shared by every run (the forwards are only ever called from the model thread)."""
