@@ -161,7 +161,7 @@ def _measure(
 
         return call
 
-    interleaved_calls({i: timed(c) for i, c in enumerate(cs)}, opts.reps, warmup=0)
+    interleaved_calls({i: timed(each) for i, each in enumerate(cs)}, opts.reps, warmup=0)
     _mark_agreement(rows, mode)
     return rows
 
