@@ -111,7 +111,8 @@ def test_a_corrupt_package_is_removed_with_one_line_and_the_run_goes_eager(store
     length = _length(pair)
     # the target's gamma + 1 call (the draft, of the same shapes, shares its 1-position one)
     path = packages.path_of(packages.key(pair.target.model, GAMMA + 1, length))
-    saved = path.read_bytes()
+    meta = path.with_suffix(".json")
+    saved, saved_meta = path.read_bytes(), meta.read_bytes()
     try:
         path.write_bytes(b"not a package")
         assert packages.load(pair.target.model, GAMMA + 1, length) is None
@@ -132,8 +133,9 @@ def test_a_corrupt_package_is_removed_with_one_line_and_the_run_goes_eager(store
 
         costs.remember_pair(auto)  # the page's floors still find the model by its name
         assert costs.remembered(run.trace.models["target"]) is not None
-    finally:
+    finally:  # the module's later tests find the store as the set-up left it
         path.write_bytes(saved)
+        meta.write_bytes(saved_meta)
 
 
 def test_auto_takes_the_packages_on_a_cpu_and_leaves_trees_eager(store):

@@ -426,10 +426,10 @@ def has_any(model: torch.nn.Module) -> bool:
 
 
 def has_package(model: torch.nn.Module, width: int, length: int) -> bool:
-    """Whether the store holds this model's package for this width and cache length, built
-    for this torch and this CPU and not recorded as failed (nothing is built or loaded)."""
-    pt2 = path_of(key(model, width, length))
-    return pt2.exists() and pt2.with_suffix(".json").exists() and not failed(model, width, length)
+    """Whether the store holds this model's package for this width and cache length, for
+    this torch and this CPU, and its build is not recorded as failed: what load() looks for
+    (nothing is built or loaded here)."""
+    return path_of(key(model, width, length)).exists() and not failed(model, width, length)
 
 
 class Packages:
