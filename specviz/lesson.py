@@ -60,9 +60,13 @@ RIGHT_RULE = "rejection"  # the papers' rule, checked under exact-match verifica
 
 Decode = Callable[[list[int]], str]
 # Steps 3 and 7 run again, each time with the next seed, while a run has no example to show:
-# at most this many runs in all. On the offline pair at step 2's controls about 5 runs in 8
-# have a rejection the draw decided (docs/app.md).
+# at most this many runs in all. On the offline pair step 3's runs (step 2's controls with
+# top-p 1) had a rejection the draw decided in 8 seeds of 8 (docs/app.md).
 TRIES = 4
+# Step 3 reruns with the target's whole distribution: under top-p's cut nearly every
+# rejection is of a token with p = 0, which no draw could have kept (2 seeds of 8 had one
+# the draw decided at step 2's controls, docs/app.md).
+FULL_TOP_P = 1.0
 
 
 # --- the controls a step leaves behind -----------------------------------------------------
@@ -232,11 +236,13 @@ STEPS: tuple[Step, ...] = (
         "The Decision tab opens on a rejection where the draw decided: p and q for that "
         "token, the draw u against a min(1, p/q) well inside 0 and 1, and the residual "
         "norm(max(0, p − q)) its replacement was drawn from, spread over several tokens. It "
-        "reads the stored run; without such a rejection it runs with step 2's controls, a "
-        f"new seed each time (at most {TRIES} runs).",
+        "reads the stored run; without such a rejection it runs with step 2's controls and "
+        f"top-p {FULL_TOP_P:g}, a new seed each time (at most {TRIES} runs): where top-p "
+        "cuts the target's tail, nearly every rejected draft has p = 0, and no draw could "
+        "have kept it.",
         "Open the first rejection",
         RejectionAction(),
-        {"own_draft_temperature": True, "draft_temperature": HOT_DRAFT},
+        {"own_draft_temperature": True, "draft_temperature": HOT_DRAFT, "top_p": FULL_TOP_P},
         tab="insp",
     ),
     Step(
