@@ -15,15 +15,12 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
-import os
 import random
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-from scripts.class_link import wait_up  # run from the checkout's root, PYTHONPATH=.
+from scripts.class_link import serve_app  # run from the checkout's root, PYTHONPATH=.
 from tests.conftest import CHROMIUM, CHROMIUM_ARGS
 
 
@@ -45,18 +42,10 @@ def main() -> int:
     ap.add_argument("--no-load", action="store_true", help="no load process beside the app")
     ap.add_argument("--shots", type=Path, help="save a screenshot after each run here")
     args = ap.parse_args()
-    url = f"http://127.0.0.1:{args.port}"
-    env = {
-        **os.environ,
-        "GRADIO_SERVER_PORT": str(args.port),
-        "HF_HUB_OFFLINE": "1",
-        "GRADIO_ANALYTICS_ENABLED": "False",
-    }
-    server = subprocess.Popen([sys.executable, "app.py"], env=env, stdout=subprocess.DEVNULL)
+    server, url = serve_app(args.port)
     stop = mp.Event()
     load = None
     try:
-        wait_up(url, 900)
         if not args.no_load:
             load = mp.Process(target=bursts, args=(0, stop), daemon=True)
             load.start()

@@ -38,6 +38,25 @@ else:
 """
 
 
+def serve_app(port: int) -> tuple[subprocess.Popen, str]:
+    """app.py's app on the offline pair in a process of its own, offline, on this port, once
+    it answers: the process and its URL. The caller terminates it."""
+    url = f"http://127.0.0.1:{port}"
+    env = {
+        **os.environ,
+        "GRADIO_SERVER_PORT": str(port),
+        "HF_HUB_OFFLINE": "1",
+        "GRADIO_ANALYTICS_ENABLED": "False",
+    }
+    server = subprocess.Popen([sys.executable, "app.py"], env=env, stdout=subprocess.DEVNULL)
+    try:
+        wait_up(url, 900)
+    except BaseException:
+        server.terminate()
+        raise
+    return server, url
+
+
 def wait_up(url: str, seconds: float = 600) -> None:
     end = time.time() + seconds
     while time.time() < end:

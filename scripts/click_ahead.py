@@ -13,13 +13,12 @@ Prints one line per try and the total count of badges.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import subprocess
 import sys
 import time
 
-from scripts.class_link import wait_up  # run from the checkout's root, PYTHONPATH=.
+from scripts.class_link import serve_app  # run from the checkout's root, PYTHONPATH=.
 from tests.conftest import CHROMIUM, CHROMIUM_ARGS
 
 # a leaf element whose whole text is "Error": gradio's error badge
@@ -35,18 +34,10 @@ def main() -> int:
     ap.add_argument("--port", type=int, default=7933)
     ap.add_argument("--no-load", action="store_true", help="no CPU hog beside the app")
     args = ap.parse_args()
-    url = f"http://127.0.0.1:{args.port}"
-    env = {
-        **os.environ,
-        "GRADIO_SERVER_PORT": str(args.port),
-        "HF_HUB_OFFLINE": "1",
-        "GRADIO_ANALYTICS_ENABLED": "False",
-    }
-    server = subprocess.Popen([sys.executable, "app.py"], env=env, stdout=subprocess.DEVNULL)
+    server, url = serve_app(args.port)
     hog = None
     rng = random.Random(1)
     try:
-        wait_up(url, 900)
         if not args.no_load:
             hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
         from playwright.sync_api import sync_playwright
