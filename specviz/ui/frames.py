@@ -206,13 +206,6 @@ def story_of(spec: Trace | None, ar: Trace | None) -> SpeedStory | None:
     return speed_story(spec, ar)
 
 
-def speed_guard(spec: Trace | None, ar: Trace | None) -> str | None:
-    """The guard's sentence whenever the measured or predicted speedup is below 1
-    (costs.SpeedStory.guard); None otherwise."""
-    story = story_of(spec, ar)
-    return story.guard() if story is not None else None
-
-
 def done_status(main: Trace | None, guard: str | None) -> str:
     """The status line after a run: done, and the guard's sentence when it speaks."""
     if guard:
