@@ -401,7 +401,7 @@ class SpeedStory:
 
     def below_one(self) -> bool:
         """Whether the measured or the predicted speedup prints below 1.00x."""
-        vals = [v for v in (self.measured.value if self.measured else None, self.predicted)]
+        vals = (self.measured.value if self.measured else None, self.predicted)
         return any(v is not None and printed_below_one(v) for v in vals)
 
     def guard(self) -> str | None:
