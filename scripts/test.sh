@@ -6,6 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --dev
+# the set-up just ran: its idempotence test (tests/test_deploy.py) runs it once more, not twice
+export SPECVIZ_SET_UP_RAN=1
 workers="${SPECVIZ_TEST_WORKERS:-2}"
 HF_HUB_OFFLINE=1 exec "${SPECVIZ_VENV:-.venv}/bin/python" -m pytest \
     -n "$workers" --dist loadscope "$@"
