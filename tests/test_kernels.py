@@ -236,12 +236,17 @@ def test_the_distribution_check_passes_with_the_kernels_draft(uses_kernel):
     assert r.spec_acceptance < 1.0
 
 
+@pytest.mark.variants  # four package builds: CI's package step runs it (.ci/run)
 def test_a_package_of_the_kernels_draft_calls_it_and_decodes_as_eager(
     uses_kernel, tmp_path, monkeypatch
 ):
     """The int8 draft's compiled package calls the op (through AOTInductor's proxy executor),
     the float32 target's verification calls specviz.linear, their keys name the library,
-    and greedy speculative decoding on the packages gives the target's greedy output."""
+    and greedy speculative decoding on the packages gives the target's greedy output.
+
+    Its four package builds take about 35 s of the suite's two cores, so it runs in CI's
+    second step with tests/test_variants.py (which builds the same kind of packages under
+    AVX2 in fresh processes), on whatever CPU CI has: the kernel is forced on here."""
     import dataclasses
     import zipfile
 
