@@ -14,8 +14,9 @@ import torch
 from specviz.config import Settings
 from specviz.sampling import match_prob, overlap
 from specviz.trace import Added, Drafted, Node
-from specviz.tree import ROOT, TreeDraft, TreeVerdict
+from specviz.tree import ROOT, TreeDraft
 from specviz.verify.base import Verification, normalised, total_variation
+from specviz.verify.tree_walk import TreeVerdict
 from specviz.verify.verdict import Verdict
 
 

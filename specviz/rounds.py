@@ -28,7 +28,7 @@ from specviz.pair import ModelPair
 from specviz.record import round_decisions, tree_decisions
 from specviz.sampling import warp
 from specviz.trace import Round
-from specviz.tree import ROOT, keep_path, target_rows, verify_tree
+from specviz.tree import ROOT, keep_path, target_rows
 from specviz.updates import clock
 from specviz.verify.base import Verification
 
@@ -158,7 +158,7 @@ class TreeRounds:
         # 3. the verification decides: walking down from the root, each node's children
         # tried in draw order against p' (specviz.verify's sibling rule)
         draws = self.verification.tree_draws(p, len(tree), gen, pw.greedy)
-        verdict = verify_tree(p, tree, draws, eos, self.verification)
+        verdict = self.verification.decide_tree(p, tree, draws, eos)
         # 4. emit the accepted path and the resampled (or bonus) token; none after an EOS
         accepted = [tree.ids[j] for j in verdict.path]
         ends_on_eos = bool(accepted) and accepted[-1] in eos

@@ -1,4 +1,4 @@
-"""Trees of drafts: the shape, drafting depth by depth, and the multi-draft verification.
+"""Trees of drafts: the shape, drafting depth by depth, and the target call that scores them.
 
 A tree's shape gives the children per depth: (2, 2, 1) drafts 2 children at the root, 2 under
 each of those and 1 under each of the 4, 10 nodes. Nodes are numbered breadth first; a
@@ -11,15 +11,15 @@ i.i.d. from q at that node, their number fixed by the shape before any is drawn.
 takes the top-B of the draft's softmax at temperature 1 instead (distinct children), each
 with q one-hot on itself, as greedy warping makes it. An EOS node gets no children.
 
-Verification (:func:`verify_tree`): walk down from the root. At a node with target row p,
-its children are tried one after another in draw order against an updated target p'
-(p' = p; child x kept with probability min(1, p'(x)/q(x)); on a rejection
-p' = norm(max(0, p' - q))). The walk descends into the first child kept; where every child
-is rejected it emits a draw from the final p', and at a leaf the bonus from the leaf's own
-row of p. The output is exactly p's (SpecInfer's multi-step speculative sampling; Yang et al.
-2024). Exact match samples the target's own y ~ p at every node and descends into the first
-child equal to it. "same-target-for-siblings" is a deliberately wrong rule, for the
-distribution check: every sibling is tried against the original p, and after all are
+Verification (specviz.verify.tree_walk, as ``Verification.decide_tree``): walk down from the
+root. At a node with target row p, its children are tried one after another in draw order
+against an updated target p' (p' = p; child x kept with probability min(1, p'(x)/q(x)); on a
+rejection p' = norm(max(0, p' - q))). The walk descends into the first child kept; where
+every child is rejected it emits a draw from the final p', and at a leaf the bonus from the
+leaf's own row of p. The output is exactly p's (SpecInfer's multi-step speculative sampling;
+Yang et al. 2024). Exact match samples the target's own y ~ p at every node and descends
+into the first child equal to it. "same-target-for-siblings" is a deliberately wrong rule,
+for the distribution check: every sibling is tried against the original p, and after all are
 rejected the draw comes from norm(max(0, p - q)).
 
 Random draws come in a fixed order: the children depth by depth (parents in node order),
@@ -32,18 +32,13 @@ chain's model calls (no mask is needed), so it gives the chain's trace.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import torch
 
 from specviz.config import Warp
 from specviz.lm import CachedLM, common_prefix
 from specviz.sampling import draw, warp
-
-if TYPE_CHECKING:
-    from specviz.verify.base import Verification
-
-ROOT = -1
+from specviz.verify.tree_walk import ROOT
 
 
 @dataclass
@@ -284,80 +279,3 @@ def keep_path(lm: CachedLM, prefix_len: int, slots: list[int]) -> None:
     """After a tree call: keep the prefix's slots and the accepted path's."""
     if lm.branched:
         lm.keep(list(range(prefix_len)) + slots)
-
-
-@dataclass
-class Trial:
-    """One child tried against the (updated) target at its parent."""
-
-    node: int
-    trial: int  # its turn among its siblings, from 0
-    p_prime: float  # p'(x) at the trial: p(x) at the first, after siblings the updated target
-    accept_prob: float  # a(x) at the trial, as the verification computed it from p'
-    accepted: bool
-    updated: bool = False  # whether p' differed from the node's own p (a sibling came first)
-
-
-@dataclass
-class TreeVerdict:
-    """What verification decided on a tree."""
-
-    path: list[int]  # accepted nodes, root side first
-    trials: list[Trial]
-    dist: torch.Tensor  # [V] the distribution the added token comes from
-    resampled: bool  # True: every child of the last path node was rejected
-    stop: int  # the node (or ROOT) the walk stopped at: the added token's parent
-    # exact match: [n + 1] the target's own samples (row 0 at the root, 1 + j at node j)
-    samples: torch.Tensor | None = None
-    # where the added token comes from (a key of specviz.verify.words.SOURCES)
-    source: str = "bonus"
-
-    def added_token(self, gen: torch.Generator, greedy: bool) -> int:
-        if self.samples is not None:
-            return int(self.samples[self.stop + 1])
-        return int(draw(self.dist, gen, greedy))
-
-
-def verify_tree(
-    p: torch.Tensor,
-    tree: TreeDraft,
-    draws: torch.Tensor | None,
-    eos_ids: frozenset[int],
-    verification: Verification,
-) -> TreeVerdict:
-    """The multi-draft walk on a tree. p: [n + 1, V] warped target rows (row 1 + j after
-    node j); draws: what verification.tree_draws drew (one uniform per node, the target's
-    samples per row, or None). At each node the children are tried in draw order, each by
-    verification.try_child against p' (the node's row at the first; after a rejection
-    verification.sibling_next); after all are rejected the token comes from
-    verification.sibling_final."""
-    samples = draws if verification.draws == "sample" else None
-    y = None if samples is None else samples.tolist()
-    path: list[int] = []
-    trials: list[Trial] = []
-    node = ROOT
-    while True:
-        kids = tree.children(node)
-        row = p[node + 1]
-        if not kids:
-            return TreeVerdict(path, trials, row, False, node, samples)
-        p_prime = row
-        for t, j in enumerate(kids):
-            x, q = tree.ids[j], tree.q(j)
-            if y is not None:
-                d: float | None = y[node + 1]
-            else:
-                d = None if draws is None else float(draws[j])
-            a, keep = verification.try_child(p_prime, q, x, d)
-            trials.append(Trial(j, t, float(p_prime[x]), a, keep, p_prime is not row))
-            if keep:
-                break
-            p_prime = verification.sibling_next(row, p_prime, q, x)
-        else:
-            dist = verification.sibling_final(row, p_prime, tree.q(kids[-1]))
-            source = verification.sibling_source(len(kids))
-            return TreeVerdict(path, trials, dist, True, node, samples, source)
-        path.append(j)
-        node = j
-        if x in eos_ids:
-            return TreeVerdict(path, trials, p[node + 1], False, node, samples)

@@ -23,7 +23,7 @@ from specviz.engine import Run, generate
 from specviz.lm import CachedLM
 from specviz.pair import LoadedModel
 from specviz.trace import SCHEMA, SCHEMA_CHAIN, Trace
-from specviz.tree import ROOT, TreeDraft, verify_tree
+from specviz.tree import ROOT, TreeDraft
 from specviz.verify import entry, verification_of_entry
 from tests.tiny import close_pair, tiny_model, tiny_pair
 
@@ -324,7 +324,7 @@ def _first_token_law(p, q, kids, rule) -> torch.Tensor:
     tree.q_rows, tree.q_row_of = [q], {ROOT: 0}
     rows = torch.stack([p] * (len(kids) + 1))
     rule_object = verification_of_entry(entry("rejection", rule), {})
-    v = verify_tree(rows, tree, torch.ones(len(kids)), frozenset(), rule_object)
+    v = rule_object.decide_tree(rows, tree, torch.ones(len(kids)), frozenset())
     out, rest = torch.zeros(len(p)), 1.0
     for t in v.trials:
         out[kids[t.node]] += rest * t.accept_prob

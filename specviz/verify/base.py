@@ -15,9 +15,9 @@ child is rejected the token comes from ``sibling_final``. ``out_siblings`` is th
 procedure's computed output distribution, built by the same recursion; with b = 1 it is the
 chain's ``out``.
 
-The engine (specviz.engine), the tree walk (specviz.tree), the trace's per-decision records
-(specviz.record), the views and the distribution check all ask these objects; none of them
-asks a verification's name.
+The engine (specviz.engine), the tree walk (specviz.verify.tree_walk, through
+``decide_tree``), the trace's per-decision records (specviz.record), the views and the
+distribution check all ask these objects; none of them asks a verification's name.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import torch
 
 from specviz.trace import Added, Drafted
 from specviz.verify.registry import Entry, label
+from specviz.verify.tree_walk import Tree, TreeVerdict, walk
 from specviz.verify.verdict import Verdict, leading, residual
 from specviz.verify.words import num, pair_fmt, source_text
 
@@ -160,6 +161,20 @@ class Verification(ABC):
         """Draw what the decision needs from gen (nothing in greedy mode), then decide k
         drafts: p [k+1, V], q [k, V], drafts [k]."""
         return self.decide(p, q, drafts, self.chain_draws(p, drafts.shape[0], gen, greedy))
+
+    # --- the decision on a tree ----------------------------------------------------------
+
+    def decide_tree(
+        self,
+        p: torch.Tensor,
+        tree: Tree,
+        draws: torch.Tensor | None,
+        eos_ids: frozenset[int],
+    ) -> TreeVerdict:
+        """Decide a tree of drafts, given what tree_draws drew: p [n + 1, V] the warped
+        target rows (row 1 + j after node j). The walk (specviz.verify.tree_walk) tries each
+        node's children in draw order with the sibling rule below. Pure: draws nothing."""
+        return walk(self, p, tree, draws, eos_ids)
 
     # --- the decision on a node's siblings (trees) ---------------------------------------
 
