@@ -8,7 +8,6 @@ keys (specviz.bench.ratios).
 from __future__ import annotations
 
 import importlib.util
-import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 
 from markupsafe import Markup
 
+from specviz import outfiles
 from specviz.bench.options import SAMPLE_TEMPERATURE, SAMPLE_TOP_P
 from specviz.bench.ratios import (
     ADAPTIVE_GAIN,
@@ -376,30 +376,24 @@ def _ratio_label(r: dict[str, Any]) -> str:
 
 def write_outputs(result: BenchResult, out: Path) -> list[Path]:
     """CSV of every run and of the ratios, JSON, an HTML report, and PNGs where possible."""
-    import pandas as pd
-
     out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "runs.csv", out / "ratios.csv", out / "summary.csv", out / "bench.json"]
     m = result.machine
     where = {"cpu": m["cpu"], "draft_variant": m.get("draft_variant")}
     runs = [{k: value for k, value in r.items() if k != "tokens"} | where for r in result.rows]
-    pd.DataFrame(runs).to_csv(paths[0], index=False)
-    pd.DataFrame(result.ratios).to_csv(paths[1], index=False)
-    pd.DataFrame(result.summary).to_csv(paths[2], index=False)
-    paths[3].write_text(json.dumps(result.to_dict(), indent=1))
+    paths = [
+        outfiles.write_csv(out / "runs.csv", runs),
+        outfiles.write_csv(out / "ratios.csv", result.ratios),
+        outfiles.write_csv(out / "summary.csv", result.summary),
+        outfiles.write_json(out / "bench.json", result.to_dict()),
+    ]
     figs = bench_figures(result)
-    html = out / "report.html"
     body = "".join(
         f.to_html(full_html=False, include_plotlyjs=(i == 0)) for i, f in enumerate(figs)
     )
     page = render("bench_report.html.j2", table=format_report(result), figures=Markup(body))
-    html.write_text(page)
-    paths.append(html)
-    machine = out / "machine.csv"
-    pd.DataFrame([{"key": k, "value": _cell(value)} for k, value in m.items()]).to_csv(
-        machine, index=False
-    )
-    paths.append(machine)
+    paths.append(outfiles.write_text(out / "report.html", page))
+    machine = [{"key": k, "value": _cell(value)} for k, value in m.items()]
+    paths.append(outfiles.write_csv(out / "machine.csv", machine))
     paths += write_pngs(figs, out)
     return paths
 

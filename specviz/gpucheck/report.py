@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -16,6 +15,7 @@ import torch
 import transformers
 from transformers import LlamaForCausalLM
 
+from specviz import outfiles
 from specviz.config import COMPILE_BACKENDS
 from specviz.gpucheck.aoti import aoti_stage
 from specviz.gpucheck.measure import engine_overhead, projection, steps_and_verify
@@ -37,7 +37,7 @@ def run_check(plan: Plan, out: Path | None, say: Callable[[str], None]) -> dict:
             res[name] = {"error": error_line(exc)}
         res["wall_s"] = time.perf_counter() - t_start
         if out is not None:
-            out.write_text(json.dumps(res, indent=1))
+            outfiles.write_json(out, res)
         say(f"{name}: {'failed' if 'error' in res[name] else 'done'} at {res['wall_s']:.0f} s")
 
     shapes = SHAPES[plan.size]

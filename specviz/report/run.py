@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specviz import outfiles
 from specviz.config import Settings
 from specviz.pair import ModelPair
 from specviz.report import stats
@@ -387,18 +388,14 @@ def write_report(out: Path, records: list[Record], manifest: dict[str, Any]) -> 
     for rec in records:
         for which, t in (("spec", rec.spec), ("ar", rec.ar), ("compare", rec.compare)):
             if t is not None:
-                (out / stats.trace_file(rec.prompt.index, which)).write_text(
-                    t.to_json(), encoding="utf-8"
-                )
+                outfiles.write_text(out / stats.trace_file(rec.prompt.index, which), t.to_json())
     _write_json(out / REPORT_JSON, report)
-    (out / REPORT_HTML).write_text(html.page(report, records), encoding="utf-8")
+    outfiles.write_text(out / REPORT_HTML, html.page(report, records))
     return [out / RUNS, out / REPORT_JSON, out / REPORT_HTML]
 
 
 def _write_json(path: Path, value: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(value, indent=1, ensure_ascii=False, allow_nan=False), "utf-8")
-    tmp.replace(path)
+    outfiles.write_json(path, value, allow_nan=False)  # a report is strict JSON
 
 
 def merge(dirs: list[Path], out: Path, say: Callable[[str], None] | None = None) -> list[Path]:
@@ -449,9 +446,7 @@ def merge(dirs: list[Path], out: Path, say: Callable[[str], None] | None = None)
             raise ValueError(f"{out} holds another report ({diff}); give another --out")
     out.mkdir(parents=True, exist_ok=True)
     _write_json(out / MANIFEST, manifest)
-    with (out / RUNS).open("w", encoding="utf-8") as f:
-        for rec in records:
-            f.write(rec.to_json() + "\n")
+    outfiles.write_text(out / RUNS, "".join(rec.to_json() + "\n" for rec in records))
     if say:
         say(f"merged {len(dirs)} shards: {len(records)} prompts")
     return write_report(out, records, manifest)
