@@ -69,3 +69,57 @@ def test_acceptance_and_theory_figures() -> None:
     pr = theory_figures.projection_figure(0.8, 0.05, 4)
     assert "PROJECTION" in pr.layout.title.text
     assert figures.empty_figure("x").layout.annotations[0].text == "x"
+
+
+SHAPES = [
+    {"rows": 3, "cols": 1, "row_heights": [0.5, 0.15, 0.45], "vertical_spacing": 0.12},
+    {"rows": 2, "cols": 1, "shared_xaxes": True, "vertical_spacing": 0.08},
+    {"rows": 2, "cols": 1},
+]
+TITLES = [None, ["first (p = 0.5)", "", "third <b>"], ["x", "y", "z"]]
+
+
+def test_subplots_copies_the_grid_and_gives_make_subplots_own_figure(monkeypatch) -> None:
+    """style.subplots (a grid made once per shape, then copied) builds the figure plotly's
+    make_subplots builds, for every shape and titles, before and after traces, annotations
+    and layout edits on each row, a second time from the kept grid too."""
+    from plotly.subplots import make_subplots
+
+    from specviz.views import style
+
+    def filled(fig, rows: int):
+        for r in range(1, rows + 1):
+            fig.add_bar(x=["a", "b"], y=[r, 2], name=f"s{r}", row=r, col=1)
+            fig.add_annotation(x="b", y=2, text="drafted", showarrow=True, row=r, col=1)
+        fig.update_xaxes(range=[0, 1], row=rows, col=1)
+        return json.loads(fig.update_layout(title="t", height=500, xaxis_title="x").to_json())
+
+    monkeypatch.setattr(style, "_grids", {})
+    style.subplots(rows=1, cols=1)  # the page's template, as every figure of specviz has it
+    monkeypatch.setattr(style, "_grids", {})
+    for shape in SHAPES:
+        for titles in TITLES:
+            kw = dict(shape)
+            if titles is not None:
+                kw["subplot_titles"] = titles[: shape["rows"]]
+            want = filled(make_subplots(**kw), shape["rows"])
+            for _ in range(2):  # the first builds the grid, the second copies it
+                assert filled(style.subplots(**kw), shape["rows"]) == want, kw
+    assert len(style._grids) == len(SHAPES) * len(TITLES)  # one grid per shape and titles' pattern
+
+
+def test_every_decision_chart_is_make_subplots_own(monkeypatch) -> None:
+    """The inspector's charts, every panel combination, equal those built by make_subplots."""
+    from plotly.subplots import make_subplots
+
+    from tests.test_render import match_trace
+
+    charts = []
+    for t in (sample_trace(), match_trace()):
+        for rnd in t.rounds:
+            for pos in range(rnd.start, rnd.start + rnd.n_accepted + 1):
+                charts.append(decision_at(t, rnd.index, pos))
+    got = [json.loads(figures.decision_figure(d).to_json()) for d in charts]
+    monkeypatch.setattr(figures, "subplots", make_subplots)
+    assert got == [json.loads(figures.decision_figure(d).to_json()) for d in charts]
+    assert len(charts) >= 6
