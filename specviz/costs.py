@@ -471,10 +471,14 @@ def compiled_gammas(
     path has ready here, as measure_costs would open them: all of them off the aoti path.
     A target asked for a width it has no package for runs eager at every width, so costs
     timed over such a gamma would describe the eager path."""
+    from specviz.engine import Run
+
     s = settings or Settings()
     tokens = tokens or s.max_new_tokens
-    max_len = len(pair.encode_prompt(prompt)) + tokens + max(gammas) + 2
-    widths = pair.compiled_widths(pair.target, (1, *(g + 1 for g in gammas)), max_len)
+    s = s.with_(drafter="model", adaptive_gamma=False, max_new_tokens=tokens, gamma=max(gammas))
+    widths = (1, *(g + 1 for g in gammas))
+    run = Run(pair, prompt, s)  # as measure_costs opens its caches (nothing runs)
+    widths = pair.compiled_widths(pair.target, widths, run.cache_positions(widths))
     if 1 not in widths:
         return []
     return [g for g in gammas if g + 1 in widths]

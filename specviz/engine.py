@@ -115,14 +115,18 @@ class Run:
         the generator lives, even when a device map spreads its layers over several."""
         return self.open_lm(self.pair.target, self._verify_widths())
 
+    def cache_positions(self, widths: tuple[int, ...]) -> int:
+        """The most positions this run's caches hold: the prompt, the budget, and the widest
+        call's padding past it."""
+        return len(self.prompt_ids) + self.settings.max_new_tokens + max(widths) + 1
+
     def open_lm(self, m: LoadedModel, widths: tuple[int, ...]) -> ModelCache:
         """A cache for one model, as the pair opens it (ModelPair.open_cache: eager, or on
         the pair's compiled path with calls after the prefill padded to one of widths).
         A model that runs eager although the compiled path was asked for says why in the
         trace's description of it."""
         s = self.settings
-        max_len = len(self.prompt_ids) + s.max_new_tokens + max(widths) + 1
-        lm = self.pair.open_cache(m, widths, max_len, eager=s.drafts_tree)
+        lm = self.pair.open_cache(m, widths, self.cache_positions(widths), eager=s.drafts_tree)
         why = None if s.drafts_tree else self.pair.ran_eager(m, lm)
         role = "target" if m is self.pair.target else "draft"
         if why and role in self.trace.models and RAN_EAGER not in self.trace.models[role]:
