@@ -604,3 +604,27 @@ def test_the_compile_box_starts_at_the_machine_s_default(monkeypatch) -> None:
     assert pairs.compiled_by_default() is True
     monkeypatch.setenv("SPACES_ZERO_GPU", "1")
     assert pairs.compiled_by_default() is False
+
+
+def test_a_finished_run_measures_the_bandwidth_on_the_model_thread(tiny, loader, monkeypatch):
+    """The first finished Run's frame measures the memory's bandwidth for its roofline rows,
+    once per process, on the model thread: torch's parallel sum on a handler's thread would
+    leave a second OpenMP team there, and every later model step would slow (on 2 cores
+    the offline pair's autoregressive step went from about 20 to about 33 ms a token)."""
+    from specviz import costs
+    from specviz.modelthread import MODEL_THREAD
+
+    threads: list[str] = []
+
+    def measure(device: str) -> costs.Bandwidth:
+        threads.append(threading.current_thread().name)
+        return costs.Bandwidth(device, 10.0, 10.0, 10.0, "a test's")
+
+    monkeypatch.setattr(costs, "_bandwidths", {})
+    monkeypatch.setattr(costs, "measure_bandwidth", measure)
+    costs.remember_pair(tiny)
+    _, frames = run_all(loader, form(seed=5))
+    assert threads == [MODEL_THREAD._name]
+    assert "floor" in frames[-1]["time_totals"]  # the roofline rows, at that bandwidth
+    run_all(loader, form(seed=6))
+    assert threads == [MODEL_THREAD._name]  # measured once

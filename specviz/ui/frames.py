@@ -21,6 +21,7 @@ from specviz.analysis import calibration
 from specviz.analysis.runlog import LOG_COLUMNS
 from specviz.config import Settings
 from specviz.costs import SpeedStory, speed_story
+from specviz.modelthread import MODEL_THREAD
 from specviz.trace import Round, Trace, decision_at, round_number, target_dtype
 from specviz.ui.state import Changes, Session
 from specviz.views import (
@@ -181,8 +182,13 @@ def time_html(spec: Trace | None, mode: str = "idle", measure: bool = False) -> 
     caption = "this run's time: draft, verify and the rest, as shares of its wall time"
     if mode == "step":
         caption += " (Step: the rest includes the pauses between presses)"
-    rows = timing.totals_rows(spec) + timing.trace_roofline_rows(spec, measure)
-    return markup.table_html(rows, caption)
+    roofline = timing.trace_roofline_rows(spec)
+    if not roofline and measure and timing.roofline_device(spec) is not None:
+        # the bandwidth, measured once per process, on the model thread: torch's parallel
+        # sum on this thread would leave a second OpenMP team beside the model thread's,
+        # and every later model step would slow (specviz.modelthread)
+        roofline = MODEL_THREAD.call(lambda: timing.trace_roofline_rows(spec, measure=True))
+    return markup.table_html(timing.totals_rows(spec) + roofline, caption)
 
 
 def race_hint(spec: Trace | None, ar: Trace | None) -> str:

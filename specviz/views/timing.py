@@ -173,6 +173,15 @@ def _size(nbytes: int) -> str:
     return f"{nbytes / 1e6:.0f} MB" if nbytes >= 1e6 else f"{nbytes / 1e3:.1f} kB"
 
 
+def roofline_device(trace: Trace) -> str | None:
+    """The device whose bandwidth the trace's roofline rows read: its target's, when this
+    process has loaded that model (specviz.costs remembers it); else None."""
+    from specviz import costs
+
+    target = costs.remembered(str(trace.models.get("target", "")))
+    return None if target is None or not trace.rounds else target[0]
+
+
 def trace_roofline_rows(trace: Trace, measure: bool = False) -> list[tuple[str, str]]:
     """roofline_rows for a trace whose models this process has loaded (specviz.costs
     remembers their bytes per step), at the bandwidth of their device: measured on the
