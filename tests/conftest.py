@@ -165,16 +165,34 @@ def ui_url(screenshots, request):
     return request.getfixturevalue("app_url" if screenshots else "tiny_url")
 
 
+class Slowed:
+    """What slow_target yields: ``release()`` lets the target run at its own speed again
+    once nothing needs the run to last (the presses around it are in)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def release(self) -> None:
+        self.seconds = 0.0
+
+
 @contextmanager
 def slow_target(pair, seconds: float):
-    """Each target call of `pair` takes at least `seconds` meanwhile: a test that acts
-    while a run is in progress (Stop, a closed tab, a press queued behind a run) gets a run
-    that lasts, on a pair that is otherwise over in milliseconds."""
+    """Each target call of `pair` takes at least `seconds` meanwhile (until the yielded
+    Slowed is released): a test that acts while a run is in progress (Stop, a closed tab, a
+    press queued behind a run) gets a run that lasts, on a pair that is otherwise over in
+    milliseconds."""
     import time
 
-    hook = pair.target.model.register_forward_pre_hook(lambda *_: time.sleep(seconds))
+    slowed = Slowed(seconds)
+
+    def wait(*_) -> None:
+        if slowed.seconds:
+            time.sleep(slowed.seconds)
+
+    hook = pair.target.model.register_forward_pre_hook(wait)
     try:
-        yield
+        yield slowed
     finally:
         hook.remove()
 

@@ -127,7 +127,7 @@ def test_clicking_ahead_keeps_each_statement_on_its_own_step(browser, short_url,
     Set SPECVIZ_SCREENSHOT_DIR to also write lesson-click-ahead.png there (the end state)."""
     from specviz.modelthread import MODEL_THREAD
 
-    with slow_target(ui_pair, 0.15), opened(browser, short_url, 1280, 720) as page:
+    with slow_target(ui_pair, 0.15) as slowed, opened(browser, short_url, 1280, 720) as page:
         page.click("#sv-lesson-go")
         # the busy line is in the panel (gradio may hide an output while its event runs)
         page.wait_for_function(
@@ -139,7 +139,10 @@ def test_clicking_ahead_keeps_each_statement_on_its_own_step(browser, short_url,
         page.locator("#sv-lesson").filter(has_text="step 2 of 7").wait_for(timeout=30_000)
         assert "temperature 1.5" in page.inner_text("#sv-lesson-go")
         assert not MODEL_THREAD.idle(), "step 1 still runs when step 2's button is pressed"
-        page.click("#sv-lesson-go")
+        with page.expect_response("**/queue/join*"):  # the server holds the press
+            page.click("#sv-lesson-go")
+        assert not MODEL_THREAD.idle(), "step 2's press is queued behind step 1's run"
+        slowed.release()  # nothing needs the runs to last any more
         said = page.locator("#sv-lesson-said .sv-lesson-said")
         # Step 2 is shown: its own statement arrives there, after step 1's run ended.
         said.filter(has_text="draft temperature 1.5").wait_for(timeout=900_000)
@@ -194,7 +197,7 @@ def test_next_then_the_button_before_the_server_answers_next(browser, short_url,
         while held:
             held.pop(0).continue_()
 
-    with slow_target(ui_pair, 0.15), opened(browser, short_url, 1280, 720) as page:
+    with slow_target(ui_pair, 0.15) as slowed, opened(browser, short_url, 1280, 720) as page:
         page.route("**/run/predict*", hold)
         said = page.locator("#sv-lesson-said .sv-lesson-said")
         for steps, shown, statement in (
@@ -202,12 +205,14 @@ def test_next_then_the_button_before_the_server_answers_next(browser, short_url,
             (2, "step 4 of 7", "This run's target"),
         ):
             holding[0] = True
+            slowed.seconds = 0.15
             for _ in range(steps):
                 page.click("#sv-lesson-next")
             page.wait_for_timeout(random.uniform(1500, 2500))
             page.click("#sv-lesson-go")  # before the server has answered Next
             answered_late()
             page.locator("#sv-lesson").filter(has_text=shown).wait_for(timeout=30_000)
+            slowed.release()  # the presses are in: the run may end at its own speed
             said.filter(has_text=statement).wait_for(timeout=300_000)
         page.wait_for_function(
             "() => !document.querySelector('#sv-status .sv-status-busy')", timeout=60_000
