@@ -7,10 +7,12 @@ that every figure reaches the table, the CSV files and the HTML report.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from specviz import bench
+from specviz.bench import report as bench_report
 from tests.tiny import tiny_pair
 
 TOKENS = 10
@@ -226,6 +228,23 @@ def test_report_table_and_files(result, tmp_path):
     assert "CPU flags:" in (tmp_path / "report.html").read_text()
     assert json.loads((tmp_path / "bench.json").read_text())["options"]["max_new_tokens"] == TOKENS
     assert len(bench.bench_figures(result)) == 2
+    # the PNG copies: every figure's where kaleido renders, else none; nothing half-written
+    pngs = sorted(p.name for p in tmp_path.glob("*.png"))
+    assert pngs in ([], ["report-1.png", "report-2.png"]), pngs
+    assert not list(tmp_path.glob(".*"))
+
+
+def test_png_copies_are_all_written_or_none(result, tmp_path, monkeypatch):
+    """A render that fails after the first figure leaves no PNG behind."""
+    import plotly.io as pio
+
+    def first_then_fail(figs, files, **kw):
+        Path(files[0]).write_bytes(b"\x89PNG")
+        raise RuntimeError("no Chrome")
+
+    monkeypatch.setattr(pio, "write_images", first_then_fail)
+    figs = bench.bench_figures(result)
+    assert bench_report.write_pngs(figs, tmp_path) == [] and not list(tmp_path.iterdir())
 
 
 def test_prompt_set_has_every_kind_and_humaneval():

@@ -8,6 +8,7 @@ keys (specviz.bench.ratios).
 from __future__ import annotations
 
 import importlib.util
+import os
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -399,17 +400,24 @@ def write_outputs(result: BenchResult, out: Path) -> list[Path]:
 
 
 def write_pngs(figs: list[Any], out: Path) -> list[Path]:
-    """PNG copies of the figures where kaleido (and a Chrome for kaleido 1.x) can render."""
-    if importlib.util.find_spec("kaleido") is None:
+    """PNG copies of the figures where kaleido (and a Chrome for kaleido 1.x) can render:
+    all of them, rendered in one browser session, or none (each is written beside its name
+    and renamed into place once every one has rendered)."""
+    if not figs or importlib.util.find_spec("kaleido") is None:
         return []
-    paths = []
-    for i, fig in enumerate(figs, start=1):
-        p = out / f"report-{i}.png"
-        try:
-            fig.write_image(p, width=1200, height=fig.layout.height or 600)
-        except Exception:  # no usable Chrome: the HTML report stands alone
-            return paths
-        paths.append(p)
+    import plotly.io as pio
+
+    paths = [out / f"report-{i}.png" for i in range(1, len(figs) + 1)]
+    parts = [p.with_name(f".{p.stem}.part.png") for p in paths]
+    try:
+        pio.write_images(figs, parts, width=1200, height=[fig.layout.height or 600 for fig in figs])
+        for part, p in zip(parts, paths, strict=True):
+            os.replace(part, p)
+    except Exception:  # no usable Chrome: the HTML report stands alone
+        return []
+    finally:
+        for part in parts:
+            part.unlink(missing_ok=True)
     return paths
 
 
