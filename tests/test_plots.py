@@ -108,10 +108,101 @@ def test_subplots_copies_the_grid_and_gives_make_subplots_own_figure(monkeypatch
     assert len(style._grids) == len(SHAPES) * len(TITLES)  # one grid per shape and titles' pattern
 
 
-def test_every_decision_chart_is_make_subplots_own(monkeypatch) -> None:
-    """The inspector's charts, every panel combination, equal those built by make_subplots."""
-    from plotly.subplots import make_subplots
+class PlotlyGrid:
+    """style.Grid's calls made by plotly itself, on make_subplots' own figure: add_trace,
+    add_annotation and add_shape with row= and col=, update_xaxes and update_yaxes on a
+    cell, update_layout once per layout."""
 
+    def __init__(self, **kwargs) -> None:
+        from plotly.subplots import make_subplots
+
+        self.fig = make_subplots(**kwargs)
+
+    def add(self, trace, row, col=1) -> None:
+        self.fig.add_trace(trace, row=row, col=col)
+
+    def place(self, kind, item, row, col=1) -> None:
+        adds = {"annotations": self.fig.add_annotation, "shapes": self.fig.add_shape}
+        adds[kind](item, row=row, col=col)
+
+    def axis(self, letter, row, col=1, **props) -> None:
+        update = self.fig.update_xaxes if letter == "x" else self.fig.update_yaxes
+        update(props, row=row, col=col)
+
+    def figure(self, *layouts):
+        for layout in layouts:
+            self.fig.update_layout(layout)
+        return self.fig
+
+
+def test_grid_builds_the_figure_plotlys_own_calls_build(monkeypatch) -> None:
+    """style.grid (plain JSON, made a figure once) builds the figure plotly builds from the
+    same traces, annotations, shapes, axis settings and layouts, for every shape and titles,
+    a second time from the kept grid too."""
+    from specviz.views import style
+
+    def filled(fig, rows: int):
+        for r in range(1, rows + 1):
+            fig.add({"type": "bar", "x": ["a", "b"], "y": [r, 2], "name": f"s{r}"}, r)
+            note = {"x": "b", "y": 2, "text": "drafted", "showarrow": True, "arrowhead": 2}
+            fig.place("annotations", note, r)
+            fig.place("shapes", figures.hline(1.0, {"dash": "dot", "width": 1}), r)
+            fig.axis("y", r, title={"text": f"y{r}"}, rangemode="tozero")
+        fig.axis("x", rows, range=[0, 1], title={"text": "x"})
+        more = {"title": {"text": "t"}, "height": 500, "margin": {"t": 10}}
+        return json.loads(fig.figure(figures._LAYOUT, more).to_json())
+
+    style.figure()  # the page's template, as every figure of specviz has it
+    monkeypatch.setattr(style, "_grids", {})
+    for shape in SHAPES:
+        for titles in TITLES:
+            kw = dict(shape)
+            if titles is not None:
+                kw["subplot_titles"] = titles[: shape["rows"]]
+            want = filled(PlotlyGrid(**kw), shape["rows"])
+            for _ in range(2):  # the first builds the grid, the second copies it
+                assert filled(style.grid(**kw), shape["rows"]) == want, kw
+
+
+def test_layout_and_hline_are_lay_out_and_add_hline_own() -> None:
+    """A figure made at once with figures.layout (and hline's shape) equals the one
+    lay_out's update_layout (and add_hline) make of the same traces."""
+    from specviz.views.style import figure
+
+    bar = {"type": "bar", "x": [1, 2], "y": [0.5, 1.0], "name": "b"}
+    line = {"color": "#57606a", "dash": "dot"}
+    extras = [
+        ({}, {}),
+        ({"yaxis_range": [0, 1]}, {"yaxis": {"range": [0, 1]}}),
+        (
+            {"yaxis_range": [0, 1], "xaxis_dtick": 1},
+            {"yaxis": {"range": [0, 1]}, "xaxis": {"dtick": 1}},
+        ),
+        ({"margin_t": 80, "showlegend": False}, {"margin": {"t": 80}, "showlegend": False}),
+    ]
+    for flat, nested in extras:
+        old = figures.lay_out(figure(data=[bar]), "t <b>", "x", "", 300, **flat)
+        old.add_hline(y=1.0, line=line)
+        shape = figures.layout("t <b>", "x", "", 300, **nested, shapes=[figures.hline(1.0, line)])
+        new = figure(data=[bar], layout=shape)
+        assert json.loads(new.to_json()) == json.loads(old.to_json()), flat
+    assert figures.layout("t", "x", "y", 300)["margin"] is not figures._LAYOUT["margin"]
+
+
+def test_empty_figure_is_plotlys_own_calls() -> None:
+    from specviz.views.style import figure
+
+    fig = figure(layout=figures._LAYOUT)
+    fig.add_annotation(text="x <b>", showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    fig.update_layout(height=260)
+    assert json.loads(figures.empty_figure("x <b>").to_json()) == json.loads(fig.to_json())
+
+
+def test_every_decision_chart_is_plotlys_own(monkeypatch) -> None:
+    """The inspector's charts, every panel combination, equal those plotly's own calls
+    build on make_subplots' figure."""
     from tests.test_render import match_trace
 
     charts = []
@@ -120,6 +211,20 @@ def test_every_decision_chart_is_make_subplots_own(monkeypatch) -> None:
             for pos in range(rnd.start, rnd.start + rnd.n_accepted + 1):
                 charts.append(decision_at(t, rnd.index, pos))
     got = [json.loads(figures.decision_figure(d).to_json()) for d in charts]
-    monkeypatch.setattr(figures, "subplots", make_subplots)
+    monkeypatch.setattr(figures, "grid", PlotlyGrid)
     assert got == [json.loads(figures.decision_figure(d).to_json()) for d in charts]
     assert len(charts) >= 6
+
+
+def test_runs_chart_is_plotlys_own(monkeypatch) -> None:
+    from specviz.views import across_runs
+
+    rows = [
+        {"run": 1, "speedup": 1.4, "acceptance": 0.6, "changed": "gamma=3 <b>"},
+        {"run": 2, "speedup": None, "acceptance": 0.7, "changed": ""},
+        {"run": 3, "speedup": 0.9, "acceptance": 0.2, "changed": "greedy=True"},
+    ]
+    got = json.loads(across_runs.runs_figure(rows).to_json())
+    monkeypatch.setattr(across_runs, "grid", PlotlyGrid)
+    assert got == json.loads(across_runs.runs_figure(rows).to_json())
+    assert len(got["data"]) == 2 and got["layout"]["shapes"][0]["yref"] == "y"

@@ -12,9 +12,9 @@ from typing import Any
 import plotly.graph_objects as go
 
 from specviz.analysis.sweep import formula_point
-from specviz.views.figures import LEGEND, empty_figure, plain
+from specviz.views.figures import LEGEND, empty_figure, hline, plain
 from specviz.views.palette import COLORS, SERIES
-from specviz.views.style import figure, subplots
+from specviz.views.style import figure, grid, merge
 
 LAYOUT: dict[str, Any] = {
     "margin": {"l": 55, "r": 20, "t": 60, "b": 40},
@@ -111,50 +111,52 @@ def reliability_figure(result: dict[str, Any]) -> go.Figure:
     than min_n observations (shown, not judged)."""
     if not result.get("bins") and not result.get("residual_bins"):
         return empty_figure("No sampled decisions yet: run with a temperature above 0.")
-    fig = figure(layout=LAYOUT)
     diag = {"color": COLORS["ar"], "dash": "dot"}
-    fig.add_scatter(x=[0, 1], y=[0, 1], mode="lines", line=diag, name="calibrated")
+    calibrated = {"x": [0, 1], "y": [0, 1], "mode": "lines", "line": diag, "name": "calibrated"}
+    data = [{"type": "scatter", **calibrated}]
     series = (
         ("bins", "drafts: accepted vs min(1, p/q)", COLORS["accepted"]),
         ("residual_bins", "resampled: drawn vs residual r(x)", COLORS["residual"]),
     )
     for key, name, color in series:
         if result.get(key):
-            _reliability_series(fig, result[key], name, color)
+            data.append(_reliability_series(result[key], name, color))
     # square, with both axes on [0, 1]: the plot area narrows to keep the scale (constrain
     # "domain"), where by default plotly would widen the x range beyond the probabilities
     square = {"range": [-0.02, 1.02], "constrain": "domain"}
-    fig.update_xaxes(title="predicted probability (bin mean)", **square)
-    fig.update_yaxes(title="observed frequency", scaleanchor="x", **square)
-    return fig.update_layout(
-        title=f"Calibration of the keep probabilities over {result.get('traces', 0)} run(s)<br>"
-        f"<sup>{result.get('interval', '')}</sup>",
-        height=460,
+    x = {"title": {"text": "predicted probability (bin mean)"}, **square}
+    y = {"title": {"text": "observed frequency"}, "scaleanchor": "x", **square}
+    title = (
+        f"Calibration of the keep probabilities over {result.get('traces', 0)} run(s)<br>"
+        f"<sup>{result.get('interval', '')}</sup>"
     )
+    more = {"xaxis": x, "yaxis": y, "title": {"text": title}, "height": 460}
+    return figure(data=data, layout=merge(merge({}, LAYOUT), more))
 
 
-def _reliability_series(fig: go.Figure, bins: list[dict[str, Any]], name: str, color: str) -> None:
-    fig.add_scatter(
-        x=[b["predicted"] for b in bins],
-        y=[b["observed"] for b in bins],
-        mode="markers",
-        name=name,
-        marker={
+def _reliability_series(bins: list[dict[str, Any]], name: str, color: str) -> dict[str, Any]:
+    return {
+        "type": "scatter",
+        "x": [b["predicted"] for b in bins],
+        "y": [b["observed"] for b in bins],
+        "mode": "markers",
+        "name": name,
+        "marker": {
             "color": color,
             "size": 9,
             "symbol": ["circle" if b["judged"] else "circle-open" for b in bins],
         },
-        error_y={
+        "error_y": {
             "type": "data",
             "symmetric": False,
             "array": [b["ci_high"] - b["observed"] for b in bins],
             "arrayminus": [b["observed"] - b["ci_low"] for b in bins],
             "color": color,
         },
-        customdata=[[b["lo"], b["hi"], b["n"]] for b in bins],
-        hovertemplate="bin %{customdata[0]:.2f}–%{customdata[1]:.2f}, n = %{customdata[2]}"
+        "customdata": [[b["lo"], b["hi"], b["n"]] for b in bins],
+        "hovertemplate": "bin %{customdata[0]:.2f}–%{customdata[1]:.2f}, n = %{customdata[2]}"
         "<br>predicted %{x:.3f}, observed %{y:.3f}<extra></extra>",
-    )
+    }
 
 
 # --- the experiment log --------------------------------------------------------------------
@@ -164,8 +166,7 @@ def runs_figure(rows: list[dict[str, Any]]) -> go.Figure:
     """Speedup (compared runs) and acceptance rate per run of the log."""
     if not rows:
         return empty_figure("No runs logged yet.")
-    fig = subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
-    fig.update_layout(LAYOUT)
+    fig = grid(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
     x = [r["run"] for r in rows]
     hover = [plain(r["changed"]) for r in rows]
     panels = (
@@ -173,19 +174,20 @@ def runs_figure(rows: list[dict[str, Any]]) -> go.Figure:
         (2, "acceptance", "acceptance rate", COLORS["accepted"]),
     )
     for row, key, title, color in panels:
-        fig.add_scatter(
-            x=x,
-            y=[r[key] for r in rows],
-            mode="markers+lines",
-            connectgaps=False,
-            marker={"color": color, "size": 9},
-            name=title,
-            text=hover,
-            hovertemplate="run %{x}: %{y:.2f}<br>%{text}<extra></extra>",
-            row=row,
-            col=1,
-        )
-        fig.update_yaxes(title=title, rangemode="tozero", row=row, col=1)
-    fig.add_hline(y=1.0, line={"color": COLORS["ar"], "dash": "dot", "width": 1}, row=1, col=1)
-    fig.update_xaxes(title="run", dtick=1, row=2, col=1)
-    return fig.update_layout(title="Runs of this session", height=440, showlegend=False)
+        line = {
+            "type": "scatter",
+            "x": x,
+            "y": [r[key] for r in rows],
+            "mode": "markers+lines",
+            "connectgaps": False,
+            "marker": {"color": color, "size": 9},
+            "name": title,
+            "text": hover,
+            "hovertemplate": "run %{x}: %{y:.2f}<br>%{text}<extra></extra>",
+        }
+        fig.add(line, row)
+        fig.axis("y", row, title={"text": title}, rangemode="tozero")
+    fig.place("shapes", hline(1.0, {"color": COLORS["ar"], "dash": "dot", "width": 1}), 1)
+    fig.axis("x", 2, title={"text": "run"}, dtick=1)
+    more = {"title": {"text": "Runs of this session"}, "height": 440, "showlegend": False}
+    return fig.figure(LAYOUT, more)
