@@ -83,13 +83,15 @@ class Run:
         self.device = pair.device
         models = pair.describe()
         models["drafter"] = settings.drafter if settings.method == "spec" else "none"
+        spec = settings.method == "spec"
+        self.verification = verification_for(settings) if spec else None
         self.trace = Trace(
             method=settings.method,
             prompt=prompt,
             prompt_ids=list(self.prompt_ids),
-            settings=settings.to_dict(),
+            settings=settings.stored(),
             models=models,
-            verification=verification_for(settings).label if settings.method == "spec" else "",
+            verification=self.verification.label if self.verification is not None else "",
         )
         self._started = False
         # An autoregressive run paced to a speculative one (interleave) goes on past its
@@ -214,7 +216,8 @@ class Run:
         if s.drafts_tree:
             self.trace.schema = SCHEMA  # a trace with tree rounds
         rounds = TreeRounds if s.drafts_tree else ChainRounds
-        strategy: RoundStrategy = rounds(s, self.pair, target, drafter, verification_for(s))
+        assert self.verification is not None  # a speculative run built it
+        strategy: RoundStrategy = rounds(s, self.pair, target, drafter, self.verification)
         greedy = s.target_warp().greedy
         gen = self._generator()
         seq = list(self.prompt_ids)

@@ -24,7 +24,8 @@ def warp(logits: torch.Tensor, w: Warp) -> torch.Tensor:
     logits = logits.float()
     if w.greedy:
         return torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
-    logits = logits / w.temperature
+    if w.temperature != 1.0:  # x / 1 is x
+        logits = logits / w.temperature
     if 0 < w.top_k < logits.shape[-1]:
         kth = torch.topk(logits, w.top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -102,13 +103,15 @@ def draw(probs: torch.Tensor, generator: torch.Generator, greedy: bool) -> torch
     top-p): the same distribution, and as many variates as the support has tokens."""
     if greedy:
         return probs.argmax(-1)
+    shape = probs.shape[:-1]
+    if shape.numel() == 1:
+        row = probs.reshape(-1)
+        support = row.nonzero().squeeze(1)
+        if 0 < support.shape[0] < row.shape[0]:
+            return support[torch.multinomial(row[support], 1, generator=generator)].reshape(shape)
+        return torch.multinomial(row, 1, generator=generator).reshape(shape)
     flat = probs.reshape(-1, probs.shape[-1])
-    if flat.shape[0] == 1:
-        support = flat[0].nonzero().squeeze(1)
-        if 0 < support.numel() < flat.shape[1]:
-            pick = torch.multinomial(flat[0, support], 1, generator=generator)
-            return support[pick].reshape(probs.shape[:-1])
-    return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
+    return torch.multinomial(flat, 1, generator=generator).reshape(shape)
 
 
 def next_token(logits: torch.Tensor, w: Warp, generator: torch.Generator) -> int:

@@ -345,3 +345,22 @@ def test_a_rounds_record_holds_the_rejection_probability_over_p_prime(entry):
     assert drafted[1].reject_prob == pytest.approx(float(v.reject_prob(pd[1], qd[1])), abs=1e-6)
     if entry.key == ("rejection", "rejection"):
         assert drafted[0].reject_prob != pytest.approx(1.0 - drafted[0].overlap, abs=1e-3)
+
+
+POINTWISE = [e for e in ENTRIES if verification_of_entry(e, PARAMS).pointwise]
+
+
+@pytest.mark.parametrize("entry", POINTWISE, ids=lambda e: f"{e.verification}-{e.rule}")
+def test_a_pointwise_keep_probability_reads_p_and_q_at_x_alone(entry):
+    """A verification that says its keep_prob is elementwise (a chain's decision then
+    computes it at the drafts only) gives at each x what it gives over the whole rows,
+    bit for bit, zeros in p and q included."""
+    v = verification_of_entry(entry, PARAMS)
+    g = torch.Generator().manual_seed(5)
+    p = torch.softmax(torch.randn(4, 9, generator=g) * 3, -1)
+    q = torch.softmax(torch.randn(3, 9, generator=g) * 3, -1)
+    p[:, ::4], q[:, 1::4] = 0.0, 0.0
+    for drafts in (torch.tensor([0, 1, 2]), torch.tensor([5, 4, 8]), torch.tensor([3, 7, 6])):
+        idx = torch.arange(3)
+        whole = v.keep_prob(p[:3], q)[idx, drafts]
+        assert torch.equal(v.keep_prob(p[idx, drafts], q[idx, drafts]), whole)

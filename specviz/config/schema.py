@@ -130,13 +130,14 @@ class Setting:
         return value
 
     def _check_one(self, name: str, kind: type | None, value: Any, limits: Limits) -> None:
-        m, hi = self.meta, self.high(limits)
+        m = self.meta
         if m.choices:
             _choice(name, value, m.choices)
         elif kind is int:
-            _int_range(name, value, None if m.lo is None else int(m.lo), _int_or_none(hi))
+            lo = None if m.lo is None else int(m.lo)
+            _int_range(name, value, lo, _int_or_none(self.high(limits)))
         elif kind is float:
-            _number_range(name, value, m.lo, hi, m.lo_open, m.hi_open)
+            _number_range(name, value, m.lo, self.high(limits), m.lo_open, m.hi_open)
         elif kind is str and not isinstance(value, str):
             raise ValueError(f"{name} must be text, got {value!r}")
 
@@ -265,9 +266,10 @@ def _number_range(
     lo_open: bool = False,
     hi_open: bool = False,
 ) -> None:
-    below = lo is not None and _is_number(value) and (value <= lo if lo_open else value < lo)
-    above = hi is not None and _is_number(value) and (value >= hi if hi_open else value > hi)
-    if _is_number(value) and not below and not above:
+    number = _is_number(value)
+    below = lo is not None and number and (value <= lo if lo_open else value < lo)
+    above = hi is not None and number and (value >= hi if hi_open else value > hi)
+    if number and not below and not above:
         return
     if lo is not None and hi is not None:
         raise ValueError(

@@ -349,6 +349,14 @@ class Settings:
         d.pop("limits")
         return d
 
+    def stored(self) -> Settings:
+        """These settings as a trace holds them, ``from_trace(self.to_dict())``: the same
+        values under the default limits (limits are deployment state); self where its
+        limits are the defaults."""
+        if self.limits == Limits():
+            return self
+        return Settings.from_trace(self.to_dict())
+
     @classmethod
     def from_dict(cls, d: dict[str, Any], limits: Limits | None = None) -> Settings:
         """Inverse of to_dict; unknown keys are an error."""

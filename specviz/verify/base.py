@@ -60,6 +60,9 @@ class Verification(ABC):
     sibling_step: ClassVar[str] = "p′ becomes norm(max(0, p′ − q))"
     # how a sentence names a lossless verification ("the rejection rule", "exact match")
     called_as: ClassVar[str] = ""
+    # whether keep_prob is elementwise: a(x) reads p(x) and q(x) alone, so a chain's
+    # decision computes it at the drafts only (a test on the whole row of p is not)
+    pointwise: ClassVar[bool] = False
 
     # --- what it is ----------------------------------------------------------------------
 
@@ -145,7 +148,8 @@ class Verification(ABC):
         k = drafts.shape[0]
         idx = torch.arange(k, device=drafts.device)
         p_x, q_x = p[idx, drafts], q[idx, drafts]  # [k], [k]
-        a = self.keep_prob(p[:k], q)[idx, drafts].to(p.dtype)  # [k] a(x_i)
+        a = self.keep_prob(p_x, q_x) if self.pointwise else self.keep_prob(p[:k], q)[idx, drafts]
+        a = a.to(p.dtype)  # [k] a(x_i)
         n = leading(self.kept(p_x, q_x, a, drawn))
         dist = p[k] if n == k else self.fallback(p[n], q[n])  # [V]
         return Verdict(n, p_x, q_x, a, dist, u=drawn)

@@ -31,6 +31,7 @@ class Rejection(Verification):
 
     entry: ClassVar[Entry] = BY_KEY[("rejection", "rejection")]
     called_as: ClassVar[str] = "the rejection rule"
+    pointwise: ClassVar[bool] = True  # min(1, p/q), and the wrong rules' [p >= q]
 
     def keep_prob(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         p, q = p.double(), q.double()

@@ -27,8 +27,8 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
 def leading(kept: torch.Tensor) -> int:
     """The length of the leading run of True in kept [k]: the accepted prefix."""
-    missed = (~kept).nonzero()
-    return int(missed[0, 0]) if missed.numel() else kept.shape[0]
+    flags = kept.tolist()  # k flags, read in one transfer
+    return flags.index(False) if False in flags else len(flags)
 
 
 @dataclass(frozen=True)
