@@ -63,7 +63,7 @@ def grid(**kwargs: Any) -> Grid:
     titles = list(kwargs.pop("subplot_titles", None) or [])
     kept, grid_ref, _ = _grid(kwargs, titles)
     # the template left out: go.Figure gives a new figure the default one, validated already
-    layout = copy.deepcopy({k: v for k, v in kept.items() if k != "template"})
+    layout = copy.deepcopy({key: value for key, value in kept.items() if key != "template"})
     for note, text in zip(layout.get("annotations", []), [t for t in titles if t], strict=True):
         note["text"] = text
     return Grid(layout, grid_ref)
