@@ -79,35 +79,6 @@ SHAPES = [
 TITLES = [None, ["first (p = 0.5)", "", "third <b>"], ["x", "y", "z"]]
 
 
-def test_subplots_copies_the_grid_and_gives_make_subplots_own_figure(monkeypatch) -> None:
-    """style.subplots (a grid made once per shape, then copied) builds the figure plotly's
-    make_subplots builds, for every shape and titles, before and after traces, annotations
-    and layout edits on each row, a second time from the kept grid too."""
-    from plotly.subplots import make_subplots
-
-    from specviz.views import style
-
-    def filled(fig, rows: int):
-        for r in range(1, rows + 1):
-            fig.add_bar(x=["a", "b"], y=[r, 2], name=f"s{r}", row=r, col=1)
-            fig.add_annotation(x="b", y=2, text="drafted", showarrow=True, row=r, col=1)
-        fig.update_xaxes(range=[0, 1], row=rows, col=1)
-        return json.loads(fig.update_layout(title="t", height=500, xaxis_title="x").to_json())
-
-    monkeypatch.setattr(style, "_grids", {})
-    style.subplots(rows=1, cols=1)  # the page's template, as every figure of specviz has it
-    monkeypatch.setattr(style, "_grids", {})
-    for shape in SHAPES:
-        for titles in TITLES:
-            kw = dict(shape)
-            if titles is not None:
-                kw["subplot_titles"] = titles[: shape["rows"]]
-            want = filled(make_subplots(**kw), shape["rows"])
-            for _ in range(2):  # the first builds the grid, the second copies it
-                assert filled(style.subplots(**kw), shape["rows"]) == want, kw
-    assert len(style._grids) == len(SHAPES) * len(TITLES)  # one grid per shape and titles' pattern
-
-
 class PlotlyGrid:
     """style.Grid's calls made by plotly itself, on make_subplots' own figure: add_trace,
     add_annotation and add_shape with row= and col=, update_xaxes and update_yaxes on a

@@ -317,23 +317,20 @@ def bench_figures(result: BenchResult) -> list[Any]:
 def _ms_per_token_figure(result: BenchResult) -> Any:
     """Grouped bars, one subplot per mode: median ms/token of each contender per prompt."""
     from specviz.views.figures import add_bar_group
-    from specviz.views.style import subplots
+    from specviz.views.style import grid
 
     df = contender_frame(result)
     modes = result.options["modes"]
-    fig = subplots(rows=len(modes), cols=1, subplot_titles=[_mode_title(m) for m in modes])
+    fig = grid(rows=len(modes), cols=1, subplot_titles=[_mode_title(m) for m in modes])
     for i, mode in enumerate(modes, start=1):
         sub = df[df["mode"] == mode]
         groups = [(prompt, sub[sub["prompt"] == prompt]) for prompt in sub["prompt"].unique()]
         add_bar_group(fig, i, [(p, s["contender"], s["ms_per_token"]) for p, s in groups])
-        fig.update_yaxes(title_text="ms per token (median)", row=i, col=1)
-    fig.update_layout(
-        barmode="group",
-        title="ms per token by contender",
-        height=420 * len(modes),
-        colorway=SERIES,
+        fig.axis("y", i, title={"text": "ms per token (median)"})
+    title = {"text": "ms per token by contender"}
+    return fig.figure(
+        {"barmode": "group", "title": title, "height": 420 * len(modes), "colorway": SERIES}
     )
-    return fig
 
 
 def _ratios_figure(result: BenchResult) -> Any:

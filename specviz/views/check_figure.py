@@ -10,7 +10,7 @@ from specviz.analysis.binning import OTHER, Comparison
 from specviz.analysis.chisquare import frequencies
 from specviz.analysis.distribution_check import CheckResult
 from specviz.views.figures import LEGEND, add_bar_group, label
-from specviz.views.style import subplots
+from specviz.views.style import grid
 
 
 def check_figure(result: CheckResult, max_bins: int = 20) -> Any:
@@ -31,7 +31,7 @@ def checks_figure(results: Sequence[CheckResult], max_bins: int = 20) -> Any:
         f"{len(comp.labels)} bins | TV(AR, p) {comp.tv_ar:.3f}, p-value {comp.ar_test.p_text}"
         for result, comp in panels
     ]
-    fig = subplots(rows=len(panels), cols=1, subplot_titles=titles)
+    fig = grid(rows=len(panels), cols=1, subplot_titles=titles)
     for row, (_, comp) in enumerate(panels, start=1):
         idx = _shown(comp, max_bins)
         x = [_display(comp.labels[i], i) for i in idx]
@@ -41,20 +41,15 @@ def checks_figure(results: Sequence[CheckResult], max_bins: int = 20) -> Any:
             ("target p", comp.p),
         )
         add_bar_group(fig, row, [(name, x, [ys[i] for i in idx]) for name, ys in series])
-        fig.update_yaxes(title_text="probability", row=row, col=1)
+        fig.axis("y", row, title={"text": "probability"})
     n = ", ".join(sorted({str(r.n) for r in results}))
     if several:
         verdicts = "; ".join(f"{_what(r)} {_verdict(r)}" for r in results)
         title = f"Distribution checks (N = {n} each): {verdicts}"
     else:
         title = f"Distribution check ({_what(results[0])}, N = {n} each): {_verdict(results[0])}"
-    fig.update_layout(
-        barmode="group",
-        title=title,
-        height=360 * len(panels) + 80,
-        legend=LEGEND,
-    )
-    return fig
+    more = {"title": {"text": title}, "height": 360 * len(panels) + 80, "legend": LEGEND}
+    return fig.figure({"barmode": "group"}, more)
 
 
 def _what(result: CheckResult) -> str:

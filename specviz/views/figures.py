@@ -64,31 +64,22 @@ def _highlight(ids: list[int], chosen: int) -> list[float]:
 
 
 def add_bar_group(
-    fig: go.Figure, row: int, bars: Sequence[tuple[str, Sequence[Any], Sequence[float]]]
+    fig: Grid, row: int, bars: Sequence[tuple[str, Sequence[Any], Sequence[float]]]
 ) -> None:
-    """Grouped bars in one row of a one-column subplot figure, one series per (name, x, y).
+    """Grouped bars in one row of a one-column subplot grid, one series per (name, x, y).
 
     The n-th series takes the palette's n-th SERIES colour, so a name keeps its colour on
     every row, and the legend lists it once, from the first row.
     """
     for n, (name, x, y) in enumerate(bars):
-        fig.add_bar(
-            x=x,
-            y=y,
-            name=name,
-            marker_color=SERIES[n % len(SERIES)],
-            legendgroup=name,
-            showlegend=row == 1,
-            row=row,
-            col=1,
-        )
+        bar = {"type": "bar", "x": x, "y": y, "name": name, "legendgroup": name}
+        fig.add({**bar, "marker": {"color": SERIES[n % len(SERIES)]}, "showlegend": row == 1}, row)
 
 
 def lay_out(fig: go.Figure, title: str, x: str, y: str, height: int, **extra: Any) -> go.Figure:
-    """The shared layout with a title, axis titles and a height, plus any other keys."""
-    return fig.update_layout(
-        _LAYOUT, title=title, xaxis_title=x, yaxis_title=y, height=height, **extra
-    )
+    """The shared layout (:func:`layout`) with a title, axis titles and a height, plus any
+    other keys (plotly's flat spelling: yaxis_range=r), applied to a figure made already."""
+    return fig.update_layout(layout(title, x, y, height), **extra)
 
 
 def layout(title: str, x: str, y: str, height: int, **extra: Any) -> dict[str, Any]:

@@ -3,8 +3,8 @@
 A template named in a figure's layout is validated and deep-copied each time it is set:
 about 15 ms a figure on a 2-core CPU, and a page frame builds several. The default template
 is given to each new figure as plotly's own, already validated, object, in well under a
-millisecond. So the style is not named in any layout: :func:`figure`, :func:`subplots` and
-:func:`grid` build every figure, and the first call makes plotly_white the process's default
+millisecond. So the style is not named in any layout: :func:`figure` and :func:`grid` build
+every figure, and the first call makes plotly_white the process's default
 template (plotly's documented way to theme every figure; specviz draws all the figures its
 processes draw).
 
@@ -37,31 +37,11 @@ def figure(*args: Any, **kwargs: Any) -> go.Figure:
     return go.Figure(*args, **kwargs)
 
 
-def subplots(**kwargs: Any) -> go.Figure:
-    """plotly's make_subplots in the page's style, from a grid made once per shape.
-
-    make_subplots validates the whole layout it builds (8 ms for three rows on a 2-core
-    CPU, more than half of a decision chart's cost). Its result depends on the shape alone,
-    and on the titles only through their text, so the first figure of a shape (the same
-    arguments, titles aside) keeps its layout, and each later one copies that layout, known
-    valid, without validating it again, then writes its own titles into the title
-    annotations. Later edits validate as usual. The figure is the one make_subplots would
-    build (tests/test_plots.py compares them)."""
-    titles = list(kwargs.pop("subplot_titles", None) or [])
-    layout, grid_ref, grid_str = _grid(kwargs, titles)
-    fig = go.Figure(layout=copy.deepcopy(layout), _validate=False)
-    fig._grid_ref, fig._grid_str = grid_ref, grid_str
-    fig._validate = fig._layout_obj._validate = True
-    for note, text in zip(fig.layout.annotations, [t for t in titles if t], strict=True):
-        note.text = text
-    return fig
-
-
 def grid(**kwargs: Any) -> Grid:
     """make_subplots' figure (the arguments of :func:`subplots`) as plain JSON, to be filled
     with traces, annotations and axis settings and made a figure once (Grid.figure)."""
     titles = list(kwargs.pop("subplot_titles", None) or [])
-    kept, grid_ref, _ = _grid(kwargs, titles)
+    kept, grid_ref = _grid(kwargs, titles)
     # the template left out: go.Figure gives a new figure the default one, validated already
     layout = copy.deepcopy({key: value for key, value in kept.items() if key != "template"})
     for note, text in zip(layout.get("annotations", []), [t for t in titles if t], strict=True):
@@ -69,22 +49,21 @@ def grid(**kwargs: Any) -> Grid:
     return Grid(layout, grid_ref)
 
 
-def _grid(kwargs: dict[str, Any], titles: list[str]) -> tuple[dict[str, Any], Any, Any]:
-    """make_subplots' layout (titles "-"), grid_ref and grid_str, made once per shape."""
+def _grid(kwargs: dict[str, Any], titles: list[str]) -> tuple[dict[str, Any], Any]:
+    """make_subplots' layout (titles "-") and grid_ref, made once per shape: make_subplots
+    validates the whole layout it builds (8 ms for three rows on a 2-core CPU), and its
+    result depends on the shape alone, and on the titles only through their text."""
     _styled()
     key = repr(sorted(kwargs.items())) + repr([bool(t) for t in titles])
     made = _grids.get(key)
     if made is None:
         shaped = make_subplots(**kwargs, subplot_titles=[t and "-" for t in titles] or None)
-        made = _grids[key] = (
-            shaped.layout.to_plotly_json(),
-            shaped._grid_ref,  # what add_trace(row=, col=) reads
-            shaped._grid_str,
-        )
+        # grid_ref: the axes of each cell, what add_trace(row=, col=) reads
+        made = _grids[key] = (shaped.layout.to_plotly_json(), shaped._grid_ref)
     return made
 
 
-_grids: dict[str, tuple[dict[str, Any], Any, Any]] = {}
+_grids: dict[str, tuple[dict[str, Any], Any]] = {}
 
 
 def merge(into: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
