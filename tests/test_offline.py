@@ -172,18 +172,25 @@ def test_a_tie_in_a_bf16_copy_is_broken_by_the_unrounded_logits(one_thread):
 
 def test_a_gguf_file_is_parsed_once_during_a_conversion(tmp_path) -> None:
     """Within _gguf_read_once the config, tokenizer and weights share one parse of the file
-    and one name map; the gguf package's own names come back after."""
+    and one name map, read from the file's bytes in memory, with the same fields and
+    tensors as the gguf package's own parse of its memory map; the package's own names come
+    back after."""
     import gguf
+    import gguf.gguf_reader
+    import numpy as np
 
     path = tmp_path / "tiny.gguf"
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_block_count(2)
-    writer.add_tensor("token_embd.weight", torch.zeros(4, 2).numpy())
+    writer.add_token_list(["<s>", "a", "bé", "</s>"])
+    writer.add_token_scores([0.0, -1.5, -2.0, 0.0])
+    writer.add_tensor("token_embd.weight", torch.arange(8.0).reshape(4, 2).numpy())
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    reader, name_map, numpy = gguf.GGUFReader, gguf.get_tensor_name_map, gguf.gguf_reader.np
+    plain = gguf.GGUFReader(path)
     with offline._gguf_read_once():
         first = gguf.GGUFReader(path)
         assert gguf.GGUFReader(str(path)) is first
@@ -191,6 +198,16 @@ def test_a_gguf_file_is_parsed_once_during_a_conversion(tmp_path) -> None:
             gguf.MODEL_ARCH.LLAMA, 2
         )
     assert (gguf.GGUFReader, gguf.get_tensor_name_map) == (reader, name_map)
+    assert gguf.gguf_reader.np is numpy
+    assert isinstance(plain.data, np.memmap) and not isinstance(first.data, np.memmap)
+    assert list(first.fields) == list(plain.fields)
+    for name, field in plain.fields.items():
+        ours = first.fields[name]
+        assert (ours.types, ours.data) == (field.types, field.data), name
+        assert [p.tobytes() for p in ours.parts] == [p.tobytes() for p in field.parts], name
+    assert [(t.name, t.shape.tolist(), t.data.tobytes()) for t in first.tensors] == [
+        (t.name, t.shape.tolist(), t.data.tobytes()) for t in plain.tensors
+    ]
 
 
 # --- the draft variants with an x86 kernel: dynamic int8 and int4 weights ------------------
