@@ -150,6 +150,38 @@ def test_never_more_than_max_new_tokens(max_new):
         assert sum(r.emitted for r in t.rounds) == max_new
 
 
+def test_the_bag_models_logits_follow_its_cache():
+    """BagLM's logits are read off its cache (each content computed once): the same last
+    token after another prefix, or after a cache cropped back and fed again, gives what the
+    formula gives for that prefix; and a caller's edit of a returned row changes nothing."""
+    from transformers import DynamicCache
+
+    from tests.tiny import BagLM
+
+    model = BagLM(6, seed=0)
+
+    def call(ids: list[int], cache: DynamicCache) -> torch.Tensor:
+        return model(torch.tensor([ids]), cache, logits_to_keep=len(ids)).logits[0]
+
+    def formula(ids: list[int]) -> torch.Tensor:
+        return model.batch_logits(torch.tensor([ids]))[0, -1]
+
+    after_one = DynamicCache()
+    call([1], after_one)
+    a = call([2], after_one)[-1]
+    cropped = DynamicCache()
+    call([3, 4], cropped)
+    cropped.crop(-1)  # back to [3]
+    b = call([2], cropped)[-1]  # the same call as a's, after another prefix
+    torch.testing.assert_close(a, formula([1, 2]))
+    torch.testing.assert_close(b, formula([3, 2]))
+    assert not torch.equal(a, b)
+    a.zero_()
+    again = DynamicCache()
+    call([1], again)
+    torch.testing.assert_close(call([2], again)[-1], formula([1, 2]))
+
+
 @pytest.mark.parametrize("verification", VERIFICATIONS)
 def test_nothing_after_eos(verification):
     # BagLM (tests/tiny.py): a cached LM about 20x cheaper per call than a transformers

@@ -119,6 +119,11 @@ class BagLM(torch.nn.Module):
     prefix through the cache, so a cache that is not cropped to the accepted prefix changes
     the distribution. About 20x cheaper per call than a transformers Llama, which is what
     lets the distribution tests draw tens of thousands of samples in seconds.
+
+    A call's logits are a function of the cache's content after its update (the prefix's
+    embeddings, the new tokens' last) and of how many tokens it fed, so each such pair is
+    computed once and its rows handed out again as a copy (``seen``): the same numbers, read
+    off the same cache, at about a third of the call's cost where samples share prefixes.
     """
 
     def __init__(self, vocab: int, seed: int, sharpness: float = 2.0, dim: int = 8) -> None:
@@ -128,16 +133,20 @@ class BagLM(torch.nn.Module):
         self.E = torch.nn.Parameter(torch.randn(vocab, dim, generator=g))
         self.B = torch.nn.Parameter(torch.randn(dim, vocab, generator=g) * sharpness)
         self.P = torch.nn.Parameter(torch.randn(128, vocab, generator=g))
+        self.seen: dict[tuple[bytes, int], torch.Tensor] = {}
 
     def forward(self, input_ids, past_key_values, use_cache=True, logits_to_keep=1, **_):
         x = input_ids[0]  # [n]
         start = past_key_values.get_seq_length()
         e = self.E[x][None, None]  # [1, 1, n, dim]
         keys, _ = past_key_values.update(e, e, 0)  # the whole prefix: [1, 1, L, dim]
-        pos = torch.arange(start, start + len(x))
-        mean = keys[0, 0].cumsum(0)[start:] / (pos + 1)[:, None]  # [n, dim]
-        logits = self.A[x] + mean @ self.B + self.P[pos]  # [n, V]
-        return SimpleNamespace(logits=logits[None, -logits_to_keep:])
+        key = (keys.detach().contiguous().numpy().tobytes(), len(x))
+        logits = self.seen.get(key)
+        if logits is None:
+            pos = torch.arange(start, start + len(x))
+            mean = keys[0, 0].cumsum(0)[start:] / (pos + 1)[:, None]  # [n, dim]
+            logits = self.seen[key] = self.A[x] + mean @ self.B + self.P[pos]  # [n, V]
+        return SimpleNamespace(logits=logits[None, -logits_to_keep:].clone())
 
     @torch.no_grad()
     def batch_logits(self, ids: torch.Tensor) -> torch.Tensor:
