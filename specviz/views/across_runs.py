@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 from specviz.analysis.sweep import formula_point
 from specviz.views.figures import LEGEND, empty_figure, hline, plain
 from specviz.views.palette import COLORS, SERIES
-from specviz.views.style import figure, grid, merge
+from specviz.views.style import figure, grid, merged
 
 LAYOUT: dict[str, Any] = {
     "margin": {"l": 55, "r": 20, "t": 60, "b": 40},
@@ -131,7 +131,7 @@ def reliability_figure(result: dict[str, Any]) -> go.Figure:
         f"<sup>{result.get('interval', '')}</sup>"
     )
     more = {"xaxis": x, "yaxis": y, "title": {"text": title}, "height": 460}
-    return figure(data=data, layout=merge(merge({}, LAYOUT), more))
+    return figure(data=data, layout=merged(LAYOUT, more))
 
 
 def _reliability_series(bins: list[dict[str, Any]], name: str, color: str) -> dict[str, Any]:

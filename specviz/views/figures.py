@@ -18,7 +18,7 @@ from specviz.trace import Decision, Drafted, Trace, round_number
 from specviz.verify import verification_for
 from specviz.verify.words import SHORT_SOURCES, num, pair_fmt
 from specviz.views.palette import COLORS, GRID, OUTLINE, SERIES, ZERO_LINE, show_whitespace
-from specviz.views.style import Grid, figure, grid, merge
+from specviz.views.style import Grid, figure, grid, merged
 
 # Every figure's legend: one horizontal row at the figure's own bottom edge (the container's,
 # not the plot area's), left-aligned. Plotly widens the bottom margin to hold it, rows
@@ -87,8 +87,7 @@ def layout(title: str, x: str, y: str, height: int, **extra: Any) -> dict[str, A
     xaxis_range=r), for a figure made with it at once: go.Figure validates a whole layout
     in about a fifth of the time update_layout takes to apply it."""
     axes = {"xaxis": {"title": {"text": x}}, "yaxis": {"title": {"text": y}}}
-    out = merge(merge({}, _LAYOUT), {"title": {"text": title}, **axes, "height": height})
-    return merge(out, extra)
+    return merged(_LAYOUT, {"title": {"text": title}, **axes, "height": height}, extra)
 
 
 def hline(y: float, line: dict[str, Any]) -> dict[str, Any]:
@@ -116,7 +115,7 @@ def empty_figure(message: str) -> go.Figure:
         "yref": "paper",
     }
     hidden = {"annotations": [note], "xaxis": {"visible": False}, "yaxis": {"visible": False}}
-    return figure(layout=merge(merge({}, _LAYOUT), {**hidden, "height": 260}))
+    return figure(layout=merged(_LAYOUT, hidden, {"height": 260}))
 
 
 # --- decision inspector ----------------------------------------------------------------
@@ -365,7 +364,13 @@ def acceptance_per_round_figure(trace: Trace) -> go.Figure:
 def accepted_histogram_figure(trace: Trace) -> go.Figure:
     """How many rounds accepted 0, 1, 2, ... drafts."""
     hist = metrics.accepted_histogram(trace)
-    bar = {"x": list(hist), "y": list(hist.values()), "marker": {"color": COLORS["p"]}}
+    bar = {
+        "type": "bar",
+        "x": list(hist),
+        "y": list(hist.values()),
+        "marker": {"color": COLORS["p"]},
+        "name": "rounds",
+    }
     shape = layout(
         "accepted drafts per round (histogram)",
         "drafts accepted in the round",
@@ -373,7 +378,7 @@ def accepted_histogram_figure(trace: Trace) -> go.Figure:
         300,
         xaxis={"dtick": 1},
     )
-    return figure(data=[{"type": "bar", **bar, "name": "rounds"}], layout=shape)
+    return figure(data=[bar], layout=shape)
 
 
 def acceptance_by_position_figure(trace: Trace) -> go.Figure:

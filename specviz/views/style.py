@@ -38,8 +38,8 @@ def figure(*args: Any, **kwargs: Any) -> go.Figure:
 
 
 def grid(**kwargs: Any) -> Grid:
-    """make_subplots' figure (the arguments of :func:`subplots`) as plain JSON, to be filled
-    with traces, annotations and axis settings and made a figure once (Grid.figure)."""
+    """make_subplots' figure (its arguments) as plain JSON, to be filled with traces,
+    annotations and axis settings and made a figure once (Grid.figure)."""
     titles = list(kwargs.pop("subplot_titles", None) or [])
     kept, grid_ref = _grid(kwargs, titles)
     # the template left out: go.Figure gives a new figure the default one, validated already
@@ -77,6 +77,14 @@ def merge(into: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
         else:
             into[key] = value
     return into
+
+
+def merged(*layouts: dict[str, Any]) -> dict[str, Any]:
+    """A new dict with the layouts merged in, in order (:func:`merge`); none is changed."""
+    out: dict[str, Any] = {}
+    for more in layouts:
+        merge(out, more)
+    return out
 
 
 @dataclass
