@@ -875,15 +875,21 @@ _step_bytes: dict[str, tuple[str, int, int]] = {}
 
 
 def remember_pair(pair: ModelPair) -> None:
-    """Note the bytes per step of a pair's models under the names its traces carry."""
+    """Note the bytes per step of a pair's models under the names its traces carry: the
+    pair's description of each, and the model's own (which a trace carries for a model that
+    ran eager beside the compiled path)."""
+    from specviz.pair import RAN_EAGER
+
     names = pair.describe()
     for role, m in (("target", pair.target), ("draft", pair.draft)):
-        if m is not None and role in names and names[role] not in _step_bytes:
-            _step_bytes[names[role]] = (
-                m.device.type,
-                weight_bytes(m.model),
-                kv_bytes_per_position(m.model),
-            )
+        if m is None or role not in names:
+            continue
+        keys = {names[role].split(RAN_EAGER)[0], m.describe()}
+        if keys <= _step_bytes.keys():
+            continue
+        step = (m.device.type, weight_bytes(m.model), kv_bytes_per_position(m.model))
+        for k in keys:
+            _step_bytes[k] = step
 
 
 def remembered(name: str) -> tuple[str, int, int] | None:

@@ -125,14 +125,14 @@ class Run:
     def open_lm(self, m: LoadedModel, widths: tuple[int, ...]) -> ModelCache:
         """A cache for one model, as the pair opens it (ModelPair.open_cache: eager, or on
         the pair's compiled path with calls after the prefill padded to one of widths).
-        A model that runs eager although the compiled path was asked for says why in the
-        trace's description of it."""
+        A model that runs eager although the compiled path was asked for says so, and why,
+        in the trace's description of it, in place of the pair's compiled path."""
         s = self.settings
         lm = self.pair.open_cache(m, widths, self.cache_positions(widths), eager=s.drafts_tree)
         why = None if s.drafts_tree else self.pair.ran_eager(m, lm)
         role = "target" if m is self.pair.target else "draft"
         if why and role in self.trace.models and RAN_EAGER not in self.trace.models[role]:
-            self.trace.models[role] += RAN_EAGER + why
+            self.trace.models[role] = m.describe() + RAN_EAGER + why
         return lm
 
     def _verify_widths(self) -> tuple[int, ...]:

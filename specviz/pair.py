@@ -137,12 +137,19 @@ class ModelPair:
         return encode_prompt(self.tokenizer, prompt, raw)
 
     def describe(self) -> dict[str, str]:
+        """Each model as a trace names it: where it runs and in what dtype, and the pair's
+        compiled path, or for a model that runs eager beside it, that it does and why."""
         how = f", compiled with {self.compile_backend}" if self.compile_backend else ""
         if self.compile_backend == "aoti":
             how = ", compiled ahead of time (AOTInductor)"
-        d = {"pair": self.name, "target": self.target.describe() + how}
+
+        def named(m: LoadedModel) -> str:
+            why = self.eager_models.get(m.name) if self.compile_backend else None
+            return m.describe() + (RAN_EAGER + why if why else how)
+
+        d = {"pair": self.name, "target": named(self.target)}
         if self.draft is not None:
-            d["draft"] = self.draft.describe() + how
+            d["draft"] = named(self.draft)
         return d
 
     def without_eos(self) -> ModelPair:

@@ -129,6 +129,9 @@ def test_a_corrupt_package_is_removed_with_one_line_and_the_run_goes_eager(store
         # the run's description of its models says which one ran eager, and why
         assert "ran eager: no compiled package for 1/3 positions" in run.trace.models["target"]
         assert "ran eager" not in run.trace.models["draft"]
+        # in place of the pair's compiled path, which the draft alone ran
+        assert "compiled ahead of time" not in run.trace.models["target"]
+        assert "compiled ahead of time" in run.trace.models["draft"]
         from specviz import costs
 
         costs.remember_pair(auto)  # the page's floors still find the model by its name
@@ -489,6 +492,11 @@ def test_under_auto_a_model_the_compiled_path_cannot_run_runs_eager_beside_the_o
         and "cannot be traced" in (run.trace.models["draft"])
     )
     assert "ran eager" not in run.trace.models["target"]
+    # the pair says so before any run (the models panel), in place of its compiled path
+    said = auto.describe()
+    assert said["draft"] == run.trace.models["draft"]
+    assert "compiled ahead of time" not in said["draft"]
+    assert "compiled ahead of time" in said["target"]
     assert type(run.drafter.lm).__name__ == "CachedLM"
     assert type(run.target_lm).__name__ == "StaticLM"
 
