@@ -6,8 +6,8 @@ them equals greedy autoregressive output, every call after each prefill on a pac
 Capabilities. ``ATEN_CPU_CAPABILITY`` (default, avx2, avx512) changes the packages' key
 (specviz.compiled.packages.capability) and the vector code inductor generates: inductor
 reads the same variable (torch._inductor.cpu_vec_isa.pick_vec_isa, while its ``cpp.simdlen``
-is unset; "default" is its scalar code), and under avx2 specviz's kernel library is built
-and called (specviz.kernels). So each of these builds its own packages. ``ONEDNN_MAX_CPU_ISA``
+is unset; "default" is its scalar code), and under avx2 and avx512 specviz's kernel library
+is built for that capability and called (specviz.kernels). So each of these builds its own packages. ``ONEDNN_MAX_CPU_ISA``
 (AVX2, AVX512_CORE, AVX512_CORE_AMX) changes only oneDNN's kernels at run time (the eager
 path's 16-bit products, and whether a bf16 or fp16 copy widens its products:
 specviz.offline.cpu_has_16bit): under each, the eager greedy runs, and the packages built
@@ -175,7 +175,7 @@ def results(tmp_path_factory):
     for cap in order:
         env = _env(folder / cap, ATEN_CPU_CAPABILITY=cap)
         first = []
-        if cap == "avx2":  # specviz's kernel library, once, before the builds that call it
+        if cap in ("avx2", "avx512"):  # the kernel library, once, before the builds calling it
             jobs.append(Job(f"{cap}-kernels", ["kernels"], env))
             first = [f"{cap}-kernels"]
         a, b = halves(["target", *VARIANTS])
@@ -236,8 +236,8 @@ def test_every_variant_but_dyn8_builds_its_packages_and_dyn8_is_refused_in_one_l
     _needs(cap)
     built = _builds(results, cap)
     assert built["capability"] == {"default": "DEFAULT"}.get(cap, cap.upper())
-    # under AVX2 specviz's kernel library is built and named in every package's key
-    assert bool(built["kernels"]) == (cap == "avx2")
+    # under AVX2 and AVX-512 specviz's kernel library is built and named in every package's key
+    assert bool(built["kernels"]) == (cap in ("avx2", "avx512"))
     for item in ["target", *PACKAGED]:
         widths = list(vc.TARGET_WIDTHS if item == "target" else vc.DRAFT_WIDTHS)
         got = built[item]
@@ -249,12 +249,13 @@ def test_every_variant_but_dyn8_builds_its_packages_and_dyn8_is_refused_in_one_l
             assert ("AVX512" in isa) == (cap == "avx512"), (item, isa)
             assert ("AVX2" in isa) == (cap == "avx2"), (item, isa)
             assert (isa == "INVALID_VEC_ISA") == (cap == "default"), (item, isa)
-            # under AVX2 the int8 drafts' layers and every call of the float32 target (its
-            # step as its verification) run specviz's ops; elsewhere inductor's reductions
+            # every call of the float32 target (its step as its verification) runs
+            # specviz's linear under AVX2 and AVX-512, and the int8 drafts' layers its
+            # int8_linear under AVX2; elsewhere inductor's reductions and ATen's kernels
             ops = []
             if cap == "avx2" and item.startswith("w8-"):
                 ops = ["int8_linear"]
-            elif cap == "avx2" and item == "target":
+            elif cap in ("avx2", "avx512") and item == "target":
                 ops = ["linear"]
             assert code["ops"] == ops, (item, w, code)
     dyn8 = built["dyn8"]

@@ -5,13 +5,14 @@ python -m tests.variant_check build ITEM ...
     builds the packages of each ITEM ("target": the tiny fp32 target's TARGET_WIDTHS; a
     variant of specviz.draft_choice.VARIANTS: that draft's DRAFT_WIDTHS) with the set-up
     step's own code (specviz.compiled.packages.prepare) into the store under $SPECVIZ_CACHE,
-    first building specviz's kernel library there where this capability takes it (AVX2).
+    first building specviz's kernel library there where this capability takes it (AVX2,
+    AVX-512).
     Prints one JSON object: per item, the widths built, the widths refused with the reason
     recorded, the lines prepare said, and the CPU ISA each package's code was generated for.
 
 python -m tests.variant_check kernels
     builds specviz's kernel library into $SPECVIZ_CACHE where this capability takes it
-    (AVX2), once, before the builds that use it start (two at once would both compile it).
+    (AVX2, AVX-512), once, before the builds that use it start (two at once would both compile it).
 
 python -m tests.variant_check check VARIANT ...
     in a fresh process, per variant: greedy speculative and greedy autoregressive output on

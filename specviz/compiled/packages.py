@@ -130,9 +130,9 @@ def _package_linear(
     x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
     """linear in a CPU package, in x's dtype: at 1 to 8 rows in float32 where specviz's
-    kernels are built (an AVX2 CPU, specviz.kernels), their specviz.linear, which streams
-    the weights once for up to 6 rows and sums each output in the same order whatever rows
-    are beside it; otherwise _rows_as_reductions. The target's one-position step (the
+    kernels are built (an AVX2 or AVX-512 CPU, specviz.kernels), their specviz.linear, which
+    streams the weights once for up to 5 or 6 rows and sums each output in the same order
+    whatever rows are beside it; otherwise _rows_as_reductions. The target's one-position step (the
     autoregressive call) and its verification then sum each linear layer's outputs alike.
     (With inductor's reductions at one row and the kernel at 2 to 8, 76 % of the linear
     outputs differed in their last bits.) The rest of a package (attention, norms, their
@@ -140,7 +140,8 @@ def _package_linear(
     bits, as the eager model's do (docs/compiled.md gives the margin). On 2 cores of an AMD
     EPYC (AVX2), side by side in one process, the fp32 target's 1-position step took 25 to
     27 ms with the kernel against 25 to 26 with the reductions, its 5-position call 30 to
-    32 ms against 31.5 to 33.5."""
+    32 ms against 31.5 to 33.5; under AVX-512, where the kernel prefetches the next tile's
+    weights, see specviz.kernels."""
     rows = x.numel() // max(1, x.shape[-1])
     if (
         rows <= kernels.STREAMED_ROWS
@@ -219,7 +220,7 @@ def _attention_on_laid_out_query(
 def decompositions() -> Any:
     """The decomposition table a CPU package's program runs before compiling: torch.export's
     own, with linear (a float32 one of up to 8 rows as specviz.linear where specviz's kernels
-    are built),
+    are built: AVX2 and AVX-512),
     and under AVX-512 the int8 draft's kernel (torch._weight_int8pack_mm),
     as _rows_as_reductions, elsewhere as _int8_rows_as_words (on 2 cores of an
     AVX2 AMD EPYC the w8-bf16 draft's step 15.6 ms, the kernel's eager step 38; where
