@@ -7,12 +7,12 @@ Capabilities. ``ATEN_CPU_CAPABILITY`` (default, avx2, avx512) changes the packag
 (specviz.compiled.packages.capability) and the vector code inductor generates: inductor
 reads the same variable (torch._inductor.cpu_vec_isa.pick_vec_isa, while its ``cpp.simdlen``
 is unset; "default" is its scalar code), and under avx2 and avx512 specviz's kernel library
-is built for that capability and called (specviz.kernels). So each of these builds its own packages. ``ONEDNN_MAX_CPU_ISA``
-(AVX2, AVX512_CORE, AVX512_CORE_AMX) changes only oneDNN's kernels at run time (the eager
-path's 16-bit products, and whether a bf16 or fp16 copy widens its products:
-specviz.offline.cpu_has_16bit): under each, the eager greedy runs, and the packages built
-under this machine's own capability (the variable unset) are loaded. A capability this CPU
-lacks (/proc/cpuinfo) is skipped, and says so.
+is built for that capability and called (specviz.kernels). So each of these builds its own
+packages. ``ONEDNN_MAX_CPU_ISA`` (AVX2, AVX512_CORE, AVX512_CORE_AMX) changes only
+oneDNN's kernels at run time (the eager path's 16-bit products, and whether a bf16 or fp16
+copy widens its products: specviz.offline.cpu_has_16bit): under each, the eager greedy
+runs, and the packages built under this machine's own capability (the variable unset) are
+loaded. A capability this CPU lacks (/proc/cpuinfo) is skipped, and says so.
 
 The target's packages (1 and GAMMA + 1 positions) are shared by every variant, each draft
 has its 1 and 2. Builds run two processes at once (tests/variant_check.py); each
