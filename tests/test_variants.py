@@ -332,7 +332,11 @@ def test_the_targets_packages_differ_between_widths_by_far_less_than_the_outputs
     results, cap
 ):
     """Greedy spec == AR on the packages rests on the target's 1-position and wide calls
-    ranking alike: where they differ, far less than the top-2 gap along the output."""
+    ranking alike: where they differ, far less than the top-2 gap along the output. (Not
+    that they agree bit for bit: the rest of a package is generated per width, and no
+    capability gives the same bits on every CPU. Inductor's scalar code did on an AMD EPYC,
+    family 25 model 17, and differed by up to 5.3e-5 in 94 % of logits on an Intel Xeon,
+    family 6 model 167; docs/compiled.md gives the margins.)"""
     _needs(cap)
     out = _job(results, f"{cap}-check").out
     gap = min(out[v]["min_gap"] for v in VARIANTS)
@@ -340,26 +344,6 @@ def test_the_targets_packages_differ_between_widths_by_far_less_than_the_outputs
     assert "error" not in ident, ident
     worst = max(ident["first_row_max_abs"], ident["later_rows_max_abs"])
     assert worst < gap / 100, (ident, gap)
-
-
-# Measured on an AMD EPYC (Zen 4): inductor's vector code (AVX2, AVX-512) sums the
-# 1-position and the wide call's outputs in other orders, and most logits differ in their
-# last bits from the same cache state (as the eager model's do); its scalar code
-# ("default") gives the same bits.
-DIFFERS = pytest.mark.xfail(
-    strict=True,
-    reason="measured: inductor's vector code sums the 1-position and the wide call in "
-    "other orders, most logits differ in their last bits (docs/compiled.md: the margin)",
-)
-
-
-@pytest.mark.parametrize(
-    "cap", [pytest.param(c, marks=DIFFERS) if c != "default" else c for c in ATEN]
-)
-def test_the_targets_one_position_and_wide_packages_give_bit_identical_logits(results, cap):
-    _needs(cap)
-    ident = _job(results, f"{cap}-check").out["identity"]
-    assert ident["first_row_max_abs"] == 0.0 and ident["later_rows_max_abs"] == 0.0, ident
 
 
 def test_a_draft_that_cannot_be_packaged_says_why_in_one_line_under_auto(results):
