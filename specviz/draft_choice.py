@@ -171,8 +171,12 @@ def machine_key(device: torch.device) -> dict[str, Any]:
     }
     if device.type == "cuda":
         key["gpu"] = torch.cuda.get_device_name(device)
-    else:  # the int8 variants' kernel (specviz.kernels; "" where ATen's runs)
+    else:  # specviz's kernels ("" where ATen's and inductor's code runs) and what a
+        # package's generated code is (a choice decided on the packages measured them)
         key["kernels"] = kernels.tag()
+        from specviz.compiled.packages import FORMAT
+
+        key["packages"] = FORMAT
     return key
 
 

@@ -220,7 +220,7 @@ class Int8WeightLinear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         flat = x.reshape(-1, shape[-1])
-        if flat.device.type == "cpu" and kernels.int8_ready():  # an AVX2 CPU: specviz.kernels
+        if flat.device.type == "cpu" and kernels.ready():  # AVX2 or AVX-512: specviz.kernels
             y = torch.ops.specviz.int8_linear(flat, self.weight, self.scale)
         elif flat.device.type == "cpu":
             y = torch._weight_int8pack_mm(flat, self.weight, self.scale)

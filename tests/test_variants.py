@@ -249,11 +249,11 @@ def test_every_variant_but_dyn8_builds_its_packages_and_dyn8_is_refused_in_one_l
             assert ("AVX512" in isa) == (cap == "avx512"), (item, isa)
             assert ("AVX2" in isa) == (cap == "avx2"), (item, isa)
             assert (isa == "INVALID_VEC_ISA") == (cap == "default"), (item, isa)
-            # every call of the float32 target (its step as its verification) runs
-            # specviz's linear under AVX2 and AVX-512, and the int8 drafts' layers its
-            # int8_linear under AVX2; elsewhere inductor's reductions and ATen's kernels
+            # under AVX2 and AVX-512 the int8 drafts' layers and every call of the float32
+            # target (its step as its verification) run specviz's ops; elsewhere inductor's
+            # reductions
             ops = []
-            if cap == "avx2" and item.startswith("w8-"):
+            if cap in ("avx2", "avx512") and item.startswith("w8-"):
                 ops = ["int8_linear"]
             elif cap in ("avx2", "avx512") and item == "target":
                 ops = ["linear"]

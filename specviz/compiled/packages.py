@@ -47,7 +47,7 @@ import torch
 from specviz import kernels
 from specviz.aoti import AotiForwards, AotiStep, export_step, say
 
-FORMAT = 9  # bump when a package's layout, calling convention or generated code changes
+FORMAT = 10  # bump when a package's layout, calling convention or generated code changes
 PROBE_TOKEN = 1
 aten = torch.ops.aten
 
