@@ -1,11 +1,11 @@
-"""specviz's own CPU kernel (specviz.kernels, specviz/csrc/int8_linear.cpp): the int8 product
-it computes, how the set-up step builds it, what happens when it cannot, and the int8 draft
-that calls it, eager and in a compiled package, exact as a draft must be.
+"""specviz's own CPU kernels (specviz.kernels, specviz/csrc/int8_linear.cpp): the int8 and
+float32 products they compute, how the set-up step builds them, what happens when it cannot,
+and the int8 draft that calls them, eager and in a compiled package, exact as a draft must be.
 
-The op is loaded once per process: the library the set-up step built where this CPU takes
-it (AVX2), else the one the module's own build compiles into a temporary folder (about
-15 s; the same build the set-up step's test checks), so that the op's tests run on any x86
-CPU with a compiler."""
+The ops are loaded once per process: the library the set-up step built where this CPU takes
+it (AVX2, AVX-512; each its own code), else the one the module's own build compiles into a
+temporary folder (about 15 s; the same build the set-up step's test checks), so that the
+ops' tests run on any x86 CPU with a compiler."""
 
 from __future__ import annotations
 
@@ -246,7 +246,8 @@ def test_a_package_of_the_kernels_draft_calls_it_and_decodes_as_eager(
 
     Its four package builds take about 35 s of the suite's two cores, so it runs in CI's
     second step with tests/test_variants.py (which builds the same kind of packages under
-    AVX2 in fresh processes), on whatever CPU CI has: the kernel is forced on here."""
+    AVX2 and AVX-512 in fresh processes), on whatever CPU CI has: the kernel is forced on
+    here."""
     import dataclasses
     import zipfile
 
