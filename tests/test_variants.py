@@ -313,6 +313,20 @@ def test_greedy_speculative_equals_autoregressive_on_each_variants_packages_in_a
     _check_greedy(job.out, job.stderr, {"default": "DEFAULT"}.get(cap, cap.upper()))
 
 
+@pytest.mark.parametrize("cap", ["avx2", "avx512"])
+def test_each_capabilitys_kernel_library_multiplies_and_keeps_each_row_alone(results, cap):
+    """The library built for this capability (its own code: AVX2 loops, or AVX-512 tiles)
+    computes both ops' products to float32 accuracy at every row count of a decode call,
+    and each row bit for bit as the row alone, so the target's step and its verification
+    give the same products under each."""
+    _needs(cap)
+    out = _job(results, f"{cap}-kernels").out
+    assert out["wanted"] and out["library"] and out["lines"] == [], out
+    ops = out["ops"]
+    assert ops["rows_alone"] == {"linear": True, "int8_linear": True}, ops
+    assert max(ops["worst_relative_error"].values()) < 1e-5, ops
+
+
 @pytest.mark.parametrize("isa", list(ONEDNN))
 def test_under_each_onednn_isa_the_eager_runs_agree_and_this_cpus_packages_serve(results, isa):
     missing = lacks(ONEDNN[isa])

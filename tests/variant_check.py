@@ -147,7 +147,44 @@ def build_kernels(_items: list[str]) -> dict[str, Any]:
 
     said: list[str] = []
     path = kernels.build(report=said.append)
-    return {"wanted": kernels.wanted(), "library": str(path or ""), "lines": said}
+    out = {"wanted": kernels.wanted(), "library": str(path or ""), "lines": said}
+    if kernels.ready():
+        out["ops"] = kernel_products()
+    return out
+
+
+def kernel_products() -> dict[str, Any]:
+    """This capability's library, its ops on random products at every row count a decode
+    call takes (1 to STREAMED_ROWS) and odd sizes: the largest error against float64
+    (relative to the largest output), and whether every row equals the row alone, bit
+    for bit (a verification's products for a position do not depend on the positions fed
+    beside it)."""
+    from specviz import kernels
+
+    g = torch.Generator().manual_seed(0)
+    worst = {"linear": 0.0, "int8_linear": 0.0}
+    alone = {"linear": True, "int8_linear": True}
+    for rows in range(1, kernels.STREAMED_ROWS + 1):
+        for k, n in ((576, 103), (66, 7), (1536, 16), (8, 1)):
+            x = torch.randn(rows, k, generator=g)
+            w = torch.randn(n, k, generator=g)
+            q = torch.randint(-128, 128, (n, k), generator=g, dtype=torch.int8)
+            scale = torch.rand(n, generator=g) + 0.5
+            for name, fn, ref in (
+                ("linear", lambda a, w=w: torch.ops.specviz.linear(a, w), w.double()),
+                (
+                    "int8_linear",
+                    lambda a, q=q, s=scale: torch.ops.specviz.int8_linear(a, q, s),
+                    q.double() * scale.double()[:, None],
+                ),
+            ):
+                got = fn(x)
+                want = x.double() @ ref.T
+                err = float((got.double() - want).abs().max() / want.abs().max())
+                worst[name] = max(worst[name], err)
+                each = torch.cat([fn(x[i : i + 1]) for i in range(rows)])
+                alone[name] &= bool(torch.equal(got, each))
+    return {"worst_relative_error": worst, "rows_alone": alone}
 
 
 class _Tee(io.TextIOBase):
