@@ -163,7 +163,7 @@ def machine_key(device: torch.device) -> dict[str, Any]:
         "cpu": model,
         "flags": [f for f in FLAGS if f in flags],
         # the kernels torch dispatches to ("AVX512", "AVX2", ...; ATEN_CPU_CAPABILITY)
-        "capability": torch.backends.cpu.get_cpu_capability(),
+        "capability": kernels.capability(),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "device": device.type,

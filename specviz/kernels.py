@@ -60,19 +60,21 @@ def _say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def _capability() -> str:
+def capability() -> str:
+    """The CPU kernels torch dispatches to here ("AVX512", "AVX2", "DEFAULT";
+    ATEN_CPU_CAPABILITY): which of the library's forms is built, and a package's key."""
     return str(torch.backends.cpu.get_cpu_capability())
 
 
 def wanted() -> bool:
     """Whether this CPU takes the library: torch's capability is AVX2 or AVX512 (not a CPU
     without AVX2, nor ATEN_CPU_CAPABILITY=default)."""
-    return _capability() in ISA_FLAGS
+    return capability() in ISA_FLAGS
 
 
 def flags() -> tuple[str, ...]:
     """The compiler's flags for this capability's library."""
-    return FLAGS + ISA_FLAGS.get(_capability(), ())
+    return FLAGS + ISA_FLAGS.get(capability(), ())
 
 
 def compiler() -> str | None:

@@ -164,26 +164,22 @@ def kernel_products() -> dict[str, Any]:
     g = torch.Generator().manual_seed(0)
     worst = {"linear": 0.0, "int8_linear": 0.0}
     alone = {"linear": True, "int8_linear": True}
+
+    def record(name: str, x: torch.Tensor, weights: torch.Tensor, *args: torch.Tensor) -> None:
+        op = getattr(torch.ops.specviz, name)
+        got = op(x, *args)
+        want = x.double() @ weights.T
+        worst[name] = max(worst[name], float((got.double() - want).abs().max() / want.abs().max()))
+        alone[name] &= torch.equal(got, torch.cat([op(row, *args) for row in x.split(1)]))
+
     for rows in range(1, kernels.STREAMED_ROWS + 1):
         for k, n in ((576, 103), (66, 7), (1536, 16), (8, 1)):
             x = torch.randn(rows, k, generator=g)
             w = torch.randn(n, k, generator=g)
             q = torch.randint(-128, 128, (n, k), generator=g, dtype=torch.int8)
             scale = torch.rand(n, generator=g) + 0.5
-            for name, fn, ref in (
-                ("linear", lambda a, w=w: torch.ops.specviz.linear(a, w), w.double()),
-                (
-                    "int8_linear",
-                    lambda a, q=q, s=scale: torch.ops.specviz.int8_linear(a, q, s),
-                    q.double() * scale.double()[:, None],
-                ),
-            ):
-                got = fn(x)
-                want = x.double() @ ref.T
-                err = float((got.double() - want).abs().max() / want.abs().max())
-                worst[name] = max(worst[name], err)
-                each = torch.cat([fn(x[i : i + 1]) for i in range(rows)])
-                alone[name] &= bool(torch.equal(got, each))
+            record("linear", x, w.double(), w)
+            record("int8_linear", x, q.double() * scale[:, None], q, scale)
     return {"worst_relative_error": worst, "rows_alone": alone}
 
 

@@ -46,6 +46,7 @@ import torch
 
 from specviz import kernels
 from specviz.aoti import AotiForwards, AotiStep, export_step, say
+from specviz.kernels import capability  # a package's key names it
 
 FORMAT = 10  # bump when a package's layout, calling convention or generated code changes
 PROBE_TOKEN = 1
@@ -57,11 +58,6 @@ def store() -> Path:
     from specviz.offline import cache_root
 
     return cache_root() / "aoti"
-
-
-def capability() -> str:
-    """The CPU kernels torch dispatches to here ("AVX512", "AVX2", ...; "cuda" on a GPU)."""
-    return str(torch.backends.cpu.get_cpu_capability())
 
 
 def model_key(model: torch.nn.Module) -> dict[str, Any]:
