@@ -222,7 +222,7 @@ class Run:
         gen = self._generator()
         seq = list(self.prompt_ids)
         out = self.trace.token_ids
-        # No separate prefill: the first round's draft and verify calls read the prompt.
+        # No separate prefill: the first round's calls read the prompt (specviz.rounds).
         t0 = clock(dev)
         reason = "stopped"
         try:

@@ -69,6 +69,31 @@ class ModelCache(Protocol):
         """The request is over: release what the cache holds (once)."""
         ...
 
+    def prefix_kv(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each layer's keys and values of the cached tokens ([1, heads, cached, dim])."""
+        ...
+
+    def take_prefix(self, tokens: list[int], kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """An empty cache takes these tokens' keys and values, as another model of the same
+        layout computed them (prefix_kv), in this model's dtype, instead of reading them."""
+        ...
+
+
+def kv_dtype(model: torch.nn.Module) -> torch.dtype:
+    """The dtype a model's attention computes its keys and values in: its embeddings'."""
+    return model.get_input_embeddings().weight.dtype
+
+
+def load_layers(
+    layers: list[Any], kv: list[tuple[torch.Tensor, torch.Tensor]], dtype: torch.dtype
+) -> None:
+    """Append each layer's keys and values (kv, one pair a layer) to an empty cache's layers,
+    converted to dtype; a cache of another layout is refused (ValueError, one line)."""
+    if len(layers) != len(kv):
+        raise ValueError(f"cannot take keys and values of {len(kv)} layers into {len(layers)}")
+    for layer, (keys, values) in zip(layers, kv, strict=True):
+        layer.update(keys.to(dtype), values.to(dtype))
+
 
 class CachedLM:
     """One request's handle on a model: its KV cache and the tokens that cache holds.
@@ -102,6 +127,18 @@ class CachedLM:
 
     def close(self) -> None:
         """Nothing to hand back: the dynamic cache goes with the request."""
+
+    def prefix_kv(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        self._linear()
+        return [(layer.keys, layer.values) for layer in self.cache.layers]
+
+    @torch.inference_mode()
+    def take_prefix(self, tokens: list[int], kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        if self.tokens:
+            raise ValueError("only an empty cache takes another model's keys and values")
+        self.cache = DynamicCache(config=self.model.config)
+        load_layers(self.cache.layers, kv, kv_dtype(self.model))
+        self.tokens = list(tokens)
 
     def rollback(self, seq: list[int]) -> None:
         """Crop the cache to the longest prefix it shares with seq."""

@@ -138,7 +138,9 @@ class ModelPair:
 
     def describe(self) -> dict[str, str]:
         """Each model as a trace names it: where it runs and in what dtype, and the pair's
-        compiled path, or for a model that runs eager beside it, that it does and why."""
+        compiled path, or for a model that runs eager beside it, that it does and why; for a
+        draft that is the target's copy, that it takes the target's keys and values of the
+        prompt (specviz.rounds)."""
         how = f", compiled with {self.compile_backend}" if self.compile_backend else ""
         if self.compile_backend == "aoti":
             how = ", compiled ahead of time (AOTInductor)"
@@ -149,8 +151,17 @@ class ModelPair:
 
         d = {"pair": self.name, "target": named(self.target)}
         if self.draft is not None:
-            d["draft"] = named(self.draft)
+            takes = "; takes the target's keys and values of the prompt"
+            d["draft"] = named(self.draft) + (takes if self.draft_is_target_copy else "")
         return d
+
+    @property
+    def draft_is_target_copy(self) -> bool:
+        """Whether the draft is the target's own weights at a lower precision (the offline
+        draft, specviz.draft_choice): the same layers, heads and positions, so the target's
+        keys and values of a prompt stand for the draft's own, and a run's draft takes the
+        target's instead of reading the prompt (specviz.rounds)."""
+        return self.draft is not None and self.draft.source == "derived"
 
     def without_eos(self) -> ModelPair:
         """The same models with no EOS ids: a run always generates max_new_tokens (the

@@ -38,8 +38,10 @@ SCHEMA = "specviz-trace/2"  # adds tree rounds: Round.tree and Round.nodes
 SCHEMAS = (SCHEMA_CHAIN, SCHEMA)
 # Why a round stopped drafting: it drafted what was asked (gamma, or a tree's full depth),
 # the draft was unsure (--draft-confidence), it drafted EOS, the token budget left no room
-# for more, the n-gram drafter found no longer match, or a dynamic tree spent its nodes.
-STOPS = ("gamma", "confidence", "eos", "budget", "lookup", "nodes")
+# for more, the n-gram drafter found no longer match, a dynamic tree spent its nodes, or
+# (the first round of a draft that takes the target's keys and values of the prompt) the
+# target read the prompt alone.
+STOPS = ("gamma", "confidence", "eos", "budget", "lookup", "nodes", "prompt")
 NODE_STATUSES = ("accepted", "rejected", "untried")
 DRAFT_STATUSES = ("accepted", "rejected", "discarded")
 ADDED_STATUSES = ("resampled", "bonus")

@@ -284,6 +284,7 @@ def _check_greedy(out: dict, stderr: str, capability: str) -> None:
             target, draft = r["calls_spec"]["target"], r["calls_spec"]["draft"]
             assert target["packaged"] == target["after_prefill"] > 0 and target["eager"] == 0
             assert not draft["static"] and draft["packaged"] == 0 and draft["after_prefill"] > 0
+            assert draft["took_prompt"]  # an eager cache took the packaged target's keys
             continue
         # on the packages: the fp32 target decides every token, so both equal eager AR
         assert r["packaged_spec"] == want, variant
@@ -293,6 +294,7 @@ def _check_greedy(out: dict, stderr: str, capability: str) -> None:
                 calls = r[f"calls_{method}"][role]
                 assert calls["static"] and calls["eager"] == 0, (variant, method, role, calls)
                 assert calls["packaged"] == calls["after_prefill"] > 0, (variant, method, role)
+        assert r["calls_spec"]["draft"]["took_prompt"], variant  # no prefill of its own
         said = [ln for ln in r["said"] if any(s in ln for s in vc.EAGER_LINES)]
         assert not said, (variant, said)
     assert rejected  # some drafts were rejected: rounds that roll the caches back ran too

@@ -78,7 +78,8 @@ def pair_with(target: torch.nn.Module, variant: str) -> Any:
     return ModelPair(
         name=f"tiny-{variant}",
         target=LoadedModel("tiny-target", target, cpu, "float32", VOCAB, 0.0, "test"),
-        draft=LoadedModel(f"tiny-{variant}", draft, cpu, variant, VOCAB, 0.0, "test"),
+        # the target's copy, as the offline draft is: it takes the target's prompt
+        draft=LoadedModel(f"tiny-{variant}", draft, cpu, variant, VOCAB, 0.0, "derived"),
         tokenizer=TinyTokenizer(VOCAB, None),
         eos_ids=frozenset(),
         context_len=128,
@@ -212,12 +213,15 @@ def _run(pair: Any, method: str) -> Any:
 def _calls(run: Any) -> dict[str, Any]:
     """Per model: its calls after the prefill, and how many of them ran a package (the
     compiled path's forwards count them; a call too wide for every package, or a model
-    without packages, runs eager and is not counted)."""
+    without packages, runs eager and is not counted). A draft that took the target's keys
+    and values of the prompt made no prefill: every call of it counts."""
     from specviz.compiled import packages
     from specviz.compiled.static_lm import StaticLM
+    from specviz.drafters.base import takes_target_prompt
 
     out = {}
     pair = run.pair
+    took = takes_target_prompt(run.drafter) and run.trace.rounds[0].stop == "prompt"
     for role, lm, widths in (
         ("target", run.target_lm, run._verify_widths()),
         ("draft", getattr(run.drafter, "lm", None), DRAFT_WIDTHS),
@@ -228,7 +232,8 @@ def _calls(run: Any) -> dict[str, Any]:
         fw = packages.packaged(model, widths, length()) if isinstance(lm, StaticLM) else None
         out[role] = {
             "static": isinstance(lm, StaticLM),
-            "after_prefill": lm.calls - 1,
+            "after_prefill": lm.calls - (role == "target" or not took),
+            "took_prompt": role == "draft" and took,
             "packaged": fw.calls if fw is not None else 0,
             "eager": fw.eager_calls if fw is not None else None,
         }

@@ -13,7 +13,7 @@ from transformers.cache_utils import StaticLayer
 
 from specviz.compiled.compiler import Compiler
 from specviz.compiled.policy import cache_len
-from specviz.lm import common_prefix, finished, input_device
+from specviz.lm import common_prefix, finished, input_device, kv_dtype, load_layers
 
 _pool: weakref.WeakKeyDictionary[torch.nn.Module, dict[int, list[StaticCache]]] = (
     weakref.WeakKeyDictionary()
@@ -83,6 +83,20 @@ class StaticLM:
     def rollback(self, seq: list[int]) -> None:
         """Move the cache's position back to the longest prefix it shares with seq."""
         self._crop(common_prefix(self.tokens, seq))
+
+    def prefix_kv(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        n = len(self.tokens)
+        return [(layer.keys[:, :, :n], layer.values[:, :, :n]) for layer in self.cache.layers]
+
+    @torch.inference_mode()
+    def take_prefix(self, tokens: list[int], kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """As the eager cache's (specviz.lm.ModelCache), then every width is compiled, as
+        after a prefill."""
+        if self.tokens:
+            raise ValueError("only an empty cache takes another model's keys and values")
+        load_layers(self.cache.layers, kv, kv_dtype(self.model))
+        self.tokens = list(tokens)
+        self._precompile(len(tokens))
 
     def _crop(self, keep: int) -> None:
         if keep < len(self.tokens):

@@ -45,6 +45,14 @@ def target_out(target: object, logits: torch.Tensor, rows: list[int] | slice) ->
     return TargetOut(logits[rows], None if hidden is None else hidden[rows])
 
 
+def takes_target_prompt(drafter: object) -> bool:
+    """Whether a drafter takes the target's keys and values of the prompt instead of reading
+    the prompt itself (a draft model that is the target's own weights at a lower precision;
+    it then has ``take_prompt(target_cache)``). Optional: a drafter without the attribute
+    reads the prompt."""
+    return bool(getattr(drafter, "takes_target_prompt", False))
+
+
 class Drafter(Protocol):
     name: str
 

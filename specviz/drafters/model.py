@@ -29,9 +29,13 @@ class ModelDrafter:
         confidence: float | None = None,
         tree: tuple[int, ...] | None = None,
         tree_budget: int | None = None,
+        takes_target_prompt: bool = False,
     ) -> None:
         self.lm, self.w, self.eos_ids, self.confidence = lm, w, eos_ids, confidence
         self.tree, self.tree_budget = tree, tree_budget
+        # the draft is the target's own weights at a lower precision (ModelPair's
+        # draft_is_target_copy): it takes the target's keys and values of the prompt
+        self.takes_target_prompt = takes_target_prompt
 
     @classmethod
     def build(cls, settings: Any, pair: Any, open_lm: Any) -> ModelDrafter:
@@ -43,6 +47,7 @@ class ModelDrafter:
             settings.draft_confidence,
             settings.tree,
             settings.tree_budget,
+            pair.draft_is_target_copy,
         )
 
     def propose(self, seq: list[int], gamma: int, gen: torch.Generator) -> Draft:
@@ -87,6 +92,11 @@ class ModelDrafter:
             tree = draft_tree(self.lm, seq, self.tree, depth, self.w, self.eos_ids, gen)
             return tree, "eos" if max(tree.depths) < depth else "gamma"
         return TreeDraft(greedy=self.w.greedy), "budget"
+
+    def take_prompt(self, target: ModelCache) -> None:
+        """Take the target's keys and values of the tokens its cache holds (the prompt),
+        converted to the draft's dtype, instead of reading them: the draft's prefill."""
+        self.lm.take_prefix(target.tokens, target.prefix_kv())
 
     def keep_path(self, tree: TreeDraft, path: list[int], prefix: list[int]) -> None:
         keep_path(self.lm, len(prefix), [tree.slots[j] for j in path if j in tree.slots])

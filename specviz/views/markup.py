@@ -171,6 +171,8 @@ STOP_WORDS = {
     "budget": "the token budget left no room for more",
     "lookup": "the n-gram drafter found no longer match",
     "nodes": "the dynamic tree spent its node budget",
+    "prompt": "the target read the prompt first, and the draft, the target's own weights at a "
+    "lower precision, took the target's keys and values of it instead of reading it",
 }
 STOP_TAGS = {
     "confidence": "unsure",
@@ -178,6 +180,7 @@ STOP_TAGS = {
     "budget": "token budget",
     "lookup": "no match",
     "nodes": "node budget",
+    "prompt": "prompt read",
 }
 
 
@@ -186,6 +189,8 @@ def stop_sentence(rnd: Round, settings: Settings | None = None) -> str | None:
     not record it). Plain text; callers escape it."""
     if rnd.stop is None:
         return None
+    if rnd.stop == "prompt":
+        return f"No drafts in this round: {STOP_WORDS['prompt']}."
     k = len(rnd.nodes) if rnd.nodes is not None else len(rnd.drafted)
     what = f"{k} node{'s' if k != 1 else ''}" if rnd.nodes is not None else f"{k} of {rnd.gamma}"
     why = STOP_WORDS[rnd.stop]
