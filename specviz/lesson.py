@@ -215,8 +215,11 @@ STEPS: tuple[Step, ...] = (
     Step(
         "An untouched Run",
         "Each round the draft proposes gamma tokens and <b>one</b> target call checks them "
-        f"all. Colours: {status_word('accepted')} drafts, {status_word('rejected')} ones "
-        f"(struck through), the {status_word('resampled')} token that replaces a rejection, "
+        "all (the first round of the default pair is the target's alone: it reads the "
+        "prompt, and the draft, the target's own weights at a lower precision, takes its "
+        f"keys and values). Colours: {status_word('accepted')} drafts, "
+        f"{status_word('rejected')} ones (struck through), the {status_word('resampled')} "
+        "token that replaces a rejection, "
         f"the {status_word('bonus')} token a call adds when every draft passed. "
         "<i>Tokens per target call</i> is what one expensive call buys.",
         "Run the defaults (with the baseline)",

@@ -167,3 +167,22 @@ def test_samples_follow_the_target_when_the_draft_takes_its_prompt(one_thread):
         pass
     assert run.trace.rounds[0].stop == "prompt" and len(run.trace.rounds[1].drafted) == 3
     assert_follows_target(pair, Case(settings), 600)
+
+
+def test_the_page_says_the_prompt_rounds_token_came_from_a_round_without_drafts(one_thread):
+    """Its decision panel and the inspector read the round that decided: no drafts, so not
+    "every draft was accepted"; a full round's bonus still says so."""
+    from specviz.trace import decision_at
+    from specviz.views.decision_panel import decision_panel_html
+    from specviz.views.markup import verdict_html
+
+    base = tiny_pair(vocab=16, sharpness=1.0)
+    pair = _derived(base, _copy(base.target.model, 0.05))
+    trace = generate(pair, "1 2 3 4 5", Settings(gamma=3, max_new_tokens=24, seed=0))
+    first = decision_at(trace, 0, 0)
+    for html in (decision_panel_html(first), verdict_html(first)):
+        assert "this round drafted nothing" in html and "every draft was accepted" not in html
+    full = [r for r in trace.rounds if r.drafted and r.n_accepted == len(r.drafted)]
+    assert full and full[0].added is not None and full[0].added.status == "bonus"
+    pos = full[0].start + len(full[0].drafted)
+    assert "every draft was accepted" in decision_panel_html(decision_at(trace, full[0].index, pos))

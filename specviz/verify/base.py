@@ -347,9 +347,16 @@ class Verification(ABC):
             return f"accepted: u = {su} < {pname}/q = {sa} {numbers}"
         return f"rejected: u = {su} ≥ {pname}/q = {sa} {numbers}"
 
-    def replace_text(self, a: Added) -> str:
-        """Where the added token came from, with its numbers."""
+    def replace_text(self, a: Added, drafts: int | None = None) -> str:
+        """Where the added token came from, with its numbers; drafts: how many drafts its
+        round had (0: a round that drafted nothing, whose one call drew it; None: not
+        known)."""
         src = a.source or ("bonus" if a.status == "bonus" else self.fallback_source)
+        if a.status == "bonus" and drafts == 0:
+            return (
+                f"bonus: this round drafted nothing, so its one target call drew {a.text!r} "
+                f"from p (p = {num(a.p)})"
+            )
         if a.status == "bonus":
             return (
                 f"bonus: every draft was accepted, so the same target call drew {a.text!r} "

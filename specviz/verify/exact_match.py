@@ -109,9 +109,9 @@ class ExactMatch(Verification):
             f"{pname} = {num(p)})"
         )
 
-    def replace_text(self, a: Added) -> str:
+    def replace_text(self, a: Added, drafts: int | None = None) -> str:
         if a.status == "bonus":
-            return super().replace_text(a)
+            return super().replace_text(a, drafts)
         return (
             f"resampled: the draft did not match, so the round keeps the target's own sample "
             f"{a.text!r}, drawn from p (p = {num(a.p)})"

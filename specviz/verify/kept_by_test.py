@@ -62,9 +62,9 @@ class KeptByTest(Verification):
             "the target's own sample from p instead"
         )
 
-    def replace_text(self, a: Added) -> str:
+    def replace_text(self, a: Added, drafts: int | None = None) -> str:
         if a.status == "bonus":
-            return super().replace_text(a)
+            return super().replace_text(a, drafts)
         return (
             f"resampled: {self.label} did not keep the draft, so the round emits the target's "
             f"own sample {a.text!r}, drawn from p (p = {num(a.p)})"

@@ -95,13 +95,13 @@ def _drafted_part(d: Drafted, settings: Settings) -> dict[str, Any]:
     return {"token": (d.text, d.status), "bars": bars, "keep": keep, "said": said}
 
 
-def _added_part(a: Added, settings: Settings) -> dict[str, Any]:
+def _added_part(a: Added, settings: Settings, drafts: int) -> dict[str, Any]:
     """The token the target added: its probability under what it was drawn from, its p,
-    and where it came from in words."""
+    and where it came from in words (drafts: how many its round had)."""
     verification = verification_for(settings)
     source = a.source or ("bonus" if a.status == "bonus" else verification.fallback_source)
     bars = _added_bars(a, source)
-    said = verification.replace_text(a)
+    said = verification.replace_text(a, drafts)
     return {"token": (a.text, a.status), "bars": bars, "keep": None, "said": said}
 
 
@@ -121,7 +121,7 @@ def decision_panel_html(dec: Decision) -> str:
     if dec.drafted is not None:
         parts.append(_drafted_part(dec.drafted, dec.settings))
     if dec.added is not None:
-        parts.append(_added_part(dec.added, dec.settings))
+        parts.append(_added_part(dec.added, dec.settings, len(dec.round.drafted)))
     return _html("panel", head, parts)
 
 

@@ -48,7 +48,7 @@ LEGEND: dict[str, str] = {
     "rejected": "draft token rejected (kept visible, struck through)",
     "resampled": "drawn by the target in place of the first draft not kept (the rejection "
     "rule: from the residual norm(max(0, p - q)); the Decision tab names each token's source)",
-    "bonus": "drawn from p after all drafts were accepted",
+    "bonus": "drawn from p after all drafts were accepted, or in a round that drafted none",
 }
 MARKERS = {"resampled": "↻", "bonus": "+"}
 
@@ -283,7 +283,7 @@ def verdict_html(dec: Decision) -> str:
         if tv is not None:
             lines.append(tv)
     if dec.added is not None:
-        lines.append(verification.replace_text(dec.added))
+        lines.append(verification.replace_text(dec.added, len(dec.round.drafted)))
     return _html("verdict", head, lines)
 
 

@@ -31,6 +31,8 @@ def _tokens(drafted: list[Drafted]) -> str:
 def proposal(rnd: Round) -> str:
     """What the draft proposed, and how long drafting took."""
     k = len(rnd.drafted)
+    if rnd.stop == "prompt":  # the target's call over the prompt alone (specviz.rounds)
+        return f"The draft made no call this round (gamma {rnd.gamma} from the next one on)."
     took = f"in {rnd.draft_ms:.1f} ms"
     if rnd.index == 0:
         took += " (its first call also read the prompt)"
