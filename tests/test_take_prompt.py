@@ -87,6 +87,8 @@ def test_a_cache_of_another_layout_is_refused(one_thread):
     src.logits(PROMPT)
     with pytest.raises(ValueError, match="2 layers into 1"):
         CachedLM(tiny_model(16, 0, layers=1), 16).take_prefix(PROMPT, src.prefix_kv())
+    with pytest.raises(ValueError, match="all 6 positions"):  # a window kept fewer
+        CachedLM(tiny_model(16, 0, layers=2), 16).take_prefix(PROMPT + [6], src.prefix_kv())
 
 
 def _widths(model: torch.nn.Module) -> list[int]:
