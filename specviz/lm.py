@@ -85,17 +85,21 @@ def kv_dtype(model: torch.nn.Module) -> torch.dtype:
 
 
 def load_layers(
-    layers: list[Any], kv: list[tuple[torch.Tensor, torch.Tensor]], dtype: torch.dtype, n: int
+    layers: list[Any],
+    kv: list[tuple[torch.Tensor, torch.Tensor]],
+    dtype: torch.dtype,
+    n: int,
+    device: torch.device,
 ) -> None:
     """Append each layer's keys and values (kv, one pair a layer, n positions each) to an
-    empty cache's layers, converted to dtype; a cache of another layout, or layers that kept
-    fewer positions (a sliding window), are refused (ValueError, one line)."""
+    empty cache's layers, converted to dtype on device; a cache of another layout, or layers
+    that kept fewer positions (a sliding window), are refused (ValueError, one line)."""
     if len(layers) != len(kv):
         raise ValueError(f"cannot take keys and values of {len(kv)} layers into {len(layers)}")
     if any(keys.shape[-2] != n or values.shape[-2] != n for keys, values in kv):
         raise ValueError(f"cannot take keys and values that do not hold all {n} positions")
     for layer, (keys, values) in zip(layers, kv, strict=True):
-        layer.update(keys.to(dtype), values.to(dtype))
+        layer.update(keys.to(device, dtype), values.to(device, dtype))
 
 
 class CachedLM:
@@ -140,7 +144,7 @@ class CachedLM:
         if self.tokens:
             raise ValueError("only an empty cache takes another model's keys and values")
         self.cache = DynamicCache(config=self.model.config)
-        load_layers(self.cache.layers, kv, kv_dtype(self.model), len(tokens))
+        load_layers(self.cache.layers, kv, kv_dtype(self.model), len(tokens), self.device)
         self.tokens = list(tokens)
 
     def rollback(self, seq: list[int]) -> None:

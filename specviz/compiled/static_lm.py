@@ -94,7 +94,7 @@ class StaticLM:
         after a prefill."""
         if self.tokens:
             raise ValueError("only an empty cache takes another model's keys and values")
-        load_layers(self.cache.layers, kv, kv_dtype(self.model), len(tokens))
+        load_layers(self.cache.layers, kv, kv_dtype(self.model), len(tokens), self.device)
         self.tokens = list(tokens)
         self._precompile(len(tokens))
 
