@@ -628,3 +628,17 @@ def test_a_finished_run_measures_the_bandwidth_on_the_model_thread(tiny, loader,
     assert "floor" in frames[-1]["time_totals"]  # the roofline rows, at that bandwidth
     run_all(loader, form(seed=6))
     assert threads == [MODEL_THREAD._name]  # measured once
+
+
+def test_a_step_after_a_run_shows_its_own_figures_not_the_runs(loader) -> None:
+    """The speed line after a Step speaks of the stepped run (no baseline: no speedup), never
+    of the full Run shown before it."""
+    session, ctx = ui.new_session(), ui.AppContext(loader, LIMITS)
+    frames = list(ui.run_updates(session, form(seed=3), ctx))
+    before = next(f["speedline"] for f in reversed(frames) if "speedline" in f)
+    assert "speedup" in before
+    out = ui.step_update(session, form(max_new_tokens=8, gamma=2), ctx)
+    line = html.unescape(out["speedline"])
+    assert "speedup" not in line and line != before
+    n, calls = len(session.spec.token_ids), len(session.spec.rounds)
+    assert f"{n} token" in line and f"{calls} call" in line, line

@@ -24,6 +24,7 @@ from specviz.ui.frames import (
     live_plot,
     narration_hint,
     round_changes,
+    story_of,
     sync_rounds,
     time_html,
     tree_frame,
@@ -74,6 +75,8 @@ def _step_changes(session: Session, settings: Settings, rnd: Round | None, out: 
     sync_rounds(session)
     if done:
         out.update(final_frame(session, settings.gamma))
+    else:  # this run's figures so far, never the previous run's
+        out["speedline"] = markup.speedline_html(story_of(session.spec, session.ar))
     out["tokens"] = markup.tokens_html(session.spans, session.spec.prompt)
     out["rounds"] = markup.rounds_html(session.rows)
     out["time_split"] = live_plot(timing.breakdown_spec(session.spec))
