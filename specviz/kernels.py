@@ -12,17 +12,22 @@ reductions inductor generates (17.0 and 18.0 at 1 row).
 
 ATen's kernel for int8 weights (``torch._weight_int8pack_mm``) is written for AVX-512: on an
 AVX2 CPU its one-row product runs at a third of the memory's rate, and the int8 draft's step
-costs more than the bf16 copy's. ``int8_linear`` sign-extends eight weights at a time and sums
-in float32, as ATen's does, and streams a layer's weights at close to the memory's rate on 2
-cores. The int8 layers call it on AVX2 and AVX-512 CPUs (specviz.offline.Int8WeightLinear,
-eager and packaged): on 2 threads of an Intel Xeon with AVX-512 and AMX the w8 draft's 211
-products at 1 row took 5.06 ms against 7.95 for ATen's kernel and 8.61 for inductor's
-reductions (135 MB: 4.9 ms at the 27.7 GB/s measured there); on an AMD EPYC with AVX-512 its
-packaged step was the same either way (7.24 against 7.40 ms).
+costs more than the bf16 copy's. ``int8_linear`` streams a layer's weights once for a decode
+call's few rows. A float32 input is summed in float32, eight weights at a time sign-extended,
+as ATen's kernel does. A 16-bit input (the w8-bf16 and w8-fp16 drafts' activations) is taken
+as int16 against each row's largest magnitude, and its products with the int8 weights are
+summed exactly in integers: a third of the float loop's instructions per weight. The int8
+layers call it on AVX2 and AVX-512 CPUs (specviz.offline.Int8WeightLinear, eager and
+packaged). On 2 threads of an Intel Xeon with AVX-512 and AMX the w8 draft's 211 products at
+1 row took 5.06 ms against 7.95 for ATen's kernel and 8.61 for inductor's reductions, read
+from cache (135 MB: 4.9 ms at the 27.7 GB/s measured there); read from memory, as a round
+reads them after the target's call, the int16 form took 8.5 to 9.0 ms against 9.8 to 10.5
+for the float loop at 1 row, and 9.5 to 10.2 against 12.0 to 12.1 at 2 rows. On an AMD EPYC
+with AVX-512 the float loop's packaged step was the same as ATen's (7.24 against 7.40 ms).
 
 The set-up step (``python -m specviz prepare``) compiles the library once with the system's
 C++ compiler against the installed torch, for torch's CPU capability (AVX2, or AVX-512 with
-``-mavx512f``), into the specviz cache, keyed by the source, torch's version and the
+``-mavx512f -mavx512bw``: torch's AVX512 capability requires both), into the specviz cache, keyed by the source, torch's version and the
 compiler's flags; a process loads the library it finds there. Where there is no compiler, or
 the build fails, one line on stderr says so and the packages and the int8 draft keep
 inductor's and ATen's code: the library is a speed-up, never a requirement. A compiled
@@ -51,7 +56,7 @@ SOURCE = Path(__file__).parent / "csrc" / "int8_linear.cpp"
 STREAMED_ROWS = 8
 FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-fPIC", "-shared", "-std=c++17", "-w")
 # The ISA flags added for each capability that takes the library (csrc's __AVX512F__ path).
-ISA_FLAGS = {"AVX2": (), "AVX512": ("-mavx512f",)}
+ISA_FLAGS = {"AVX2": (), "AVX512": ("-mavx512f", "-mavx512bw")}
 _lock = threading.Lock()
 _state: dict[str, bool] = {}
 

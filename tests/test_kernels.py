@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -96,6 +97,57 @@ def test_the_kernel_answers_in_the_inputs_dtype_as_atens_does(op, dtype):
     if dtype == torch.bfloat16:  # ATen's CPU kernel takes bf16 inputs
         aten = torch._weight_int8pack_mm(x.reshape(-1, 64), w, scale).reshape(2, 5, 96)
         torch.testing.assert_close(got.float(), aten.float(), rtol=1e-2, atol=1e-2)
+
+
+def _int16_reference(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """What the kernel computes for a 16-bit x of a decode call, independently: each row as
+    int16 against its largest magnitude (rounded half to even, as nearbyint), the products
+    with the int8 weights summed exactly in int64, then float32(sum) times the row's scale
+    times the channel's, rounded once to x's dtype."""
+    xf = x.float()
+    # the row's two scalars as IEEE float32 divisions (numpy): torch divides by a scalar
+    # as a multiplication by its reciprocal, which can differ in the last bit
+    amax = xf.abs().amax(-1).numpy()
+    inv = np.where(amax > 0, np.float32(32767.0) / np.maximum(amax, np.float32(1e-30)), 0)
+    step = amax / np.float32(32767.0)
+    q = torch.round(xf * torch.from_numpy(inv.astype(np.float32))[:, None]).long()  # [m, k]
+    sums = (q[:, None, :] * w.long()[None, :, :]).sum(-1)  # [m, n], exact
+    out = sums.float() * torch.from_numpy(step.astype(np.float32))[:, None] * scale.float()
+    return out.to(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 8])
+@pytest.mark.parametrize("k, n", [(576, 103), (66, 7), (8, 1), (4200, 9)])
+def test_a_16_bit_input_is_multiplied_as_int16_exactly(op, dtype, rows, k, n):
+    """A 16-bit input at 1 to 8 rows (a draft's decode call): every output bit for bit the
+    independent int16 computation (_int16_reference), so the sums are exact (k = 4200 crosses
+    the kernel's int32 chunks), and each row the row alone gives."""
+    g = torch.Generator().manual_seed(rows * 100 + k + n)
+    w = torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=g)
+    w[0, : min(k, 4)] = torch.tensor([-128, 127, -1, 0][: min(k, 4)], dtype=torch.int8)
+    scale = (torch.rand(n, generator=g) / 50).to(dtype)
+    x = (torch.randn(rows, k, generator=g) * 3).to(dtype)
+    x[0, 0] = -x.abs().max()  # the largest magnitude negative: -32767
+    got = op(x, w, scale)
+    assert got.dtype == dtype and torch.equal(got, _int16_reference(x, w, scale))
+    assert torch.equal(got, torch.cat([op(x[i : i + 1], w, scale) for i in range(rows)]))
+
+
+def test_a_16_bit_input_of_zeros_or_with_a_non_finite_value(op):
+    """A row of zeros gives zeros; a row holding an infinity or a NaN is multiplied in float
+    (the int16 scale would be meaningless), so it carries through as the float product
+    does, and the finite row beside it is unaffected."""
+    w = torch.randint(-128, 128, (6, 64), dtype=torch.int8, generator=torch.Generator().manual_seed(1))
+    scale = torch.full((6,), 0.01, dtype=torch.bfloat16)
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+    x[1] = 0.0
+    x[2, 5] = float("nan")
+    got = op(x, w, scale)
+    assert torch.equal(got[0], op(x[:1], w, scale)[0]) and torch.equal(got[1], torch.zeros(6, dtype=torch.bfloat16))
+    assert bool(got[2].isnan().all())
+    x[2, 5] = float("inf")
+    assert not bool(op(x, w, scale)[2].isfinite().any())
 
 
 def test_the_kernel_refuses_what_it_cannot_multiply(op):

@@ -357,31 +357,69 @@ def test_int8_weights_whose_input_channels_do_not_come_in_fours_decompose_too(mo
     torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=2e-2)
 
 
-def test_a_cpu_package_lays_out_the_attentions_query_and_computes_the_same():
-    """Attention keeps its query as a buffer (inductor_force_stride_order feeds the math
-    form: the query's rotary embedding is computed once, not once per cached position), its
-    boolean mask becomes the additive one the op's front end makes, and the decomposed step
-    gives the eager step's logits (a mask added as 0 and 1 would not)."""
+@pytest.mark.parametrize("width", [1, 3])
+def test_a_cpu_package_lays_out_the_attentions_query_and_computes_the_same(width):
+    """Attention keeps its query as a buffer (inductor_force_stride_order: the query's
+    rotary embedding is computed once, not once per cached position), a decode call's
+    attention is products and sums (no batched matrix product left for ATen), and the
+    decomposed step gives the eager step's logits, masked positions included (a boolean
+    mask taken as 0 and 1 would not)."""
     from specviz.aoti import AotiStep, export_step
     from tests.tiny import tiny_model
 
     model = tiny_model(vocab=16, seed=0, layers=2, num_key_value_heads=1).eval()
-    step = AotiStep(model, 1, 32)
+    step = AotiStep(model, width, 32)
     args = step.example_args()
     program = export_step(step, args).run_decompositions(packages.decompositions())
     ops = [str(n.target) for n in program.graph.nodes if n.op == "call_function"]
     assert "aten.scaled_dot_product_attention.default" not in ops
+    assert not any("bmm" in op or "_scaled_dot_product" in op for op in ops), ops
     assert ops.count("prims.inductor_force_stride_order.default") >= 2  # one per layer
-    ids = torch.tensor([[3]])
+    calls = [[3, 5, 7][:width], [9, 2, 4][:width], [1, 8, 6][:width]]  # a few calls of cache
     with torch.inference_mode():
         state = [t.clone() for t in args[1:]]
-        for token in (3, 5, 7):  # a few positions of cache
-            ids = torch.tensor([[token]])
-            got = program.module()(ids, *state)
+        for ids in calls:
+            got = program.module()(torch.tensor([ids]), *state)
         state = [t.clone() for t in args[1:]]
-        for token in (3, 5, 7):
-            want = step(torch.tensor([[token]]), *state)
+        for ids in calls:
+            want = step(torch.tensor([ids]), *state)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("queries", [1, 2, 5, 8])
+@pytest.mark.parametrize("kv_heads", [3, 9])
+def test_a_decode_calls_attention_as_reductions_is_scaled_dot_product_attention(
+    dtype, queries, kv_heads
+):
+    """_attention_as_reductions against torch's own scaled_dot_product_attention: grouped
+    heads (3 key and value heads for 9 query heads) and not, a boolean and an additive
+    mask, a given scale; a query row attends only where its mask lets it."""
+    g = torch.Generator().manual_seed(queries * 10 + kv_heads)
+    q = torch.randn(1, 9, queries, 16, generator=g).to(dtype)
+    k = torch.randn(1, kv_heads, 40, 16, generator=g).to(dtype)
+    v = torch.randn(1, kv_heads, 40, 16, generator=g).to(dtype)
+    mask = torch.zeros(1, 1, queries, 40, dtype=torch.bool)
+    mask[..., :20] = True
+    for i in range(queries):
+        mask[0, 0, i, 20 : 21 + i] = True
+    additive = torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, float("-inf"))
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    gqa = kv_heads < 9
+    for m in (mask, additive):
+        for scale in (None, 0.3):
+            got = packages._attention_as_reductions(q, k, v, m, scale)
+            want = torch.nn.functional.scaled_dot_product_attention(
+                q.float(), k.float(), v.float(), attn_mask=m if m.dtype == torch.bool else m.float(),
+                scale=scale, enable_gqa=gqa,
+            )
+            assert got.dtype == dtype and got.shape == q.shape
+            torch.testing.assert_close(got.float(), want, **tol)
+    # a value beyond a row's mask never reaches it
+    v2 = v.clone()
+    v2[:, :, 30:] = 1e4
+    assert torch.equal(packages._attention_as_reductions(q, k, v2, mask, None)[:, :, :1],
+                       packages._attention_as_reductions(q, k, v, mask, None)[:, :, :1])
 
 
 def _w4_draft():
