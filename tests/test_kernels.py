@@ -137,7 +137,8 @@ def test_a_16_bit_input_is_multiplied_as_int16_exactly(op, dtype, rows, k, n):
 def test_a_16_bit_input_of_zeros_or_with_a_non_finite_value(op):
     """A row of zeros gives zeros; a row holding an infinity or a NaN is multiplied in float
     (the int16 scale would be meaningless), so it carries through as the float product
-    does, and the finite row beside it is unaffected."""
+    does, and the finite row beside it is unaffected; so is a row whose largest magnitude
+    is too small for its int16 scale (below about 1e-34)."""
     w = torch.randint(-128, 128, (6, 64), dtype=torch.int8, generator=torch.Generator().manual_seed(1))
     scale = torch.full((6,), 0.01, dtype=torch.bfloat16)
     x = torch.randn(3, 64, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
@@ -148,6 +149,10 @@ def test_a_16_bit_input_of_zeros_or_with_a_non_finite_value(op):
     assert bool(got[2].isnan().all())
     x[2, 5] = float("inf")
     assert not bool(op(x, w, scale)[2].isfinite().any())
+    # a row of near-zeros (its int16 scale would overflow): the float product, not zeros
+    x[2] = 1e-37
+    want = x[2:].double() @ (w.double() * scale.double()[:, None]).T
+    torch.testing.assert_close(op(x, w, scale)[2:].double(), want, rtol=1e-2, atol=0.0)
 
 
 def test_the_kernel_refuses_what_it_cannot_multiply(op):

@@ -168,7 +168,6 @@ void stream(const float* X, int64_t m, const T* W, const float* S, float* o, int
   });
 }
 
-
 // A 16-bit input (bfloat16 or float16: an int8 draft's activations) is multiplied as 16-bit
 // integers: each row scaled so that its largest magnitude is 32767 (15 bits against the
 // 8 of a bfloat16 and 11 of a float16 significand), the int8 weights widened to int16 and
@@ -258,7 +257,8 @@ void int_rows(const int16_t* x, const float* xs, const int8_t* w, const float* s
 }
 
 // Each row of the 16-bit x [m, k] as int16 and its scale (its largest magnitude / 32767);
-// false when a row holds an infinity or a NaN (the float32 loop then carries it through).
+// false when a row holds an infinity or a NaN (the float32 loop then carries it through), or
+// when its largest magnitude is below 32767 / FLT_MAX (about 1e-34: its scale would overflow).
 template <typename T>
 bool to_int16(const T* x, int64_t m, int64_t k, std::vector<int16_t>& q, std::vector<float>& xs) {
   q.resize(m * k);
@@ -272,6 +272,7 @@ bool to_int16(const T* x, int64_t m, int64_t k, std::vector<int16_t>& q, std::ve
       amax = std::max(amax, a);
     }
     const float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
+    if (!(inv <= std::numeric_limits<float>::max())) return false;  // a row of near-zeros
     xs[i] = amax / 32767.0f;
     for (int64_t j = 0; j < k; ++j) q[i * k + j] = int16_t(std::nearbyint(float(row[j]) * inv));
   }
