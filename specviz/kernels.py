@@ -27,8 +27,8 @@ with AVX-512 the float loop's packaged step was the same as ATen's (7.24 against
 
 The set-up step (``python -m specviz prepare``) compiles the library once with the system's
 C++ compiler against the installed torch, for torch's CPU capability (AVX2, or AVX-512 with
-``-mavx512f -mavx512bw``: torch's AVX512 capability requires both), into the specviz cache, keyed by the source, torch's version and the
-compiler's flags; a process loads the library it finds there. Where there is no compiler, or
+``-mavx512f -mavx512bw``), into the specviz cache, keyed by the source, torch's version and
+the compiler's flags; a process loads the library it finds there. Where there is no compiler, or
 the build fails, one line on stderr says so and the packages and the int8 draft keep
 inductor's and ATen's code: the library is a speed-up, never a requirement. A compiled
 package that calls an op names the library in its key (specviz.compiled.packages.key).

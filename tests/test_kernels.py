@@ -139,13 +139,17 @@ def test_a_16_bit_input_of_zeros_or_with_a_non_finite_value(op):
     (the int16 scale would be meaningless), so it carries through as the float product
     does, and the finite row beside it is unaffected; so is a row whose largest magnitude
     is too small for its int16 scale (below about 1e-34)."""
-    w = torch.randint(-128, 128, (6, 64), dtype=torch.int8, generator=torch.Generator().manual_seed(1))
+    w = torch.randint(
+        -128, 128, (6, 64), dtype=torch.int8, generator=torch.Generator().manual_seed(1)
+    )
     scale = torch.full((6,), 0.01, dtype=torch.bfloat16)
     x = torch.randn(3, 64, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
     x[1] = 0.0
     x[2, 5] = float("nan")
     got = op(x, w, scale)
-    assert torch.equal(got[0], op(x[:1], w, scale)[0]) and torch.equal(got[1], torch.zeros(6, dtype=torch.bfloat16))
+    assert torch.equal(got[0], op(x[:1], w, scale)[0]) and torch.equal(
+        got[1], torch.zeros(6, dtype=torch.bfloat16)
+    )
     assert bool(got[2].isnan().all())
     x[2, 5] = float("inf")
     assert not bool(op(x, w, scale)[2].isfinite().any())

@@ -410,16 +410,22 @@ def test_a_decode_calls_attention_as_reductions_is_scaled_dot_product_attention(
         for scale in (None, 0.3):
             got = packages._attention_as_reductions(q, k, v, m, scale)
             want = torch.nn.functional.scaled_dot_product_attention(
-                q.float(), k.float(), v.float(), attn_mask=m if m.dtype == torch.bool else m.float(),
-                scale=scale, enable_gqa=gqa,
+                q.float(),
+                k.float(),
+                v.float(),
+                attn_mask=m if m.dtype == torch.bool else m.float(),
+                scale=scale,
+                enable_gqa=gqa,
             )
             assert got.dtype == dtype and got.shape == q.shape
             torch.testing.assert_close(got.float(), want, **tol)
     # a value beyond a row's mask never reaches it
     v2 = v.clone()
     v2[:, :, 30:] = 1e4
-    assert torch.equal(packages._attention_as_reductions(q, k, v2, mask, None)[:, :, :1],
-                       packages._attention_as_reductions(q, k, v, mask, None)[:, :, :1])
+    assert torch.equal(
+        packages._attention_as_reductions(q, k, v2, mask, None)[:, :, :1],
+        packages._attention_as_reductions(q, k, v, mask, None)[:, :, :1],
+    )
 
 
 def _w4_draft():

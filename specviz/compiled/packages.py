@@ -215,7 +215,6 @@ def _attention_on_laid_out_query(
     )[0]
 
 
-
 def _attention_as_reductions(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -248,6 +247,7 @@ def _attention_as_reductions(
     probs = torch.softmax(scores, dim=-1)
     out = (probs.unsqueeze(-1) * value.float().unsqueeze(-3)).sum(-2)  # [b, hk, g n, d]
     return out.reshape(b, h, n, d).to(query.dtype)
+
 
 def decompositions() -> Any:
     """The decomposition table a CPU package's program runs before compiling: torch.export's
