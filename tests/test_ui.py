@@ -642,3 +642,18 @@ def test_a_step_after_a_run_shows_its_own_figures_not_the_runs(loader) -> None:
     assert "speedup" not in line and line != before
     n, calls = len(session.spec.token_ids), len(session.spec.rounds)
     assert f"{n} token" in line and f"{calls} call" in line, line
+    status = html.unescape(str(out.get("status", "")))
+    assert f"round 1 done, {n} token" in status and (n != 1 or "1 tokens" not in status), status
+
+
+def test_counts_of_one_are_singular_in_the_speed_line_and_the_step_status() -> None:
+    """"1 token in 1 call", "round 1 done, 1 token": never "1 tokens" or "1 calls"."""
+    from specviz.costs import SpeedStory
+    from specviz.views import markup
+
+    def story(tokens: int, calls: int) -> SpeedStory:
+        return SpeedStory(tokens, calls, None, 0.0, None, "alpha", None, 4, None, None)
+
+    one = html.unescape(markup.speedline_html(story(1, 1)))
+    assert "1 token in 1 call: 0 saved" in one and "tokens in" not in one, one
+    assert "9 tokens in 2 calls: 7 saved" in html.unescape(markup.speedline_html(story(9, 2)))

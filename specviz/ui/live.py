@@ -86,7 +86,8 @@ def _step_changes(session: Session, settings: Settings, rnd: Round | None, out: 
         out["narration"] = narration_html(rnd, session.spec.settings)
     out["tree_view"] = tree_frame(session.spec, rnd.index if rnd is not None else None)
     n = round_number(rnd.index) if rnd is not None else len(session.spec.rounds)
-    msg = f"step mode: round {n} done, {len(session.spec.token_ids)} tokens"
+    made = len(session.spec.token_ids)
+    msg = f"step mode: round {n} done, {made} token{'' if made == 1 else 's'}"
     msg += " (finished: Step again starts over)" if done else ""
     out["status"] = markup.status_html(msg, "info")
     return out
