@@ -647,7 +647,7 @@ def test_a_step_after_a_run_shows_its_own_figures_not_the_runs(loader) -> None:
 
 
 def test_counts_of_one_are_singular_in_the_speed_line_and_the_step_status() -> None:
-    """"1 token in 1 call", "round 1 done, 1 token": never "1 tokens" or "1 calls"."""
+    """ "1 token in 1 call", "round 1 done, 1 token": never "1 tokens" or "1 calls"."""
     from specviz.costs import SpeedStory
     from specviz.views import markup
 
