@@ -106,6 +106,15 @@ def shown_decision(page, token) -> str:
     return page.inner_text("#sv-decision")
 
 
+def a_draft_token(page):
+    """A rejected draft where the run has one (the offline pair's first 32 tokens of the
+    screenshots' run have none), else an accepted one: either shows p, q and p/q."""
+    rejected = page.locator("#sv-tokens [data-status=rejected]")
+    return (
+        rejected if rejected.count() else page.locator("#sv-tokens [data-status=accepted]")
+    ).first
+
+
 def test_a_run_shows_no_bare_literal_no_cut_text_and_legends_clear_of_axes(browser, ui_url) -> None:
     with opened(browser, ui_url, 1280, 720) as page:
         run(page, 32)
@@ -129,11 +138,7 @@ def test_a_run_shows_no_bare_literal_no_cut_text_and_legends_clear_of_axes(brows
         assert page.evaluate(LEGEND_OVERLAPS) == [], "the check's figure"
         # a clicked token's decision shows beside the tokens, on the screen
         page.evaluate("window.scrollTo(0, 0)")
-        # a rejected draft where the run has one (the offline pair's first 32 tokens of the
-        # screenshots' run have none), else an accepted one: either shows p, q and p/q
-        token = page.locator("#sv-tokens [data-status=rejected]").first
-        if not page.locator("#sv-tokens [data-status=rejected]").count():
-            token = page.locator("#sv-tokens [data-status=accepted]").first
+        token = a_draft_token(page)
         text = shown_decision(page, token)
         assert "p(x)" in text and "q(x)" in text and "p/q = " in text
         page.wait_for_function(IN_SIGHT, arg="#sv-decision .sv-dp-keep", timeout=10_000)
@@ -149,11 +154,7 @@ def test_a_phone_keeps_each_token_whole_and_scrolls_to_its_decision(browser, ui_
         assert page.evaluate(LINES) >= 8  # lines break often at this width
         assert page.evaluate(BROKEN_TOKENS) == []
         page.evaluate("window.scrollTo(0, 0)")
-        # a rejected draft where the run has one (the offline pair's first 32 tokens of the
-        # screenshots' run have none), else an accepted one: either shows p, q and p/q
-        token = page.locator("#sv-tokens [data-status=rejected]").first
-        if not page.locator("#sv-tokens [data-status=rejected]").count():
-            token = page.locator("#sv-tokens [data-status=accepted]").first
+        token = a_draft_token(page)
         token.scroll_into_view_if_needed()
         text = shown_decision(page, token)
         assert "p/q = " in text
