@@ -57,14 +57,20 @@ def round_decisions(
     rejects: list[float | None] = [None] * k
     tops: list[list[dict[str, Any]]] = [[] for _ in range(k)]
     if full and k:
-        overlaps, matches = torch.stack([overlap(p[:k], q), match_prob(p[:k], q)]).tolist()
+        # every figure below is a sum or a test over the tokens that p or q gives mass in some
+        # drafted row, so it is computed on those columns alone (S of them: tens at the
+        # defaults' top-p, of 49,152): every verification's out is q a + c f with f p or the
+        # residual, so it has no mass elsewhere either, and the rows' sums and every
+        # verification's test (typical's entropy, top-k-match's k-th largest p) come out as over
+        # the whole vocabulary, in a fraction of the work
+        score = torch.maximum(p[:k], q)  # [k, V]
+        cols = _support(score)  # [S] ascending
+        pk, qk = p[:k], q
+        if cols is not None:
+            pk, qk, score = pk[:, cols], qk[:, cols], score[:, cols]
+        overlaps, matches = torch.stack([overlap(pk, qk), match_prob(pk, qk)]).tolist()
         m = min(n + 1, k)  # the verified positions
-        # out, computed on the tokens that p or q gives mass in some verified row: every
-        # verification's out is q a + c f with f p or the residual, so it has no mass elsewhere, and
-        # the rows' sums and every verification's test (typical's entropy, top-k-match's k-th
-        # largest p) come out as over the whole vocabulary, in a fraction of the work
-        cols = ((p[:m] > 0) | (q[:m] > 0)).any(0).nonzero().squeeze(1)  # [S] ascending
-        pc, qc = p[:m, cols], q[:m, cols]
+        pc, qc = pk[:m], qk[:m]
         out = verification.out(pc, qc)  # [m, S] float64
         reject = verification.reject_prob(pc, qc)  # [m] float64
         for i, b in enumerate((fan or [])[:m]):
@@ -74,11 +80,9 @@ def round_decisions(
         out_tvs[:m] = total_variation(out, normalised(pc)).tolist()
         kept[:m] = verification.kept_mass(pc, qc).tolist()
         rejects[:m] = reject.tolist()
-        score = torch.maximum(p[:k], q)
         if not verification.lossless:  # out may put mass where neither p nor q leads
-            score[:m, cols] = torch.maximum(score[:m, cols], out.to(score.dtype))
-        third = ("out", out, cols)
-        tops = tops_of(score, p[:k], q, draft_ids, settings.top_n, "q", text, third)
+            score[:m] = torch.maximum(score[:m], out.to(score.dtype))
+        tops = tops_of(score, pk, qk, draft_ids, settings.top_n, "q", text, ("out", out), cols)
     drafted = []
     for i, x in enumerate(draft_ids):
         status = "accepted" if i < n else "rejected" if i == n else "discarded"
@@ -120,14 +124,18 @@ def _added(
     dist = verdict.dist
     top = []
     if settings.trace_level == "full":
+        score = torch.maximum(p_row, dist)[None]
+        rows = score, p_row[None], dist[None]
+        cols = _support(score)
+        if cols is not None:
+            rows = tuple(row[:, cols] for row in rows)
         top = tops_of(
-            torch.maximum(p_row, dist)[None],
-            p_row[None],
-            dist[None],
+            *rows,
             [x],
             settings.top_n,
             "residual",
             text,
+            cols=cols,
         )[0]
     return Added(
         id=x,
@@ -140,26 +148,57 @@ def _added(
     )
 
 
+def _support(score: torch.Tensor) -> torch.Tensor | None:
+    """The token ids (ascending) of the columns of score [m, V] with mass in some row, or
+    None when every column has (no top-k or top-p cut): the rows are then read as they are."""
+    cols = score.amax(0).nonzero().squeeze(1)
+    return cols if cols.numel() < score.shape[-1] else None
+
+
+# Up to this many columns a top list is sorted (equal scores by lower id); beyond, topk.
+SORTED_COLUMNS = 4096
+
+
 def tops_of(
-    score: torch.Tensor,  # [m, V] what orders the list
-    first: torch.Tensor,  # [m, V] p
-    second: torch.Tensor,  # [m, V] q or the residual
+    score: torch.Tensor,  # [m, S] what orders the list
+    first: torch.Tensor,  # [m, S] p
+    second: torch.Tensor,  # [m, S] q or the residual
     chosen: list[int],  # [m] the token of each row, always listed
     top_n: int,
     second_key: str,
     text: Callable[[int], str],
-    # (key, [m', S] values, [S] their token ids, ascending) for the first m' rows; a token
-    # outside the S has value 0
-    third: tuple[str, torch.Tensor, torch.Tensor] | None = None,
+    # (key, [m', S] values) for the first m' rows
+    third: tuple[str, torch.Tensor] | None = None,
+    # [S] the token ids of the columns, ascending (a token outside them has probability 0 in
+    # every row); None: the columns are the vocabulary
+    cols: torch.Tensor | None = None,
 ) -> list[list[dict[str, Any]]]:
     """Per row, the top_n tokens by score with their two probabilities (three, in the rows
     that third covers), and the chosen token after them when it is not among them."""
-    ids = torch.topk(score, min(top_n, score.shape[-1]), dim=-1).indices  # [m, n]
-    ids = torch.cat([ids, torch.tensor(chosen, device=ids.device)[:, None]], dim=1)
-    a, b, ids_l = first.gather(1, ids).tolist(), second.gather(1, ids).tolist(), ids.tolist()
-    third_vals: list[list[float]] = []
-    if third is not None:
-        third_vals = _at_tokens(third[1], third[2], ids[: third[1].shape[0]]).tolist()
+    n = min(top_n, score.shape[-1])
+    if score.shape[-1] > SORTED_COLUMNS:  # the vocabulary: topk, not a sort of every row
+        at = torch.topk(score, n, dim=-1).indices  # [m, n] columns
+    else:  # a few columns: sorted, equal scores (16-bit drafts give many) by lower id
+        at = torch.sort(score, dim=-1, descending=True, stable=True).indices[:, :n]
+    chosen_ids = torch.tensor(chosen, dtype=torch.long, device=at.device)
+    listed = None  # [m] whether each chosen token is among the columns
+    if cols is None:
+        ids, chosen_at = at, chosen_ids
+    else:
+        ids = cols[at]
+        chosen_at = torch.searchsorted(cols, chosen_ids).clamp(max=cols.numel() - 1)
+        listed = cols[chosen_at] == chosen_ids
+    at = torch.cat([at, chosen_at[:, None]], dim=1)
+    ids = torch.cat([ids, chosen_ids[:, None]], dim=1)
+    tables = [first, second] + ([third[1]] if third is not None else [])
+    values = []
+    for table in tables:
+        v = table.gather(1, at[: table.shape[0]])
+        if listed is not None:  # a chosen token outside the columns has no mass
+            v[:, -1] = torch.where(listed[: v.shape[0]], v[:, -1], torch.zeros((), dtype=v.dtype))
+        values.append(v.tolist())
+    a, b, ids_l = values[0], values[1], ids.tolist()
+    third_vals = values[2] if third is not None else []
     rows = []
     for r, row in enumerate(ids_l):
         chosen_listed = row[-1] in row[:-1]
@@ -176,15 +215,6 @@ def tops_of(
             entries.append(entry)
         rows.append(entries)
     return rows
-
-
-def _at_tokens(values: torch.Tensor, cols: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """values [m, S] over the token ids cols [S] (ascending, never empty: a q row has
-    mass), read at ids [m, n]: 0 where an id is not among cols."""
-    ids = ids.to(cols.device)
-    at = torch.searchsorted(cols, ids).clamp(max=cols.numel() - 1)
-    hit = cols[at] == ids
-    return torch.where(hit, values.gather(1, at), torch.zeros((), dtype=values.dtype))
 
 
 def recorded_path(tree: TreeDraft, verdict: TreeVerdict) -> list[int]:

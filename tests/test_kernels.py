@@ -1,6 +1,7 @@
-"""specviz's own CPU kernels (specviz.kernels, specviz/csrc/int8_linear.cpp): the int8 and
-float32 products they compute, how the set-up step builds them, what happens when it cannot,
-and the int8 draft that calls them, eager and in a compiled package, exact as a draft must be.
+"""specviz's own CPU kernels (specviz.kernels, specviz/csrc/): the int8 and float32
+products they compute, the top-p cut, how the set-up step builds them, what happens when it
+cannot, and the int8 draft that calls them, eager and in a compiled package, exact as a draft
+must be.
 
 The ops are loaded once per process: the library the set-up step built where this CPU takes
 it (AVX2, AVX-512; each its own code), else the one the module's own build compiles into a
@@ -213,6 +214,82 @@ def test_the_float32_kernel_refuses_what_it_cannot_multiply(op):
         torch.ops.specviz.linear(torch.zeros(1, 8), torch.zeros(4, 8, dtype=torch.int8))
     with pytest.raises(RuntimeError, match="float32"):
         torch.ops.specviz.linear(torch.zeros(1, 8, dtype=torch.bfloat16), torch.zeros(4, 8))
+
+
+def _outside_nucleus_by_stable_sort(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """The top-p cut's definition: sorted by decreasing probability (ties by lower id), the
+    tokens whose running mass before them reaches top_p are dropped."""
+    sorted_p, order = torch.sort(probs, dim=-1, descending=True, stable=True)
+    drop_sorted = sorted_p.cumsum(-1) - sorted_p >= top_p
+    return torch.zeros_like(drop_sorted).scatter_(-1, order, drop_sorted)
+
+
+@pytest.mark.parametrize("scale", [0.3, 3.0, 12.0])
+@pytest.mark.parametrize("top_p", [0.05, 0.3, 0.9, 0.99])
+def test_the_top_p_kernel_keeps_a_full_sort_s_nucleus_renormalised(op, scale, top_p):
+    """Rows from flat (every token a candidate) to peaked (one row a single token): the
+    kernel keeps exactly the tokens a full sort's cut keeps, divides them by their mass, and
+    cuts a row alone as it does beside others."""
+    gen = torch.Generator().manual_seed(int(scale * 10 + top_p * 100))
+    logits = torch.randn(6, 5000, generator=gen) * scale
+    logits[0] *= 40.0
+    probs = torch.softmax(logits, -1)
+    got = torch.ops.specviz.top_p(probs, top_p)
+    drop = _outside_nucleus_by_stable_sort(probs, top_p)
+    assert got.shape == probs.shape and got.dtype == torch.float32
+    assert torch.equal(got > 0, ~drop)
+    want = probs.masked_fill(drop, 0.0)
+    want = want / want.sum(-1, keepdim=True)
+    assert torch.allclose(got, want, rtol=1e-6, atol=1e-12)
+    for i in range(probs.shape[0]):
+        assert torch.equal(torch.ops.specviz.top_p(probs[i : i + 1], top_p), got[i : i + 1])
+
+
+def test_the_top_p_kernel_breaks_ties_by_the_lower_id(op):
+    """Four tokens of 0.25 each and top_p 0.6: three are kept, the three of lowest id."""
+    probs = torch.zeros(1, 1000)
+    probs[0, [900, 5, 300, 42]] = 0.25
+    got = torch.ops.specviz.top_p(probs, 0.6)
+    assert got[0].nonzero().squeeze(1).tolist() == [5, 42, 300]
+    assert torch.equal(got[0, [5, 42, 300]], torch.full((3,), 0.25 / 0.75))
+
+
+def test_the_top_p_kernel_leaves_to_torch_a_row_it_cannot_cut(op, monkeypatch):
+    """A row of NaNs has no candidate, so no nucleus the kernel can show: it answers with
+    an empty tensor, and warp cuts with torch's operations, as where the kernel is absent."""
+    from specviz import sampling
+    from specviz.config import Warp
+
+    logits = torch.randn(2, 3000, generator=torch.Generator().manual_seed(3)) * 3
+    logits[1, 7] = float("nan")
+    probs = torch.softmax(logits, -1)
+    assert torch.ops.specviz.top_p(probs, 0.9).numel() == 0
+    assert torch.ops.specviz.top_p(probs[:1], 0.9).shape == (1, 3000)
+    monkeypatch.setitem(kernels._state, "ready", True)
+    assert sampling._kernel_cut(probs, 0.9) is None
+    with_kernel = sampling.warp(logits, Warp(1.0, 0, 0.9))
+    monkeypatch.setitem(kernels._state, "ready", False)
+    without = sampling.warp(logits, Warp(1.0, 0, 0.9))
+    assert torch.equal(with_kernel.nan_to_num(-1.0), without.nan_to_num(-1.0))
+
+
+@pytest.mark.parametrize("top_p", [0.5, 0.9])
+def test_warp_cuts_with_the_kernel_as_with_torch(op, monkeypatch, top_p):
+    """warp with the kernel (one row or several, any leading shape) keeps the tokens that
+    torch's cut keeps, with the same probabilities to float32 rounding."""
+    from specviz import sampling
+    from specviz.config import Warp
+
+    w = Warp(0.7, 0, top_p)
+    logits = torch.randn(2, 3, 6000, generator=torch.Generator().manual_seed(5)) * 4
+    monkeypatch.setitem(kernels._state, "ready", True)
+    assert sampling._kernel_cut(torch.softmax(logits / 0.7, -1), top_p) is not None
+    got, one = sampling.warp(logits, w), sampling.warp(logits[1, 2], w)
+    monkeypatch.setitem(kernels._state, "ready", False)
+    want = sampling.warp(logits, w)
+    assert got.shape == want.shape and one.shape == (6000,)
+    assert torch.equal(got > 0, want > 0) and torch.equal(one, got[1, 2])
+    assert torch.allclose(got, want, rtol=1e-6, atol=1e-12)
 
 
 def test_a_cpu_package_calls_the_float32_kernel_for_a_float32_linear(uses_kernel):

@@ -624,3 +624,42 @@ def test_a_rounds_record_of_out_equals_the_whole_vocabulary_computation(seed, ch
             for entry in d.top:
                 assert entry["out"] == pytest.approx(float(dense[i, entry["id"]]), abs=1e-12)
         assert all(d.out_tv is None and all("out" not in e for e in d.top) for d in drafted[m:])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_rounds_top_lists_and_sums_equal_the_whole_vocabulary_s(seed):
+    """round_decisions reads the top lists, the overlaps and exact match's sums off the
+    tokens p or q gives mass: they equal the whole vocabulary's, the lists ordered by
+    max(p, q) with equal scores (a 16-bit draft gives many) by lower id, each drafted token
+    listed, and the added token's list by max(p, residual) alike."""
+    from specviz.record import round_decisions
+    from specviz.verify.verdict import Verdict
+
+    k, top_n = 4, 5
+    p, q = sparse_rows(seed, k)
+    q[1] = torch.where(q[1] > 0, q[1].max(), 0.0)  # one row of equal probabilities
+    q[1] = q[1] / q[1].sum()
+    drafts = [int(torch.nonzero(q[i])[-1]) for i in range(k)]  # the last listed, if at all
+    s = Settings(temperature=1.0, top_p=1.0, top_n=top_n)
+    rule = rule_for(s)
+    ids = torch.tensor(drafts)
+    p_x, q_x = p[torch.arange(k), ids], q[torch.arange(k), ids]
+    verdict = Verdict(1, p_x, q_x, (p_x / q_x).clamp(max=1.0), p[1], u=torch.zeros(k))
+    drafted, added = round_decisions(s, str, drafts, p, q, verdict, 7, rule)
+
+    def whole(score, first, second, chosen):
+        order = sorted(range(score.numel()), key=lambda t: (-float(score[t]), t))[:top_n]
+        listed = [t for t in order if first[t] > 0 or second[t] > 0 or t == chosen]
+        if chosen not in listed:
+            listed.append(chosen)
+        return [(t, float(first[t]), float(second[t])) for t in listed]
+
+    for i, d in enumerate(drafted):
+        want = whole(torch.maximum(p[i], q[i]), p[i], q[i], drafts[i])
+        assert [(e["id"], e["p"], e["q"]) for e in d.top] == want
+        assert d.overlap == pytest.approx(float(torch.minimum(p[i], q[i]).double().sum()), abs=1e-6)
+        assert d.match_prob == pytest.approx(float((p[i] * q[i]).double().sum()), abs=1e-6)
+    assert added is not None
+    dist = verdict.dist
+    want = whole(torch.maximum(p[1], dist), p[1], dist, 7)
+    assert [(e["id"], e["p"], e["residual"]) for e in added.top] == want
