@@ -193,10 +193,11 @@ def tops_of(
     tables = [first, second] + ([third[1]] if third is not None else [])
     values = []
     for table in tables:
-        v = table.gather(1, at[: table.shape[0]])
+        got = table.gather(1, at[: table.shape[0]])
         if listed is not None:  # a chosen token outside the columns has no mass
-            v[:, -1] = torch.where(listed[: v.shape[0]], v[:, -1], torch.zeros((), dtype=v.dtype))
-        values.append(v.tolist())
+            zero = torch.zeros((), dtype=got.dtype)
+            got[:, -1] = torch.where(listed[: got.shape[0]], got[:, -1], zero)
+        values.append(got.tolist())
     a, b, ids_l = values[0], values[1], ids.tolist()
     third_vals = values[2] if third is not None else []
     rows = []
