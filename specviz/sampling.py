@@ -1,6 +1,6 @@
-"""Pure torch, distributions only: logits to distributions (warp), draws with an explicit
-generator, and the overlaps of two distributions. Every decision a verification makes lives
-in specviz.verify.
+"""Distributions only: logits to distributions (warp), draws with an explicit generator, and
+the overlaps of two distributions, in torch (the top-p cut in specviz's own kernel where it is
+loaded: specviz.kernels). Every decision a verification makes lives in specviz.verify.
 
 Notation as in both papers: p is the target's distribution, q the draft's. Every function
 here is stateless; randomness only ever comes from the ``torch.Generator`` passed in, so
