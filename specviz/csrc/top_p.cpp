@@ -59,10 +59,11 @@ bool cut_row(const float* p, float* out, int64_t v, float tau, float tp,
       cand[n_kept++] = {prob, id};  // the kept ones, in place, in order
     }
   }
-  // A token after the candidates has a probability q <= tau and at least their running sum
-  // before it rounded, minus q: at least this, in float32 (rounding is monotone). So when
-  // this reaches top_p, every later token is dropped; otherwise (no candidates, NaNs, a
-  // top_p too near 1 for the margin) the row is not shown to end here.
+  // A token after the candidates has a probability of at most tau, and the mass before it is
+  // a running sum at least theirs, rounded, minus that probability: at least this, in
+  // float32 (rounding is monotone). So when this reaches top_p, every later token is
+  // dropped; otherwise (no candidates, NaNs, a top_p too near 1 for the margin) the row is
+  // not shown to end here.
   if (!(static_cast<float>(running) - tau >= tp)) return false;
   const float sum = static_cast<float>(kept_mass);
   for (std::vector<std::pair<float, int32_t>>::size_type j = 0; j < n_kept; ++j)
