@@ -234,8 +234,8 @@ def _attention_as_reductions(
     b, h, n, d = query.shape
     hk, s = key.shape[1], key.shape[2]
     g = h // hk  # query heads per key and value head
-    q = query.float().reshape(b, hk, g * n, d) * (d**-0.5 if scale is None else scale)
-    scores = (q.unsqueeze(-2) * key.float().unsqueeze(-3)).sum(-1)  # [b, hk, g n, s]
+    scaled = query.float().reshape(b, hk, g * n, d) * (d**-0.5 if scale is None else scale)
+    scores = (scaled.unsqueeze(-2) * key.float().unsqueeze(-3)).sum(-1)  # [b, hk, g n, s]
     if attn_mask is not None:
         m = attn_mask
         if m.shape[1] == h and h > 1:  # a mask per query head
