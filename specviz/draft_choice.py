@@ -48,6 +48,7 @@ import torch
 
 from specviz import kernels, metrics
 from specviz.offline import (
+    DRAFT_LAYOUT,
     cache_root,
     cpu_has_16bit,
     quantize_dynamic_int8,
@@ -168,6 +169,7 @@ def machine_key(device: torch.device) -> dict[str, Any]:
         "torch": torch.__version__,
         "device": device.type,
         "judged_at": judged_at(),
+        "layout": DRAFT_LAYOUT,  # how the variants' layers are built (specviz.offline)
     }
     if device.type == "cuda":
         key["gpu"] = torch.cuda.get_device_name(device)

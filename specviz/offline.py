@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from specviz import kernels
+from specviz.fusion import stack_products
 from specviz.paths import cache_root
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,12 @@ OFFLINE_DRAFT = "offline:smollm2-135m-draft"
 
 
 OFFLINE_IDS = (OFFLINE_TARGET, OFFLINE_DRAFT)
+
+
+# The layout of the draft variants' layers: bump when it changes, so that the measured
+# choice among them (specviz.draft_choice, whose record is keyed by it) is made again.
+# 2: the products that read one input stacked (specviz.fusion).
+DRAFT_LAYOUT = 2
 
 
 _CACHE_FORMAT = 1
@@ -416,12 +423,13 @@ def refine_copy(model: torch.nn.Module, widen: bool = False) -> torch.nn.Module:
 def _quantized_copy(
     model: torch.nn.Module, act_dtype: torch.dtype, linear: type[torch.nn.Module]
 ) -> torch.nn.Module:
-    """A copy of model in act_dtype with every Linear (the tied LM head included) replaced by
+    """A copy of model in act_dtype, the products that read one input stacked
+    (specviz.fusion), with every Linear (the tied LM head included) replaced by
     linear(child, act_dtype, top): top is REFINE_TOP for the head (its largest logits per row
     refined in float32 from the same weights), 0 elsewhere."""
     import copy
 
-    q = copy.deepcopy(model).to(act_dtype)
+    q = stack_products(copy.deepcopy(model).to(act_dtype))
     q.config.tie_word_embeddings = False
     head = q.get_output_embeddings()
     for module in list(q.modules()):

@@ -527,11 +527,12 @@ def forwards_for(
 
 def code_digest() -> str:
     """specviz's code that a package's generated code depends on beyond its key: the
-    compiled path's modules, the export step, the offline models' layers and the kernels'
-    loader. A recorded failure (failed()) stands only while this is unchanged."""
+    compiled path's modules, the export step, the offline models' layers (and their
+    stacking) and the kernels' loader. A recorded failure (failed()) stands only while
+    this is unchanged."""
     root = Path(__file__).resolve().parents[1]
     files = sorted(root.joinpath("compiled").glob("*.py"))
-    files += [root / "aoti.py", root / "offline.py", root / "kernels.py"]
+    files += [root / "aoti.py", root / "offline.py", root / "fusion.py", root / "kernels.py"]
     h = hashlib.sha256()
     for f in files:
         h.update(f.name.encode() + b"\0" + f.read_bytes())
