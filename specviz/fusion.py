@@ -29,6 +29,15 @@ from typing import Any
 import torch
 
 
+def _stackable(*layers: Any) -> bool:
+    """Whether the layers are plain Linears on one input, all with a bias or all without."""
+    return (
+        all(type(x) is torch.nn.Linear for x in layers)
+        and len({(x.in_features, x.bias is None, x.weight.dtype) for x in layers}) == 1
+        and not any(x.weight.is_meta for x in layers)
+    )
+
+
 def _stacked(*layers: torch.nn.Linear) -> torch.nn.Linear:
     """One Linear whose weight (and bias) rows are the layers' rows in order."""
     first = layers[0]
@@ -110,7 +119,8 @@ def _stacked_attention_class() -> type[torch.nn.Module]:
 
 def stack_products(model: torch.nn.Module) -> torch.nn.Module:
     """model with each of transformers' LlamaAttention and LlamaMLP layers stacked (in
-    place; the model is returned). Anything else is left as it is."""
+    place; the model is returned) where their projections are plain Linears alike (one
+    input, a bias on all or none, in memory). Anything else is left as it is."""
     try:
         from transformers.models.llama import modeling_llama as llama
     except ImportError:  # pragma: no cover - transformers always ships Llama
@@ -118,9 +128,11 @@ def stack_products(model: torch.nn.Module) -> torch.nn.Module:
     attention = _stacked_attention_class()
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
-            if type(child) is llama.LlamaMLP:
+            if type(child) is llama.LlamaMLP and _stackable(child.gate_proj, child.up_proj):
                 setattr(module, name, StackedMLP(child))
-            elif type(child) is llama.LlamaAttention:
+            elif type(child) is llama.LlamaAttention and _stackable(
+                child.q_proj, child.k_proj, child.v_proj
+            ):
                 parts = (child.q_proj, child.k_proj, child.v_proj)
                 child.qkv = _stacked(*parts)
                 child.qkv_sizes = [p.out_features for p in parts]

@@ -100,3 +100,12 @@ def test_other_networks_are_left_as_they_are():
     before = [type(m) for m in net.modules()]
     assert stack_products(net) is net
     assert [type(m) for m in net.modules()] == before
+
+
+def test_a_layer_whose_projections_differ_is_left_as_it_is():
+    base = tiny_model(64, 0, layers=1)
+    attn = base.model.layers[0].self_attn
+    attn.k_proj.bias = torch.nn.Parameter(torch.zeros(attn.k_proj.out_features))
+    stack_products(base)
+    assert hasattr(attn, "q_proj") and not hasattr(attn, "qkv")
+    assert isinstance(base.model.layers[0].mlp, StackedMLP)  # the MLP's are alike
