@@ -39,21 +39,22 @@ def _stackable(*layers: Any) -> bool:
 
 
 def _stacked(*layers: torch.nn.Linear) -> torch.nn.Linear:
-    """One Linear whose weight (and bias) rows are the layers' rows in order."""
+    """One Linear whose weight (and bias) rows are the layers' rows in order. It is made on
+    the meta device and given the stacked tensors: no initialisation to overwrite, and no
+    draw from torch's global generator."""
     first = layers[0]
     biased = first.bias is not None
     out = torch.nn.Linear(
-        first.in_features,
-        sum(x.out_features for x in layers),
-        bias=biased,
-        device=first.weight.device,
-        dtype=first.weight.dtype,
+        first.in_features, sum(x.out_features for x in layers), bias=biased, device="meta"
     )
-    with torch.no_grad():
-        out.weight.copy_(torch.cat([x.weight for x in layers], dim=0))
-        if biased:
-            out.bias.copy_(torch.cat([x.bias for x in layers], dim=0))
-    return out.requires_grad_(False)
+    out.weight = torch.nn.Parameter(
+        torch.cat([x.weight.detach() for x in layers]), requires_grad=False
+    )
+    if biased:
+        out.bias = torch.nn.Parameter(
+            torch.cat([x.bias.detach() for x in layers]), requires_grad=False
+        )
+    return out
 
 
 class StackedMLP(torch.nn.Module):
