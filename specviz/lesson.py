@@ -17,6 +17,8 @@ from typing import Any
 
 from specviz.config import form_defaults, offered
 from specviz.lesson_statements import (  # noqa: F401 - the lesson's public face
+    RESIDUAL_SHARE,
+    RESIDUAL_TOKENS,
     STATUSES,
     RunNumbers,
     check_statement,
@@ -56,7 +58,7 @@ CHECK_LENGTH = 1
 CHECK_TEMPERATURE = 1.0
 CHECK_DRAFT_TEMPERATURE = 0.7
 WRONG_RULE = "resample-from-p"
-RIGHT_RULE = "rejection"  # the papers' rule, checked under exact-match verification
+RIGHT_RULE = "rejection"  # the papers' rule (Algorithm 1), under rejection verification
 
 Decode = Callable[[list[int]], str]
 # Steps 3 and 7 run again, each time with the next seed, while a run has no example to show:
@@ -238,7 +240,9 @@ STEPS: tuple[Step, ...] = (
         "One rejection, up close",
         "The Decision tab opens on a rejection where the draw decided: p and q for that "
         "token, the draw u against a min(1, p/q) well inside 0 and 1, and the residual "
-        "norm(max(0, p − q)) its replacement was drawn from, spread over several tokens. It "
+        f"norm(max(0, p − q)) its replacement was drawn from, with {RESIDUAL_TOKENS} tokens or "
+        f"more above {100 * RESIDUAL_SHARE:g} % (of such rejections, the one whose residual is "
+        "spread most evenly). It "
         "reads the stored run; without such a rejection it runs with step 2's controls and "
         f"top-p {FULL_TOP_P:g}, a new seed each time (at most {TRIES} runs): where top-p "
         "cuts the target's tail, nearly every rejected draft has p = 0, and no draw could "
@@ -274,11 +278,12 @@ STEPS: tuple[Step, ...] = (
         f"The distribution check draws {CHECK_N} one-token continuations twice (target at "
         f"temperature {CHECK_TEMPERATURE:g}, a sharper draft at {CHECK_DRAFT_TEMPERATURE:g}): "
         "with a wrong rule (after a rejection, resample from p instead of the residual) and "
-        "with exact-match verification (keep a draft only if the target's own sample equals "
-        "it). It must catch the first and pass the second (about 20 s for both on two CPU "
-        "cores with the offline pair).",
+        "with the rejection rule itself (Algorithm 1: keep a draft when u < min(1, p/q), "
+        "else draw from the residual norm(max(0, p − q))). Both keep the same drafts; only "
+        "what replaces a rejection differs. It must catch the first and pass the second "
+        "(about 20 s for both on two CPU cores with the offline pair).",
         "Run both checks",
-        CheckAction(CHECK_N, CHECK_LENGTH, WRONG_RULE, RIGHT_RULE, {"verification": "exact-match"}),
+        CheckAction(CHECK_N, CHECK_LENGTH, WRONG_RULE, RIGHT_RULE, {"verification": "rejection"}),
         {
             "temperature": CHECK_TEMPERATURE,
             "own_draft_temperature": True,

@@ -47,6 +47,7 @@ class RunNumbers:
     key: tuple[Any, ...] = ()  # prompt and models: a later run compares only with the same
     c: float | None = None  # draft step / target step (None: no baseline, or too short)
     draft_step_ms: float | None = None  # ms per draft step, the first round left out
+    target_step_ms: float | None = None  # the baseline's ms per token, its first left out
 
     @classmethod
     def of(cls, spec: Trace, ar: Trace | None) -> RunNumbers:
@@ -62,7 +63,15 @@ class RunNumbers:
             key=run_key(spec),
             c=c or None,
             draft_step_ms=draft_step_ms(spec),
+            target_step_ms=target_step_ms(ar) if compared else None,  # type: ignore[arg-type]
         )
+
+
+def target_step_ms(ar: Trace) -> float | None:
+    """The baseline's ms per token, its first step left out as metrics.cost_ratio leaves it
+    out (it also reads the prompt); None with fewer than two steps."""
+    t = ar.timeline
+    return (t[-1][0] - t[0][0]) * 1e3 / (len(t) - 1) if len(t) > 1 else None
 
 
 def draft_step_ms(spec: Trace) -> float | None:
@@ -172,6 +181,7 @@ def _side_by_side(before: RunNumbers, now: RunNumbers) -> str:
         ("tokens per target call", before.tokens_per_call, now.tokens_per_call, _fmt2),
         ("c (draft step / target step)", before.c, now.c, _fmt2),
         ("draft step", before.draft_step_ms, now.draft_step_ms, ms),
+        ("target step (the baseline's)", before.target_step_ms, now.target_step_ms, ms),
         ("acceptance", before.acceptance, now.acceptance, _fmt2),
         ("speedup", before.speedup, now.speedup, _x),
     ]
@@ -194,17 +204,32 @@ def which_moved(before: RunNumbers, now: RunNumbers) -> str:
     share = f"{100 * MOVED:.0f} %"
     if tpc_moved and not c_moved:
         return f"{tpc[0].upper()}{tpc[1:]} while c stayed near {c1:.2f} ({c0:.2f} before)."
-    c_said = _change("c", c0, c1, _fmt2)
+    c_said = f"{_change('c', c0, c1, _fmt2)} with the machine, not with the step"
+    why = _machine(before, now)
     if tpc_moved:
-        return f"{tpc[0].upper()}{tpc[1:]} and {c_said} too, so both count."
-    if c_moved:
         return (
-            f"Tokens per call stayed near {t1:.2f} ({t0:.2f} before) while {c_said}: here the "
-            "draft's cost moved, not the acceptance."
+            f"{tpc[0].upper()}{tpc[1:]}, the step's effect; {c_said}: {why}. The speedups "
+            "compare only as far as the machine held still."
         )
+    if c_moved:
+        return f"Tokens per call stayed near {t1:.2f} ({t0:.2f} before) while {c_said}: {why}."
     return (
         f"Neither moved by more than {share}: tokens per call {t0:.2f} and {t1:.2f}, c "
         f"{c0:.2f} and {c1:.2f}."
+    )
+
+
+def _machine(before: RunNumbers, now: RunNumbers) -> str:
+    """Why c moving between step 1's run and step 2's is the machine's doing: the two runs'
+    step times, where measured, and what a draft temperature changes."""
+    said = "a draft temperature changes neither model's work per step"
+    ms = (before.draft_step_ms, now.draft_step_ms, before.target_step_ms, now.target_step_ms)
+    if any(x is None for x in ms):
+        return said
+    d0, d1, a0, a1 = ms
+    return (
+        f"a draft step took {d0:.1f} ms, then {d1:.1f} ms, and a target step {a0:.1f} ms, "
+        f"then {a1:.1f} ms (two runs at different times), and {said}"
     )
 
 
@@ -285,12 +310,32 @@ DREW = (
 )
 
 
-def residual_tokens(r: Round) -> int:
-    """How many tokens the round's added token's distribution (the residual, for a
-    resampled token) gives more than RESIDUAL_SHARE, as its recorded top list holds them."""
+def residual_shares(r: Round) -> list[tuple[str, float]]:
+    """The tokens the round's added token's distribution (the residual, for a resampled
+    token) gives more than RESIDUAL_SHARE, as its recorded top list holds them: (text,
+    share), largest first."""
     if r.added is None:
-        return 0
-    return sum(e.get("residual", 0.0) > RESIDUAL_SHARE for e in r.added.top)
+        return []
+    above = [(e["text"], e.get("residual", 0.0)) for e in r.added.top]
+    return sorted(((t, x) for t, x in above if x > RESIDUAL_SHARE), key=lambda e: -e[1])
+
+
+def residual_tokens(r: Round) -> int:
+    """How many tokens the round's added token's distribution gives more than
+    RESIDUAL_SHARE (:func:`residual_shares`)."""
+    return len(residual_shares(r))
+
+
+def shares_text(r: Round) -> str:
+    """The residual's tokens above RESIDUAL_SHARE with their shares, three figures each."""
+    return ", ".join(f"{_q(t)} {x:#.3g}" for t, x in residual_shares(r))
+
+
+def spread(r: Round) -> float:
+    """How evenly the replacement's distribution is spread: its second largest share (0
+    with fewer than two tokens recorded)."""
+    shares = sorted((e.get("residual", 0.0) for e in r.added.top), reverse=True) if r.added else []
+    return shares[1] if len(shares) > 1 else 0.0
 
 
 def drew(r: Round, d: Drafted) -> bool:
@@ -302,9 +347,11 @@ def drew(r: Round, d: Drafted) -> bool:
 
 
 def teaching_rejection(trace: Trace | None) -> tuple[Round, int, Drafted] | None:
-    """The first rejection of the trace where the draw decided (:func:`drew`): (round,
-    position, draft); None when there is none."""
-    return next(((r, pos, d) for r, pos, d in _rejections(trace) if drew(r, d)), None)
+    """Of the trace's rejections where the draw decided (:func:`drew`), the one whose
+    replacement's distribution is spread most evenly (the largest second share; the first
+    of equals): (round, position, draft); None when there is none."""
+    found = [(r, pos, d) for r, pos, d in _rejections(trace) if drew(r, d)]
+    return max(found, key=lambda f: spread(f[0]), default=None)
 
 
 def no_draw_sentence(trace: Trace | None, seeds: Sequence[int]) -> str:
@@ -320,10 +367,11 @@ def no_draw_sentence(trace: Trace | None, seeds: Sequence[int]) -> str:
     if found is None:
         return said + "The last one had no rejection at all: press the step's button again."
     r, _, d = found
+    shares = shares_text(r)
     return said + (
         f"Below is the last run's first rejection instead: min(1, p/q) = {d.accept_prob:.3f} "
         f"and {residual_tokens(r)} token(s) above {100 * RESIDUAL_SHARE:g} % in the "
-        "distribution its replacement was drawn from. "
+        f"distribution its replacement was drawn from{f' ({shares})' if shares else ''}. "
     )
 
 
@@ -373,7 +421,7 @@ def rejection_statement(
             f" The draw decided: a u below {d.accept_prob:.3f} (a chance of "
             f"{100 * d.accept_prob:.0f} %) would have kept the draft, and "
             f"{residual_tokens(r)} tokens hold more than {100 * RESIDUAL_SHARE:g} % each "
-            "where the replacement was drawn from, so it was a draw too."
+            f"where the replacement was drawn from ({shares_text(r)}), so it was a draw too."
         )
     return f"<p>{said}</p>"
 
@@ -472,6 +520,7 @@ def sweep_statement(
         f" puts the best gamma at <b>{point.best_gamma}</b> "
         f"(expected {_x(point.expected(point.best_gamma))}). "
     )
+    said += _table(rows, name, key) + _parted(rows, key)
     refined = [r for r in rows if r.get("predicted_speedup") is not None]
     if refined:
         rbest = max(refined, key=lambda r: r["predicted_speedup"])
@@ -484,13 +533,90 @@ def sweep_statement(
     return f"<p>{said}{_more_drafts(rows, best, point)}</p>"
 
 
+def _table(rows: list[dict[str, Any]], name: str, key: str) -> str:
+    """The table's acceptance and tokens per call, cell by cell."""
+    cells = ", ".join(
+        f"gamma {r['gamma']}: {name} {r[key]:.3f}, {r['tokens_per_call']:.2f}" for r in rows
+    )
+    return f"The table's {name} and tokens per call: {cells}. "
+
+
+def formula(r: dict[str, Any], key: str) -> float:
+    """Leviathan's formula at a cell's own measured acceptance and c."""
+    return metrics.expected_speedup(r[key], r["gamma"], r["c"])
+
+
+def parts(r: dict[str, Any], key: str) -> bool:
+    """Whether a cell's measurement and the formula part: the formula outside its spread."""
+    return not r["measured_low"] <= formula(r, key) <= r["measured_high"]
+
+
+def _parted(rows: list[dict[str, Any]], key: str) -> str:
+    """Where the formula lies outside a cell's measured spread, why, from the cell's own
+    measured round (analysis.sweep.round_costs): the formula prices a round after the
+    first at gamma c + 1 target steps and counts E(alpha, gamma) tokens per call; the
+    measured round's parts, its tokens per call, and the first round's share of the time."""
+    apart_rows = [r for r in rows if parts(r, key)]
+    if not apart_rows:
+        return "Every cell's measurement holds the formula's figure within its spread. "
+    gammas = ", ".join(str(r["gamma"]) for r in apart_rows)
+    said = f"Measurement and formula part beyond the spread at gamma {gammas}"
+    costed = [r for r in apart_rows if r.get("round_steps") is not None]
+    if not costed:
+        return said + ": this sweep did not record its rounds' costs, so it names no cause. "
+    clauses = [_why(r, key) for r in costed]
+    said += (
+        ". The formula prices a round at gamma c + 1 target steps (c: a draft step) and "
+        f"counts no other cost; measured, {'; '.join(clauses)}"
+    )
+    first = max(costed, key=lambda r: r["first_share"])
+    whole, steady = first["measured_speedup"], first["steady_speedup"]
+    verb = "lowers" if whole < steady else "raises" if whole > steady else "leaves"
+    said += (
+        f". The first round, which also reads the prompt, took {_pct(first['first_share'])} "
+        f"of the speculative time at gamma {first['gamma']} against "
+        f"{_pct(first['first_share_ar'])} of the baseline's, which {verb} its speedup from "
+        f"{_x(steady)} over the later rounds to {_x(whole)} over the whole run: a warm-up "
+        "that a short run does not spread out, and that the formula, a long run's figure, "
+        "leaves out. "
+    )
+    return said
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f} %"
+
+
+def _why(r: dict[str, Any], key: str) -> str:
+    """One cell: the measured round against the formula's, and its largest extra cost."""
+    g, c = r["gamma"], r["c"]
+    priced = g * c + 1
+    extra = {
+        "the verify call": r["verify_steps"] - 1,
+        "the rest of the round (warping, decisions, cache crops)": r["other_steps"],
+        "drafting": r["draft_steps"] - g * c,
+    }
+    most = max(extra, key=extra.__getitem__)
+    largest = (
+        f"the largest extra is {most}, {extra[most]:.2f} steps"
+        if extra[most] >= 0.01
+        else "no part costs more than the formula prices"
+    )
+    expected = metrics.expected_tokens_per_round(r[key], g)
+    return (
+        f"at gamma {g} (formula {_x(formula(r, key))}, measured {_spread(r)}) a round after "
+        f"the first took {r['round_steps']:.2f} target steps where the formula prices "
+        f"{priced:.2f} (drafting {r['draft_steps']:.2f}, the verify call "
+        f"{r['verify_steps']:.2f}, the rest {r['other_steps']:.2f}: {largest}) and gave "
+        f"{r['steady_tokens_per_call']:.2f} tokens where it counts {expected:.2f}, "
+        f"{_x(r['steady_speedup'])} over those rounds"
+    )
+
+
 def _more_drafts(rows: list[dict[str, Any]], best: dict[str, Any], point: Any) -> str:
     """Whether drafts beyond the measured best stopped paying, as far as the spreads tell."""
     top = rows[-1]
-    why = (
-        "each round pays gamma draft steps and a verify call gamma + 1 positions wide, and "
-        "every draft after the first rejection is wasted"
-    )
+    why = _drafts_cost(rows)
     if len(rows) == 1:
         return f"Too many drafts stop paying: {why}."
     if best is not top and apart(top, best):
@@ -510,6 +636,22 @@ def _more_drafts(rows: list[dict[str, Any]], best: dict[str, Any], point: Any) -
         f"Whether more drafts stop paying here, the timing cannot tell (gamma "
         f"{other['gamma']}'s spread overlaps gamma {best['gamma']}'s); by the formula they "
         f"stop past gamma {point.best_gamma}: {why}."
+    )
+
+
+def _drafts_cost(rows: list[dict[str, Any]]) -> str:
+    """What more drafts cost and bought in this sweep: each round pays gamma draft steps
+    and a verify call gamma + 1 positions wide; the cells' tokens per call, and their
+    rounds' measured cost where recorded."""
+    bought = ", ".join(
+        f"{r['tokens_per_call']:.2f} at gamma {r['gamma']}"
+        + (f" for a round of {r['round_steps']:.2f}" if r.get("round_steps") is not None else "")
+        for r in rows
+    )
+    unit = " target steps" if any(r.get("round_steps") is not None for r in rows) else ""
+    return (
+        "each round pays gamma draft steps and a verify call gamma + 1 positions wide, "
+        f"and buys the tokens per call it emits ({bought}{unit})"
     )
 
 
@@ -556,9 +698,49 @@ def check_statement(wrong: Any, right: Any) -> str:
             "checks. "
         )
     wrong_v = verification_for({**wrong.settings, "rule": wrong.rule})
+    right_v = verification_for({**right.settings, "rule": right.rule})
     if match and wrong_v.draws == "u" and wrong_v.measure[1] == "alpha":
         said += _acceptances(right.spec_acceptance, wrong.spec_acceptance, wrong_v)
+    elif same_test(wrong_v, right_v):
+        said += _fallbacks(wrong, right, wrong_v, right_v)
     return f"<p>{said}</p>"
+
+
+def same_test(a: Any, b: Any) -> bool:
+    """Whether two verifications keep a draft by the same test (the same keep probability,
+    drawn the same way) and differ only in what replaces a rejection."""
+    keep = type(a).keep_prob is type(b).keep_prob and a.draws == b.draws == "u"
+    return keep and a.fallback_source != b.fallback_source
+
+
+def _fallbacks(wrong: Any, right: Any, wrong_v: Any, right_v: Any) -> str:
+    """Two rules with one keep test: what each draws a replacement from, their measured
+    acceptances, and the distance each moves the first token by, where computed."""
+    a, b = wrong.spec_acceptance, right.spec_acceptance
+    acc = (
+        f"both accepted {a:.2f} of the drafts"
+        if f"{a:.2f}" == f"{b:.2f}"
+        else f"acceptance {a:.2f} and {b:.2f}"
+    )
+    said = (
+        f"Both keep a draft with probability min(1, p/q) ({acc}); they differ only in what "
+        f"replaces a rejection: {esc(right_v.called)} draws it from "
+        f"{esc(source_text(right_v.fallback_source))}, {esc(wrong.rule)} from "
+        f"{esc(source_text(wrong_v.fallback_source))}. "
+    )
+    tvs = [(r.predicted_tv, n) for r, n in ((wrong, wrong.rule), (right, right_v.called))]
+    if all(tv is not None for tv, _ in tvs):
+        moved = "; ".join(f"{esc(n)} TV {_tv(tv)}" for tv, n in tvs)
+        said += (
+            f"Computed from p and q, the distance each moves the first token's distribution "
+            f"from p: {moved}."
+        )
+    return said
+
+
+def _tv(tv: float) -> str:
+    """A computed distance: 0 below TV_ZERO (float rounding), else three figures."""
+    return "0 (up to float rounding)" if tv < TV_ZERO else f"{tv:.3g}"
 
 
 def _slipped(wrong: Any) -> str:

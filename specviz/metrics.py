@@ -270,7 +270,7 @@ def pooled_speedup(
     da: list[float] = []
     tokens = 0
     for ar, spec in pairs:
-        s, a, n = _stretches(ar, spec)
+        s, a, n = stretches(ar, spec)
         if not s:
             continue
         firsts.append((s[0], a[0]))
@@ -290,11 +290,11 @@ def pooled_speedup(
         idx = rng.integers(0, len(rest_s), size=(resamples, len(rest_s)))
         ratios = (a0 + rest_a[idx].sum(1)) / (s0 + rest_s[idx].sum(1))
         low, high = (float(x) for x in np.quantile(ratios, [0.05, 0.95]))
-    stretches = len(firsts) + len(ds)
-    return Speedup(value, min(low, value), max(high, value), tokens, stretches, ar_s, spec_s)
+    count = len(firsts) + len(ds)
+    return Speedup(value, min(low, value), max(high, value), tokens, count, ar_s, spec_s)
 
 
-def _stretches(ar: Trace, spec: Trace) -> tuple[list[float], list[float], int]:
+def stretches(ar: Trace, spec: Trace) -> tuple[list[float], list[float], int]:
     """The speculative run's seconds per round and the baseline's seconds for the same
     tokens, over the tokens both runs made, and how many tokens that is."""
     # the baseline's clock when it first held at least n tokens, by bisection over its

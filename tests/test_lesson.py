@@ -132,14 +132,14 @@ def numbers(tokens_per_call: float, c: float | None, speedup: float = 1.0) -> le
         (
             (4.7, 0.41),
             (2.1, 1.49),
-            "Tokens per call fell from 4.70 to 2.10 and c rose from 0.41 "
-            "to 1.49 too, so both count.",
+            "Tokens per call fell from 4.70 to 2.10, the step's effect; c rose from 0.41 "
+            "to 1.49 with the machine, not with the step: a draft step took",
         ),
         (
             (2.0, 0.41),
             (2.1, 1.49),
             "Tokens per call stayed near 2.10 (2.00 before) while c rose "
-            "from 0.41 to 1.49: here the draft's cost moved, not the acceptance.",
+            "from 0.41 to 1.49 with the machine, not with the step: a draft step took",
         ),
         ((2.0, 0.41), (2.1, 0.40), "Neither moved by more than 15 %"),
         ((4.7, None), (2.1, 0.3), "Tokens per call fell from 4.70 to 2.10; c was not measured"),
@@ -552,9 +552,10 @@ def test_step_five_sweeps_and_step_six_checks(ctx, page, one_thread) -> None:
     frames = take(AppContext(lambda p, d: pair, LIMITS), session, state, 5, "1 2", page)
     said = frames[-1]["lesson_said"]
     assert "resample-from-p the check <b>fails</b>" in said, said
-    assert "exact-match verification it <b>passes</b>" in said, said
+    assert "the rejection rule it <b>passes</b>" in said, said
+    assert "Both keep a draft with probability min(1, p/q)" in said, said
     assert "FAIL" in frames[-1]["check_summary"] and "PASS" in frames[-1]["check_summary"]
-    second = next(i for i, f in enumerate(frames) if f.get("verification") == "exact-match")
+    second = next(i for i, f in enumerate(frames) if i and f.get("verification") == "rejection")
     assert [f["check_rule"] for f in frames if "check_rule" in f] == [
         "resample-from-p",
         "rejection",
@@ -562,17 +563,18 @@ def test_step_five_sweeps_and_step_six_checks(ctx, page, one_thread) -> None:
     assert next(i for i, f in enumerate(frames) if f.get("check_rule") == "rejection") > second
     # the tab's prompt box says that the page's prompt was checked
     assert [f["check_prompt"] for f in frames if "check_prompt" in f] == ["", ""]
-    # both checks charted: the wrong rule failing, exact match passing
+    # both checks charted: the wrong rule failing, Algorithm 1's rejection rule passing
     figure = frames[-1]["check_plot"]
     titles = " ".join(a.text for a in figure.layout.annotations)
     assert "resample-from-p rule FAILS: first token" in titles
-    assert "exact match passes: first token" in titles and "bins" in titles
-    assert "FAILS; exact match passes" in figure.layout.title.text
+    assert "rejection rule passes: first token" in titles and "bins" in titles
+    assert "FAILS; rejection rule passes" in figure.layout.title.text
+    assert "exact match" not in figure.layout.title.text
 
     # the controls step 6 left, and one click back to the defaults
     line = [f["lesson_changed"] for f in frames if "lesson_changed" in f][-1]
     assert "temperature 1 (default 0.7)" in line and "draft temperature 0.7 (default off)" in line
-    assert "verification exact-match (default rejection)" in line  # the second check's
+    assert "verification" not in line  # the second check runs the default verification
     out = lesson_panel.restore_changes(state, ctx)
     assert out["lesson_changed_row"].visible is False and out["lesson_changed"] == ""
     assert {k: out[k] for k in lesson.BASE} == lesson_panel.defaults(ctx)
@@ -593,3 +595,173 @@ def test_bad_input_is_one_line_in_the_panel(ctx) -> None:
     said = frames[-1]["lesson_said"]
     assert "prompt is empty" in said and "sv-status-error" in said
     assert frames[-1]["status"] == said and 0 not in state.said
+
+
+# --- every sentence from its own numbers (issue 62, item 2) --------------------------------
+
+
+def test_step_two_says_c_moved_with_the_machine_from_the_runs_step_times() -> None:
+    spec, ar = spec_trace(), ar_trace(ms=25.0)
+    before = lesson.RunNumbers.of(spec, ar)
+    # independently: the later round's draft ms over its drafts; the baseline's ms per token
+    # after its first
+    assert before.draft_step_ms == 1.0 / 2 and before.target_step_ms == pytest.approx(25.0)
+    slow = spec_trace()
+    for r in slow.rounds:
+        r.draft_ms *= 3  # a loaded machine: the draft's steps three times as slow
+    now = lesson.RunNumbers.of(slow, ar_trace(ms=30.0))
+    assert now.c == pytest.approx(3 * 0.5 / 30.0) and before.c == pytest.approx(0.5 / 25.0)
+    said = lesson.which_moved(before, now)
+    assert "c rose from 0.02 to 0.05 with the machine, not with the step" in said
+    assert "a draft step took 0.5 ms, then 1.5 ms, and a target step 25.0 ms, then 30.0 ms" in said
+    assert "changes neither model's work per step" in said
+    assert "the draft's cost moved, not the acceptance" not in said
+    table = lesson.temperature_statement(slow, ar_trace(ms=30.0), before)
+    assert "<td>target step (the baseline&#x27;s)</td><td>25.0 ms</td><td>30.0 ms</td>" in table
+
+
+def two_rejections(first: list[float], second: list[float]) -> Trace:
+    """spec_trace with a second rejection in round 2 (its second draft), each rejection's
+    replacement drawn from a distribution with the given top shares."""
+    trace = with_residual(spec_trace(), 0.25, first)
+    r2 = trace.rounds[1]
+    d = r2.drafted[1]
+    d.status, d.q, d.p, d.accept_prob, d.u = "rejected", 0.6, 0.3, 0.5, 0.8
+    r2.added = Added(9, "Z", "resampled", 0.2, second[0], [])
+    r2.added.top = [
+        {"id": 20 + i, "text": f"s{i}", "p": 0.1, "residual": r} for i, r in enumerate(second)
+    ]
+    return trace
+
+
+def shares_said(said: str) -> list[float]:
+    """The shares a statement lists after the token texts it quotes."""
+    return [float(x) for x in re.findall(r"&#x27;</code> (\d\.\d+)", said)]
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "pick"),
+    [
+        ([0.94, 0.0502, 0.0098], [0.5, 0.3, 0.2], 1),  # the second is spread more evenly
+        ([0.4, 0.35, 0.25], [0.9, 0.1], 0),
+        ([0.94, 0.0502, 0.0098], [0.96, 0.04], 0),  # the second has one token above 5 %
+    ],
+)
+def test_step_three_opens_the_most_spread_residual_and_lists_its_shares(first, second, pick):
+    trace = two_rejections(first, second)
+    r, pos, d = lesson.teaching_rejection(trace)
+    assert r.index == pick
+    shares = first if pick == 0 else second
+    said = lesson.rejection_statement(trace, (r, pos, d))
+    # an independent count of the shares above 5 %, and each listed with three figures
+    above = sorted((x for x in shares if x > 0.05), reverse=True)
+    assert len(above) >= 2 and f"{len(above)} tokens hold more than 5 % each" in said
+    listed = shares_said(html.unescape(said).replace("'</code>", "&#x27;</code>"))
+    assert listed == pytest.approx(above, rel=5e-3) and all(x > 0.05 for x in listed)
+    assert re.search(r"&#x27;</code> 0\.0502", said) or 0.0502 not in above
+
+
+def stretch_pair(rounds: list[tuple[int, float, float, float]], ar_ms: float, first_ar: float):
+    """A baseline and a speculative run with known times: each speculative round (tokens,
+    draft ms, verify ms, wall ms); the baseline's first token first_ar ms, then ar_ms a token."""
+    rs, timeline, t, n = [], [], 0.0, 0
+    for i, (k, draft, verify, wall) in enumerate(rounds):
+        drafts = [drafted("a", "accepted", 0.5, 0.5, 0.1) for _ in range(max(0, k - 1))]
+        rs.append(Round(i, n, 4, drafts, Added(1, "b", "bonus", 0.5, 0.5, []), draft, verify, 0))
+        t, n = t + wall / 1e3, n + k
+        timeline.append([t, float(n)])
+    spec = spec_trace()
+    spec.rounds, spec.timeline = rs, timeline
+    spec.token_ids = list(range(n))
+    ar = ar_trace()
+    ar.token_ids = list(range(n))
+    ar.timeline = [[(first_ar + ar_ms * i) / 1e3, float(i + 1)] for i in range(n)]
+    return ar, spec
+
+
+def test_round_costs_split_a_round_as_measured() -> None:
+    from specviz import metrics
+    from specviz.analysis.sweep import round_costs
+
+    # first round: 1 token in 300 ms (the prompt); then 3 rounds of 4 tokens in 200 ms each
+    # (drafting 60 ms, the verify call 90 ms, the rest 50 ms); the baseline 100 ms a token
+    # after its first of 250 ms
+    rounds = [(1, 0.0, 300.0, 300.0)] + [(4, 60.0, 90.0, 200.0)] * 3
+    ar, spec = stretch_pair(rounds, 100.0, 250.0)
+    got = round_costs([(ar, spec)])
+    # by hand: 12 later tokens over 3 rounds; a round 200 ms = 2 baseline steps
+    assert got["steady_tokens_per_call"] == pytest.approx(4.0)
+    assert got["round_steps"] == pytest.approx(2.0)
+    assert got["draft_steps"] == pytest.approx(0.6) and got["verify_steps"] == pytest.approx(0.9)
+    assert got["other_steps"] == pytest.approx(0.5)
+    assert got["steady_speedup"] == pytest.approx(1200 / 600)
+    assert got["first_share"] == pytest.approx(300 / 900)
+    assert got["first_share_ar"] == pytest.approx(250 / (250 + 1200))
+    whole = metrics.pooled_speedup([(ar, spec)], resamples=0).value
+    assert whole == pytest.approx((250 + 1200) / 900)
+    # the identity the statement leans on
+    assert got["steady_speedup"] == pytest.approx(
+        got["steady_tokens_per_call"] / got["round_steps"]
+    )
+    assert round_costs([]) == dict.fromkeys(got)
+
+
+def costed_row(gamma: int, measured: float, spread: float, alpha: float, c: float, **costs):
+    out = row(gamma, measured, 0.0, None, spread, alpha=alpha, c=c)
+    base = {
+        "steady_speedup": measured * 1.2,
+        "steady_tokens_per_call": 1.9,
+        "round_steps": 4.4,
+        "draft_steps": 0.55,
+        "verify_steps": 2.1,
+        "other_steps": 1.75,
+        "first_share": 0.3,
+        "first_share_ar": 0.1,
+    }
+    return {**out, **base, **costs}
+
+
+def test_step_five_says_why_measurement_and_formula_part() -> None:
+    from specviz import metrics
+
+    # the walk's case: alpha 0.989, gamma 1's formula far above its measured 0.43x
+    rows = [costed_row(1, 0.43, 0.04, 0.989, 0.5), costed_row(8, 1.5, 0.3, 0.989, 0.45)]
+    formula = {r["gamma"]: metrics.expected_speedup(r["alpha"], r["gamma"], r["c"]) for r in rows}
+    parted = [
+        g for g, f in formula.items() if not 0.39 <= f <= 0.47 or g == 8 and not 1.2 <= f <= 1.8
+    ]
+    said = lesson.sweep_statement(rows, reps=2)
+    assert "The table's alpha and tokens per call: gamma 1: alpha 0.989, 2.00" in said
+    assert f"part beyond the spread at gamma {', '.join(map(str, parted))}" in said
+    assert f"at gamma 1 (formula {formula[1]:.2f}x, measured 0.43x (0.39–0.47))" in said
+    # the formula's round against the measured one, with its parts, and the largest extra
+    assert "took 4.40 target steps where the formula prices 1.50" in said
+    extras = {"the verify call": 2.1 - 1, "the rest of the round": 1.75, "drafting": 0.55 - 0.5}
+    largest = max(extras, key=extras.__getitem__)
+    assert f"the largest extra is {largest}" in said
+    assert f"where it counts {metrics.expected_tokens_per_round(0.989, 1):.2f}" in said
+    assert "lowers its speedup from 0.52x over the later rounds to 0.43x" in said
+    assert "every draft after the first rejection is wasted" not in said
+    # where the formula lies within every spread, nothing is explained away
+    near = [costed_row(1, formula[1], 0.05, 0.989, 0.5)]
+    assert "Every cell's measurement holds the formula's figure" in lesson.sweep_statement(near)
+    # an old sweep without the rounds' costs names no cause
+    old = [row(1, 0.43, 1.33, None, 0.04, alpha=0.989, c=0.5)]
+    assert "did not record its rounds' costs, so it names no cause" in lesson.sweep_statement(old)
+
+
+def test_step_six_states_the_rejection_rule_beside_the_wrong_one() -> None:
+    wrong = check_result("resample-from-p", [140, 60], 0.45, "rejection")
+    right = check_result("rejection", [98, 102], 0.45, "rejection")
+    wrong.predicted_tv, right.predicted_tv = 0.213, 3e-9
+    said = lesson.check_statement(wrong, right)
+    assert "with the rejection rule it <b>passes</b>" in said
+    assert (
+        "Both keep a draft with probability min(1, p/q) (both accepted 0.45 of the drafts)" in said
+    )
+    assert "the rejection rule draws it from the residual norm(max(0, p − q))" in said
+    assert "resample-from-p from p, the target&#x27;s own distribution" in said
+    assert "resample-from-p TV 0.213; the rejection rule TV 0 (up to float rounding)" in said
+    assert "exact match" not in said.lower()
+    assert lesson.STEPS[5].action.right == {"verification": "rejection"}
+    assert lesson.STEPS[5].action.right_rule == "rejection"

@@ -270,7 +270,9 @@ def test_a_press_queued_behind_the_load_runs_the_step_it_was_pressed_on(browser,
         context.close()
 
 
-def test_step_six_catches_the_wrong_rule_and_passes_exact_match(browser, real_short_url) -> None:
+def test_step_six_catches_the_wrong_rule_and_passes_the_rejection_rule(
+    browser, real_short_url
+) -> None:
     """The distribution-check step as a class meets it: Next to step 6, its button, and the
     statement of both checks on the offline pair; the check's own view fills in too."""
     with opened(browser, real_short_url, 1280, 720) as page:
@@ -281,14 +283,14 @@ def test_step_six_catches_the_wrong_rule_and_passes_exact_match(browser, real_sh
         t0 = time.perf_counter()
         page.click("#sv-lesson-go")
         said = page.locator("#sv-lesson-said .sv-lesson-said")
-        said.filter(has_text="exact-match verification").wait_for(timeout=300_000)
+        said.filter(has_text="with the rejection rule it").wait_for(timeout=300_000)
         print(f"step 6 in the browser: {time.perf_counter() - t0:.1f} s from its button")
         text = said.inner_text()
         assert re.search(r"With resample-from-p the check fails \(smallest p-value", text), text
-        assert re.search(r"with exact-match verification it passes \(smallest p-value", text)
+        assert re.search(r"with the rejection rule it passes \(smallest p-value", text), text
         page.wait_for_selector("#sv-check-plot .js-plotly-plot", timeout=30_000)
         chart = page.inner_text("#sv-check-plot")  # both checks drawn, each with its verdict
-        assert "resample-from-p rule FAILS" in chart and "exact match passes" in chart
+        assert "resample-from-p rule FAILS" in chart and "rejection rule passes" in chart
         page.wait_for_function(
             "() => !document.querySelector('#sv-status .sv-status-busy')", timeout=60_000
         )

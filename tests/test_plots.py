@@ -199,3 +199,29 @@ def test_runs_chart_is_plotlys_own(monkeypatch) -> None:
     monkeypatch.setattr(across_runs, "grid", PlotlyGrid)
     assert got == json.loads(across_runs.runs_figure(rows).to_json())
     assert len(got["data"]) == 2 and got["layout"]["shapes"][0]["yref"] == "y"
+
+
+def test_a_small_drafted_token_reads_on_a_log_axis_with_room_over_the_bars() -> None:
+    """A drafted token whose p and q are a few per cent of the tallest bar gets a log axis
+    (its bars would be a few pixels high); otherwise the linear axis leaves room above the
+    tallest bar for the arrow, so that no bar is cut at the top."""
+    from specviz.trace import Drafted, Round
+
+    def fig_for(p: float, q: float):
+        top = [
+            {"id": 1, "text": "big", "p": 0.9, "q": 0.33},
+            {"id": 2, "text": "tok", "p": p, "q": q},
+        ]
+        d = Drafted(2, "tok", p, q, min(1.0, p / q), 0.9, "rejected", 0.5, top)
+        trace = sample_trace()
+        trace.rounds = [Round(0, 0, 1, [d], None, 1.0, 1.0, 0.0)]
+        return figures.decision_figure(decision_at(trace, 0, 0))
+
+    small = fig_for(0.00376, 0.0170)
+    assert small.layout.yaxis.type == "log"
+    lo, hi = small.layout.yaxis.range
+    assert 10**lo < 0.00376 and 10**hi > 0.9  # every bar inside the axis
+    assert "(log scale)" in small.layout.annotations[0].text
+    large = fig_for(0.2, 0.3)
+    assert large.layout.yaxis.type in (None, "linear", "-")
+    assert large.layout.yaxis.range[1] >= 1.2 * 0.9

@@ -410,6 +410,7 @@ def sweep_rows(gammas, alphas, matches, cs) -> list[dict]:
             "alpha": a,
             "match_alpha": m,
             "c": c,
+            "tokens_per_call": 1.0 + a * g,
             "measured_speedup": 1.0 + 0.1 * g,
             "measured_low": 0.95 + 0.1 * g,
             "measured_high": 1.05 + 0.1 * g,

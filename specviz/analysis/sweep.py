@@ -49,6 +49,17 @@ if TYPE_CHECKING:
     from specviz.costs import StepCosts
     from specviz.pair import ModelPair
 
+# A round's measured cost (round_costs), in the baseline's ms per token after its first
+ROUND_KEYS = (
+    "steady_speedup",
+    "steady_tokens_per_call",
+    "round_steps",
+    "draft_steps",
+    "verify_steps",
+    "other_steps",
+    "first_share",
+    "first_share_ar",
+)
 ROW_KEYS = (
     "gamma",
     "temperature",
@@ -61,6 +72,7 @@ ROW_KEYS = (
     "measured_high",
     "expected_speedup",
     "predicted_speedup",
+    *ROUND_KEYS,
 )
 MAX_VALUES = 16  # gammas or temperatures in one sweep
 MAX_REPS = 50
@@ -277,6 +289,53 @@ def cell_row(
         "measured_high": high,
         "expected_speedup": metrics.expected_speedup(expected, s.gamma, c),
         "predicted_speedup": costs.predicted(expected, s.gamma) if costs is not None else None,
+        **round_costs(pairs),
+    }
+
+
+def round_costs(pairs: list[tuple[Trace, Trace]]) -> dict[str, float | None]:
+    """Where the speculative runs' time went, pooled over (baseline, speculative) pairs,
+    over the stretches both runs made (metrics.pooled_speedup's), in target steps: the
+    baseline's ms per token after its first stretch (which also reads the prompt).
+
+    - steady_speedup: the rounds after the first, the baseline's seconds for their tokens
+      over theirs; it equals steady_tokens_per_call / round_steps;
+    - steady_tokens_per_call: those rounds' tokens per round;
+    - round_steps: ms per such round, and its parts: draft_steps (the draft's calls),
+      verify_steps (the target's verify call and the decision) and other_steps (the rest
+      of the round: warping, cache crops, bookkeeping);
+    - first_share, first_share_ar: the first stretch's share of the speculative run's time
+      and of the baseline's.
+
+    Every value None where the runs made no round after the first."""
+    none: dict[str, float | None] = dict.fromkeys(ROUND_KEYS)
+    spec_s = ar_s = first_s = first_a = later_spec = later_ar = 0.0
+    draft = verify = 0.0
+    rounds = tokens = 0
+    for ar, spec in pairs:
+        ds, da, n = metrics.stretches(ar, spec)
+        if not ds:
+            continue
+        spec_s, ar_s = spec_s + sum(ds), ar_s + sum(da)
+        first_s, first_a = first_s + ds[0], first_a + da[0]
+        later_spec, later_ar = later_spec + sum(ds[1:]), later_ar + sum(da[1:])
+        shared = spec.rounds[1 : len(ds)]
+        draft += sum(r.draft_ms for r in shared) / 1e3
+        verify += sum(r.verify_ms for r in shared) / 1e3
+        rounds += len(shared)
+        tokens += n - int(spec.timeline[0][1])
+    if not rounds or tokens <= 0 or later_spec <= 0 or later_ar <= 0:
+        return none
+    step = later_ar / tokens  # the baseline's seconds per token after its first stretch
+    return {
+        "steady_speedup": later_ar / later_spec,
+        "steady_tokens_per_call": tokens / rounds,
+        "round_steps": later_spec / rounds / step,
+        "draft_steps": draft / rounds / step,
+        "verify_steps": verify / rounds / step,
+        "other_steps": (later_spec - draft - verify) / rounds / step,
+        "first_share": first_s / spec_s,
+        "first_share_ar": first_a / ar_s,
     }
 
 
@@ -320,9 +379,13 @@ def formula_point(rows: list[dict[str, Any]], verification: str = "rejection") -
 
 
 def format_table(rows: list[dict[str, float]]) -> str:
-    """The rows as a plain-text table, one line per cell."""
+    """The rows as a plain-text table, one line per cell: the cell's figures, then a round
+    after the first in target steps, its verify call, and the first round's share of the
+    speculative time (analysis.sweep.round_costs; "-" where not recorded)."""
     head = ("gamma", "temp", "alpha", "sum pq", "c", "tok/call", "measured", "spread")
-    lines = ["  ".join(f"{h:>{9 if h == 'spread' else 8}}" for h in (*head, "expected", "refined"))]
+    # a round after the first in target steps, its verify call, and the first round's share
+    tail = ("expected", "refined", "round", "verify", "1st")
+    lines = ["  ".join(f"{h:>{9 if h == 'spread' else 8}}" for h in (*head, *tail))]
     for r in rows:
         spread = f"{r['measured_low']:.2f}-{r['measured_high']:.2f}"
         cells = (
@@ -336,9 +399,16 @@ def format_table(rows: list[dict[str, float]]) -> str:
             f"{spread:>9}",
             f"{r['expected_speedup']:>7.2f}x",
             _times(r.get("predicted_speedup")),
+            _steps(r.get("round_steps")),
+            _steps(r.get("verify_steps")),
+            f"{100 * r['first_share']:>7.0f}%" if r.get("first_share") is not None else f"{'-':>8}",
         )
         lines.append("  ".join(cells))
     return "\n".join(lines)
+
+
+def _steps(x: float | None) -> str:
+    return f"{x:>8.2f}" if x is not None else f"{'-':>8}"
 
 
 def _times(x: float | None) -> str:

@@ -7,6 +7,7 @@ share (labels, bar groups, layout). Colours come from specviz.views.palette.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -121,13 +122,35 @@ def empty_figure(message: str) -> go.Figure:
 # --- decision inspector ----------------------------------------------------------------
 
 
-def _pq_bars(fig: Grid, row: int, top: list[dict[str, Any]], chosen: int) -> None:
-    """p and q over the top tokens, the drafted token outlined and annotated."""
-    names, ids = _labels(top), [e["id"] for e in top]
-    width = _highlight(ids, chosen)
+# Below this share of the tallest bar, a drafted token's bars would be a few pixels high:
+# the p/q panel then reads on a log axis, so that they stay visible.
+SMALL_BAR = 0.05
+
+
+def log_axis(top: list[dict[str, Any]], chosen: int, keys: Sequence[str]) -> bool:
+    """Whether the p/q panel needs a log axis: the drafted token's tallest bar is nonzero
+    and under SMALL_BAR of the panel's tallest."""
+    mine = [e[k] for e in top if e["id"] == chosen for k in keys]
+    tallest = max((e[k] for e in top for k in keys), default=0.0)
+    return bool(mine) and 0 < max(mine) < SMALL_BAR * tallest
+
+
+def _pq_series(top: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The p/q panel's series: (key in the top list, legend name)."""
     series = [("p", "p (target)"), ("q", "q (draft)")]
     if top and all("out" in e for e in top):  # recorded for verified drafts
         series.append(("out", "out (what this decision emits)"))
+    return series
+
+
+def _pq_bars(fig: Grid, row: int, top: list[dict[str, Any]], chosen: int) -> bool:
+    """p and q over the top tokens, the drafted token outlined and annotated (its numbers
+    are in the panel's title: a label over each of its thin bars would overlap the next).
+    The y axis leaves room over the tallest bar for the annotation; it is a log axis where
+    the drafted token's bars would be too small to see (returned: True)."""
+    names, ids = _labels(top), [e["id"] for e in top]
+    width = _highlight(ids, chosen)
+    series = _pq_series(top)
     for key, name in series:
         bar = {
             "type": "bar",
@@ -135,17 +158,29 @@ def _pq_bars(fig: Grid, row: int, top: list[dict[str, Any]], chosen: int) -> Non
             "y": [e[key] for e in top],
             "name": name,
             "marker": {"color": COLORS[key], "line": {"color": OUTLINE, "width": width}},
-            # the drafted token's own value over its bar, with digits enough for p/q
-            "text": [num(e[key]) if e["id"] == chosen else "" for e in top],
-            "textposition": "outside",
-            "cliponaxis": False,
         }
         fig.add(bar, row)
+    keys = [k for k, _ in series]
+    log = log_axis(top, chosen, keys)
+    values = [e[k] for e in top for k in keys if e[k] > 0]
+    tallest = max(values, default=1.0)
+    if log:
+        low = min(values)
+        fig.axis("y", row, type="log", range=[math.log10(low) - 0.3, math.log10(tallest) + 0.5])
+    else:
+        fig.axis("y", row, range=[0, 1.25 * tallest])
     if chosen in ids:
         j = ids.index(chosen)
         y = max(top[j]["p"], top[j]["q"])
-        note = {"x": names[j], "y": y, "text": "drafted", "showarrow": True, "arrowhead": 2}
+        note = {
+            "x": names[j],
+            "y": math.log10(y) if log else y,
+            "text": "drafted",
+            "showarrow": True,
+            "arrowhead": 2,
+        }
         fig.place("annotations", note, row)
+    return log
 
 
 def _accept_bar(
@@ -253,8 +288,12 @@ def decision_figure(dec: Decision) -> go.Figure:
     drawn_apart = source in ("residual", "siblings")
     with_out = dec.drafted is not None and dec.drafted.out_tv is not None
     accept = verification.keep_title(dec.drafted) if dec.drafted is not None else ""
+    log = dec.drafted is not None and log_axis(
+        dec.drafted.top, dec.drafted.id, [k for k, _ in _pq_series(dec.drafted.top)]
+    )
     titles = {
-        "pq": f"p, q{' and out' if with_out else ''} over the top tokens "
+        "pq": f"p, q{' and out' if with_out else ''} over the top tokens"
+        f"{' (log scale)' if log else ''} "
         f"(drafted {label(dec.drafted.text)!r}: {pq_numbers(dec.drafted)})"
         if dec.drafted
         else "",
