@@ -8,7 +8,9 @@ thread has run a parallel matrix product (docs/app.md has the measurement). The 
 therefore sends every model call
 (loading, warm-up, runs, steps, the distribution check) to this one thread. Whether it is
 idle (nothing running, nothing queued) can be asked at any time: work nobody will see any
-more (a visitor left) must not keep it busy. No gradio.
+more (a visitor left) must not keep it busy. Before each call the thread sets its count of
+compute threads from what the rest of the machine runs (specviz.threads); a driver that runs
+many model calls in one (specviz.ui.worker) paces between them too. No gradio.
 """
 
 from __future__ import annotations
@@ -65,10 +67,14 @@ class ModelThread:
                 self._thread.start()
 
     def _serve(self) -> None:
+        from specviz.threads import policy
+
+        pace = policy().pace
         while True:
             fn, future = self._jobs.get()
             try:
                 if future.set_running_or_notify_cancel():
+                    pace()
                     try:
                         result = fn()
                     except BaseException as exc:  # handed to the caller

@@ -228,6 +228,10 @@ class Trace:
     # the verification as views name it, "(lossy)" after a lossy one ("typical (lossy)");
     # "" for an autoregressive run and for traces written before it was recorded
     verification: str = ""
+    # where it ran and what else the machine ran meanwhile (specviz.threads.Load.to_dict:
+    # the CPU, the cores, the threads it computed on, the rest's CPU use); {} where not
+    # measured, and in traces written before it was recorded
+    machine: dict[str, Any] = field(default_factory=dict)
     schema: str = SCHEMA_CHAIN  # to_dict writes SCHEMA when the trace has tree rounds
 
     def __post_init__(self) -> None:
@@ -310,6 +314,7 @@ class Trace:
             stats=_stats(_get(d, "stats", dict, "trace")),
             stop_reason=stop,
             verification=_optional(d, "verification", str, "trace") or "",
+            machine=_machine(d.get("machine", {})),
             logit_gaps=[
                 float(_expect(g, float, "trace.logit_gaps")) for g in d.get("logit_gaps", [])
             ],
@@ -421,6 +426,27 @@ def _optional(d: dict[str, Any], key: str, kind: type, where: str) -> Any:
     """A value that may be missing or null (a field that older traces lack)."""
     value = d.get(key)
     return None if value is None else _expect(value, kind, f"{where}.{key}")
+
+
+MACHINE_KEYS = 12  # a machine record holds a few plain values
+
+
+def _machine(d: Any) -> dict[str, Any]:
+    """A machine record (Trace.machine): a mapping of at most MACHINE_KEYS names to plain
+    values (text, numbers, booleans, null, or a mapping of names to numbers)."""
+    _expect(d, dict, "trace.machine")
+    if len(d) > MACHINE_KEYS:
+        raise ValueError(f"trace.machine holds at most {MACHINE_KEYS} entries")
+    for key, value in d.items():
+        where = f"trace.machine.{key}"
+        if isinstance(value, dict):
+            for v in value.values():
+                _expect(v, float, where)
+        elif value is not None and not isinstance(value, (str, int, float, bool)):
+            raise ValueError(f"{where} must be a plain value, got {type(value).__name__}")
+        if isinstance(value, str) and len(value) > 200:
+            raise ValueError(f"{where} is longer than 200 characters")
+    return dict(d)
 
 
 def _point(x: Any) -> list[float]:

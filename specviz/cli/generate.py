@@ -14,6 +14,7 @@ from specviz.cli.args import (
     require_prompt,
     settings_from_args,
 )
+from specviz.threads import Load, machine_lines
 from specviz.trace import Trace
 
 # Terminal colours by token status, with a cue beyond colour for each.
@@ -50,7 +51,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.compare and args.method != "spec":
         raise ValueError("--compare runs both methods: leave --method at spec")
     pair = load_pair_from_args(args)
-    from specviz.engine import Run, check_request, compare, warm_up
+    from specviz.engine import Run, check_request, interleave, warm_up
+    from specviz.threads import policy
+
+    threads = policy()
 
     methods = ["ar", "spec"] if args.compare else [args.method]
     # The request's checks are the same for every seed: make them once, before any output.
@@ -61,13 +65,15 @@ def cmd_generate(args: argparse.Namespace) -> int:
     for i in range(args.samples):
         s = settings.with_(seed=args.seed + i)
         if args.compare:  # both in turn, so that both meet the same load (engine.interleave)
-            spec, ar = compare(pair, args.prompt, s, raw=args.raw)
-            group = [ar, spec]
+            runs = [Run(pair, args.prompt, s.with_(method=m), raw=args.raw) for m in ("spec", "ar")]
         else:  # one Run at a time, so no finished trace is kept
-            run = Run(pair, args.prompt, s.with_(method=args.method), raw=args.raw)
-            for _ in run:
-                pass
-            group = [run.trace]
+            runs = [Run(pair, args.prompt, s.with_(method=args.method), raw=args.raw)]
+        with threads.watch() as load:  # the thread count follows the machine between calls
+            for _ in interleave(runs) if args.compare else runs[0]:
+                threads.pace()
+        group = [r.trace for r in reversed(runs)]  # the baseline first, then the run
+        for trace in group:
+            trace.machine = load.to_dict()
         if args.json:
             for trace in group:
                 sys.stdout.write(trace.to_json() + "\n")
@@ -76,6 +82,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             print_trace(group[-1], color=_use_color())
             if args.compare:
                 print_comparison(group[0], group[-1])
+            print_machine(load)
     return 0
 
 
@@ -126,6 +133,15 @@ def print_comparison(ar: Trace, spec: Trace) -> None:
     if guard:
         print()
         print(guard)
+
+
+def print_machine(load: Load) -> None:
+    """The threads the run computed on, and one line when the rest of the machine was busy
+    (measured from the CPU's counters over the run)."""
+    threads, busy = machine_lines(load.to_dict())
+    print(f"threads                {threads}")
+    if busy:
+        print(busy)
 
 
 def _use_color() -> bool:

@@ -21,10 +21,11 @@ from typing import Any, Protocol
 import torch
 
 from specviz.config import Deployment, Settings
-from specviz.engine import Run, Update, compare, generate, interleave
+from specviz.engine import Run, Update, interleave
 from specviz.metrics import summarize
 from specviz.modelthread import MODEL_THREAD
 from specviz.pair import ModelPair
+from specviz.threads import Load, policy
 from specviz.trace import Round, Trace
 from specviz.ui import pairs, zerogpu
 from specviz.ui.errors import model_failures
@@ -65,6 +66,14 @@ class Runner(Protocol):
     def complete(self, ctx: Models, form: Form, settings: Settings) -> tuple[Trace, Trace | None]:
         """The speculative run and (with compare) the baseline, each to its end."""
         ...
+
+
+def _stamp(load: Load | None, *traces: Trace | None) -> None:
+    """Each trace records the machine its run met (the threads, the rest's CPU use)."""
+    if load is not None:
+        for t in traces:
+            if t is not None:
+                t.machine = load.to_dict()
 
 
 def decoder(pair: ModelPair) -> Callable[[list[int]], str]:
@@ -112,6 +121,7 @@ class LocalRunner:
             # no half-finished trace to export or inspect
             with model_failures(running(form), lambda: session.start(None, None, "idle")):
                 raise worker.error
+        _stamp(worker.load, spec_run.trace, ar_run.trace if ar_run else None)
         yield logged_frame(session, spec_run.trace, ar_run.trace if ar_run else None, settings)
 
     def step(
@@ -137,9 +147,14 @@ class LocalRunner:
         pair = warmed_pair(ctx, form)
 
         def both() -> tuple[Trace, Trace | None]:
-            if form.compare:
-                return compare(pair, form.prompt, settings)
-            return generate(pair, form.prompt, settings), None
+            spec = Run(pair, form.prompt, settings)
+            ar = Run(pair, form.prompt, settings.with_(method="ar")) if form.compare else None
+            threads = policy()
+            with threads.watch() as load:  # the thread count follows the machine
+                for _ in interleave([spec, ar]) if ar else spec:
+                    threads.pace()
+            _stamp(load, spec.trace, ar.trace if ar else None)
+            return spec.trace, ar.trace if ar else None
 
         with model_failures(running(form)):
             return MODEL_THREAD.call(both)

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from specviz.modelthread import MODEL_THREAD
+from specviz.threads import Load, policy
 
 
 class Worker(threading.Thread):
@@ -28,6 +29,9 @@ class Worker(threading.Thread):
         self.runs, self.stop, self.sink = runs, stop, sink
         self.tick = threading.Event()  # set after every item
         self.error: BaseException | None = None
+        # what the runs met: the threads they computed on and the rest of the machine's CPU
+        # use (specviz.threads), filled as they go
+        self.load: Load | None = None
 
     def polls(self, interval: float = 0.5, gap: float = 0.0) -> Iterator[None]:
         """Start the thread and yield after each tick (or every `interval` seconds) while it
@@ -57,9 +61,15 @@ class Worker(threading.Thread):
             self.tick.set()
 
     def drive(self) -> None:
+        threads = policy()
+        with threads.watch() as self.load:
+            self._drive(threads.pace)  # the thread count follows the machine between items
+
+    def _drive(self, pace: Callable[[], int]) -> None:
         for r in self.runs:
             it = iter(r)
             for item in it:
+                pace()
                 if self.sink is not None:
                     self.sink.append(item)
                 self.tick.set()
