@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from specviz import metrics
 from specviz.config import DEFAULT_PROMPT, Settings
+from specviz.threads import policy
 
 if TYPE_CHECKING:
     from specviz.pair import ModelPair
@@ -159,6 +160,9 @@ class StepCosts:
     # the path each model's timed calls ran, by role: "eager", "compiled (backend)", or
     # "eager, although <backend> was asked for: <why>" (ModelPair.ran_eager)
     paths: dict[str, str] = field(default_factory=dict)
+    # the CPU, the threads held and the rest of the machine's CPU use meanwhile
+    # (specviz.threads.Load.to_dict); {} where not measured
+    machine: dict[str, Any] = field(default_factory=dict)
 
     @property
     def c(self) -> float:
@@ -501,12 +505,31 @@ def measure_costs(
     tokens: the length of the runs that time the overhead (default: the settings'
     max_new_tokens). Steps and verify calls are timed on the prompt plus half that many
     positions: the mean context of such a run, since attention grows with it."""
+    if pair.draft is None:
+        raise ValueError(f"pair {pair.name!r} has no draft model: costs needs one")
+    threads = policy()
+    # at the count the app computes at on a quiet machine, held whatever the machine does,
+    # so that every figure is of one count; what else ran meanwhile is measured beside them
+    with threads.holding(), threads.watch() as load:
+        sc = _measure(pair, settings, gammas, prompt, reps, tokens, say, roofline)
+    sc.machine = load.to_dict()
+    return sc
+
+
+def _measure(
+    pair: ModelPair,
+    settings: Settings | None,
+    gammas: Sequence[int],
+    prompt: str,
+    reps: int,
+    tokens: int | None,
+    say: Callable[[str], None] | None,
+    roofline: bool,
+) -> StepCosts:
     import torch
 
     from specviz.engine import Run, warm_up
 
-    if pair.draft is None:
-        raise ValueError(f"pair {pair.name!r} has no draft model: costs needs one")
     say = say or (lambda _m: None)
     s = settings or Settings()
     tokens = tokens or s.max_new_tokens

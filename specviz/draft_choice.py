@@ -36,7 +36,6 @@ import hashlib
 import json
 import logging
 import os
-import platform
 import tempfile
 import time
 from collections.abc import Callable
@@ -56,6 +55,7 @@ from specviz.offline import (
     quantize_w8,
     refine_copy,
 )
+from specviz.threads import cpu_info
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +159,7 @@ def describe_variant(variant: str) -> str:
 def machine_key(device: torch.device) -> dict[str, Any]:
     """What a measurement depends on: CPU model and flags, the kernels torch dispatches to,
     threads, torch, device."""
-    model, flags = _cpu_info()
+    model, flags = cpu_info()
     key: dict[str, Any] = {
         "cpu": model,
         "flags": [f for f in FLAGS if f in flags],
@@ -180,22 +180,6 @@ def machine_key(device: torch.device) -> dict[str, Any]:
 
         key["packages"] = FORMAT
     return key
-
-
-def _cpu_info() -> tuple[str, set[str]]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.processor() or platform.machine(), set()
-    model, flags = "", set()
-    for line in text.splitlines():
-        name, _, value = line.partition(":")
-        name = name.strip()
-        if name == "model name" and not model:
-            model = value.strip()
-        elif name == "flags" and not flags:
-            flags = set(value.split())
-    return model or platform.machine(), flags
 
 
 def _key_id(key: dict[str, Any]) -> str:

@@ -37,6 +37,7 @@ from specviz.bench.ratios import case_ratios, summarize_ratios
 from specviz.costs import interleaved_calls
 from specviz.draft_choice import machine_key
 from specviz.pair import ModelPair
+from specviz.threads import cpu_info
 from specviz.trace import Trace
 
 
@@ -435,14 +436,8 @@ def machine_info(pair: ModelPair) -> dict[str, Any]:
     """Where the numbers came from."""
     import transformers
 
-    cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
     d = {
-        "cpu": cpu,
+        "cpu": cpu_info()[0],
         "cores": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,

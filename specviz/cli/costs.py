@@ -82,7 +82,13 @@ def cmd_costs(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(sc.to_dict()) + "\n")
         return 0
-    print(f"device {sc.device}, {sc.threads} threads, draft variant {sc.draft_variant}")
+    from specviz.threads import machine_lines
+
+    threads, busy = machine_lines(sc.machine)
+    threads = threads or f"{sc.threads} threads"
+    print(f"device {sc.device}, {threads}, draft variant {sc.draft_variant}")
+    if busy:
+        print(busy)
     for role, path in sc.paths.items():
         print(f"{role} ran {path}")
     print(f"target step      {sc.target_step_ms:.2f} ms")

@@ -26,6 +26,7 @@ from specviz.models import PAIRS, check_model_id, load_pair, needs_hub_load, res
 from specviz.modelthread import MODEL_THREAD
 from specviz.offline import OFFLINE_IDS
 from specviz.pair import ModelPair
+from specviz.threads import policy
 from specviz.ui.errors import model_failures
 from specviz.ui.state import Form
 
@@ -161,17 +162,28 @@ def compiled_by_default() -> bool:
     return auto_backend(resolve_device("auto")) is not None or aoti.FORWARDS.serving()
 
 
+def _held(load: Callable[[], ModelPair]) -> Callable[[], ModelPair]:
+    """A load at the count the app computes at on a quiet machine, whatever the machine
+    does meanwhile: the offline draft's choice is measured and read at that count."""
+
+    def held() -> ModelPair:
+        with policy().holding():
+            return load()
+
+    return held
+
+
 def _load(loader: Loader, form: Form) -> ModelPair:
     with model_failures(f"loading pair {pair_label(form)!r}"):
         if form.pair != CUSTOM:
             with one_hub_load(form, pair=form.pair):
-                return MODEL_THREAD.call(lambda: loader(form.pair, form.dtype))
+                return MODEL_THREAD.call(_held(lambda: loader(form.pair, form.dtype)))
         if not isinstance(loader, PairSource):
             raise ValueError("custom pairs are not available in this app")
         source = loader
         draft, target = source.check(CUSTOM, form.custom_draft, form.custom_target)
         with one_hub_load(form, draft=draft, target=target):
-            return MODEL_THREAD.call(lambda: source.custom(draft, target, form.dtype))
+            return MODEL_THREAD.call(_held(lambda: source.custom(draft, target, form.dtype)))
 
 
 @contextmanager
