@@ -71,7 +71,9 @@ def main() -> int:
     args = ap.parse_args()
     settings = [parse_setting(s) for s in args.setting] or [("default", {})]
     neighbours = args.neighbour or list(NEIGHBOURS)
-    print("| setting | beside the command | AR ms/token | speculative ms/token | speedup | threads |")
+    print(
+        "| setting | beside the command | AR ms/token | speculative ms/token | speedup | threads |"
+    )
     print("|---|---|---|---|---|---|")
     for name, env in settings:
         for who in neighbours:

@@ -24,7 +24,7 @@ BUSY = [sys.executable, "-c", "while True: pass"]
 def stat_text(per_cpu: list[list[int]]) -> str:
     """A /proc/stat with the given per-CPU tick counts (user nice system idle iowait irq
     softirq steal)."""
-    total = [sum(col) for col in zip(*per_cpu)]
+    total = [sum(col) for col in zip(*per_cpu, strict=True)]
     lines = ["cpu  " + " ".join(map(str, total + [0, 0]))]
     lines += [f"cpu{i} " + " ".join(map(str, row + [0, 0])) for i, row in enumerate(per_cpu)]
     return "\n".join(lines + ["intr 1 2 3", "procs_running 3"]) + "\n"
@@ -243,3 +243,33 @@ def test_the_packaged_target_gives_the_same_logits_at_one_and_two_threads(offlin
     one, two = MODEL_THREAD.call(lambda: at(1)), MODEL_THREAD.call(lambda: at(2))
     assert one.token_ids == two.token_ids
     assert one.logit_gaps == two.logit_gaps  # floats compared exactly
+
+
+def test_generate_says_its_threads_and_warns_beside_a_busy_process(capsys, monkeypatch):
+    """The command line's comparison names the threads it ran and the CPU; with a busy loop
+    beside it, the busy line; each trace of --json records the same."""
+    from specviz.cli.main import main
+    from tests.tiny import close_pair
+
+    pair = close_pair()
+    monkeypatch.setattr(
+        "specviz.cli.generate.load_pair_from_args", lambda args, compiled=True: pair
+    )
+    monkeypatch.setattr(threads, "POLICY", ThreadPolicy("auto", cores=2))
+    argv = ["generate", "--prompt", "1 2 3", "--raw", "--temperature", "1.0", "--seed", "3"]
+    busy = subprocess.Popen(BUSY)
+    before = torch.get_num_threads()  # the policy sets this thread's count: put back after
+    try:
+        time.sleep(0.3)
+        assert main([*argv, "--max-new-tokens", "100", "--compare"]) == 0
+        out = capsys.readouterr().out
+        assert main([*argv, "--max-new-tokens", "40", "--compare", "--json"]) == 0
+        traces = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    finally:
+        busy.kill()
+        busy.wait()
+        torch.set_num_threads(before)
+    line = next(x for x in out.splitlines() if x.startswith("threads"))
+    assert "of 2 cores" in line and f"({threads.cpu_info()[0]})" in line
+    assert "The machine was busy during this run: other work used" in out
+    assert all(t["machine"]["cores"] == 2 and t["machine"]["busy"] for t in traces)
