@@ -1,8 +1,14 @@
 // Run once when the page loads (launch(js=...)): the presentation mode from the URL, and its
 // keys: Space or the right arrow presses Step, unless focus is in a field (__FIELDS__) or, for
-// Space, on something Space presses anyway (__PRESSABLE__). Filled in by specviz.ui.present.
+// Space, on something Space presses anyway (__PRESSABLE__); and the prompt's tooltip. Filled in
+// by specviz.ui.present.
 () => {
   const root = document.documentElement;
+  // the prompt's whole text as its tooltip, where its box shows only part of it
+  document.addEventListener('mouseover', (e) => {
+    const t = e.target instanceof Element ? e.target.closest('#sv-prompt textarea') : null;
+    if (t) t.title = t.value;
+  });
   if ((__FROM_URL__)()) root.classList.add(__ROOT_CLASS__);
   document.addEventListener('keydown', (e) => {
     if (!root.classList.contains(__ROOT_CLASS__)) return;

@@ -14,7 +14,7 @@ from specviz import costs, metrics
 from specviz.config import Settings
 from specviz.trace import Drafted, Round, Trace, round_number, target_dtype
 from specviz.verify import verification_for
-from specviz.verify.words import source_text
+from specviz.verify.words import pq, source_text
 from specviz.views import markup
 from specviz.views.markup import esc, num, sampling_text, warped_apart
 
@@ -393,14 +393,14 @@ def rejection_statement(
     u = d.u if d.u is not None else float("nan")
     if d.p_prime is not None:  # a later sibling: tried against the updated target p'
         against = (
-            f"the siblings rejected before it left p′ = {num(d.p_prime)} of it. The draw "
+            f"the siblings rejected before it left p′ = {pq(d.p_prime)} of it. The draw "
             f"u = {u:.3f} is not below min(1, p′/q) = {d.accept_prob:.3f}"
         )
     else:
         against = f"the draw u = {u:.3f} is not below min(1, p/q) = {d.accept_prob:.3f}"
     said = (
         f"Round {round_number(r.index)}, position {pos}: the draft proposed {_q(d.text)} "
-        f"with q = {num(d.q)}; the target gives it p = {num(d.p)}, and {against}, so it was "
+        f"with q = {pq(d.q)}; the target gives it p = {pq(d.p)}, and {against}, so it was "
         "rejected"
     )
     a = r.added

@@ -11,7 +11,7 @@ import pytest
 
 from specviz.trace import Drafted, Node, Round, decision_at
 from specviz.verify.rejection import Rejection
-from specviz.verify.words import num
+from specviz.verify.words import num, pq
 from specviz.views import across_runs, decision_panel, figures, markup, theory_figures, timing
 from tests.test_render import NASTY, drafted, match_trace, sample_trace
 
@@ -68,7 +68,9 @@ def test_the_verdict_lets_p_over_q_be_checked(p: float, q: float, u: float, stat
     checkable(html)
     panel = unescape(decision_panel.decision_panel_html(decision_at(trace, 0, 0)))
     checkable(panel)  # the panel states the same sentence
-    assert f">{num(p)}<" in panel and f">{num(q)}<" in panel  # beside the bars
+    # beside the bars, three figures each (words.pq)
+    assert f">{pq(p)}<" in panel and f">{pq(q)}<" in panel
+    assert all(len(re.sub(r"^0\.0*|e.*$|\.", "", pq(x))) == 3 for x in (p, q))
 
 
 def test_the_decision_figure_labels_p_and_q_with_their_digits() -> None:
@@ -77,7 +79,7 @@ def test_the_decision_figure_labels_p_and_q_with_their_digits() -> None:
     trace = sample_trace()
     trace.rounds = [rnd]
     fig = figures.decision_figure(decision_at(trace, 0, 0))
-    titles = [a.text for a in fig.layout.annotations]
+    titles = [a.text.replace("<br>", " ") for a in fig.layout.annotations]
     assert any("p = 0.0146, q = 0.0270" in t for t in titles), titles
     bars = {tr.name: tr for tr in fig.data if tr.type == "bar"}
     # no label over the drafted token's two thin bars, where one would cover the other: the
@@ -97,7 +99,7 @@ def test_the_panel_shows_a_rejection_and_what_replaced_it() -> None:
     assert html.count('class="sv-dp-part"') == 2  # the rejected draft, then the resampled
     text = unescape(re.sub(r"<[^>]+>", "", html))
     assert "round 1 · position 1" in text
-    assert "rejected: u = 0.90 ≥ p/q = 0.20 (p = 0.10, q = 0.50)" in text
+    assert "rejected: u = 0.90 ≥ p/q = 0.20 (p = 0.100, q = 0.500)" in text
     assert "r(x)" in text and "from the residual norm(max(0, p − q))" in text
     assert "<script" not in html and "<img" not in html  # the token text is escaped
     assert "&lt;img" in html
@@ -198,4 +200,4 @@ def test_the_reliability_diagram_keeps_its_x_axis_on_the_probabilities() -> None
 
 def test_drafted_rows_keep_their_own_numbers() -> None:
     d: Drafted = drafted("x", "accepted", 0.9, 0.6, 0.2)
-    assert figures.pq_numbers(d) == "p = 0.90, q = 0.60"
+    assert figures.pq_numbers(d) == "p = 0.900, q = 0.600"

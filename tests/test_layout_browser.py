@@ -175,3 +175,154 @@ def test_a_phone_sees_run_and_the_token_view_first(browser, ui_url, ui_pair) -> 
         assert page.locator("#sv-tokens [data-status]").first.bounding_box()["y"] < 844
         shot(page, "phone-390x844.png")
         assert page.dialogs == []
+
+
+# --- nothing clipped, nothing covered (four sizes) ----------------------------------------
+
+# What the page shows at one size, read from the rendered page: text boxes that hide part
+# of their text (overflow hidden, no scroll: "clipped"), the main views' painted boxes that
+# overlap one another, and the prompt's box.
+AUDIT = """() => {
+  const vis = (el) => {
+    const r = el.getBoundingClientRect(), s = getComputedStyle(el);
+    return r.width > 2 && r.height > 2 && s.visibility !== 'hidden'
+      && s.display !== 'none' && s.clipPath === 'none';
+  };
+  const name = (el) => (el.id ? '#' + el.id : '') + '.'
+    + [...el.classList].slice(0, 2).join('.') + '<' + el.tagName;
+  const hides = (o) => o === 'hidden' || o === 'clip';
+  const clipped = [];
+  for (const el of document.querySelectorAll('#sv-main *')) {
+    if (!vis(el) || el.closest('.js-plotly-plot, .sr-only, [aria-hidden=true]')) continue;
+    if (!(el.innerText || '').trim() || el.matches('textarea, input')) continue;
+    const s = getComputedStyle(el);
+    const wide = el.scrollWidth > el.clientWidth + 1;
+    const tall = el.scrollHeight > el.clientHeight + 1;
+    const cut = (wide && hides(s.overflowX) && s.textOverflow !== 'ellipsis')
+      || (tall && hides(s.overflowY));
+    if (cut) clipped.push([name(el), (el.innerText || '').slice(0, 50)]);
+  }
+  const sels = ['#sv-status .sv-status', '#sv-speedline .sv-speedline',
+    '#sv-tokens .html-container', '#sv-decision .html-container',
+    '#sv-rounds .html-container', '#sv-narration .html-container', '#sv-lesson',
+    '#sv-quick', '#sv-legend', '#sv-exact-note', '#sv-tabs', '#sv-recorded'];
+  const painted = (e) => {
+    const r = e.getBoundingClientRect(), s = getComputedStyle(e);
+    const w = s.overflowX === 'visible' ? Math.max(r.width, e.scrollWidth) : r.width;
+    const h = s.overflowY === 'visible' ? Math.max(r.height, e.scrollHeight) : r.height;
+    return {left: r.left, top: r.top, right: r.left + w, bottom: r.top + h};
+  };
+  const els = sels.map((s) => [s, document.querySelector(s)]).filter(([, e]) => e && vis(e));
+  const overlaps = [];
+  for (let i = 0; i < els.length; i++) {
+    for (let j = i + 1; j < els.length; j++) {
+      const [a, ea] = els[i], [b, eb] = els[j];
+      if (ea.contains(eb) || eb.contains(ea)) continue;
+      const ra = painted(ea), rb = painted(eb);
+      const w = Math.min(ra.right, rb.right) - Math.max(ra.left, rb.left);
+      const h = Math.min(ra.bottom, rb.bottom) - Math.max(ra.top, rb.top);
+      if (w > 1 && h > 1) overlaps.push([a, b, Math.round(w), Math.round(h)]);
+    }
+  }
+  const ta = document.querySelector('#sv-prompt textarea');
+  const prompt = {sw: ta.scrollWidth, cw: ta.clientWidth, sh: ta.scrollHeight,
+    ch: ta.clientHeight, w: ta.getBoundingClientRect().width};
+  return {clipped, overlaps, prompt};
+}"""
+
+# The lines a text's characters stand on (their tops, rounded), for each text node of the
+# element given.
+LINES = """(e) => {
+  const range = document.createRange(), tops = new Map();
+  const walker = document.createTreeWalker(e, NodeFilter.SHOW_TEXT);
+  while (walker.nextNode()) {
+    const node = walker.currentNode;
+    for (let i = 0; i < node.length; i++) {
+      range.setStart(node, i); range.setEnd(node, i + 1);
+      const r = range.getClientRects()[0];
+      if (!r || !node.data[i].trim()) continue;
+      const top = Math.round(r.top / 4);
+      tops.set(top, (tops.get(top) || '') + node.data[i]);
+    }
+  }
+  return [...tops.values()];
+}"""
+
+SIZES = [(1024, 768, "?mode=present"), (1280, 720, ""), (1920, 1080, ""), (390, 844, "")]
+LONG_PROMPT = (
+    "Explain in two sentences why the sky is blue and why sunsets are red, for a class of "
+    "students who have not met scattering before."
+)
+
+
+def test_nothing_clipped_nothing_covered_at_four_sizes(browser, ui_url) -> None:
+    for width, height, query in SIZES:
+        with opened(browser, ui_url, width, height, query) as page:
+            page.fill("#sv-prompt textarea", LONG_PROMPT)
+            run(page)
+            page.evaluate("window.scrollTo(0, 0)")
+            page.mouse.move(0, 0)
+            found = page.evaluate(AUDIT)
+            where = f"{width}x{height}{query}"
+            assert found["clipped"] == [], (where, found["clipped"])
+            assert found["overlaps"] == [], (where, found["overlaps"])
+            # the prompt whole, or elided with its whole text as a tooltip
+            prompt = found["prompt"]
+            if prompt["sh"] > prompt["ch"] + 1 or prompt["sw"] > prompt["cw"] + 1:
+                page.hover("#sv-prompt textarea")
+                title = page.get_attribute("#sv-prompt textarea", "title")
+                assert title == LONG_PROMPT, where
+            assert prompt["w"] >= min(250, width - 100), (where, prompt)
+            # the latest tokens in view: the token box has followed the run to its end
+            end = page.evaluate(
+                "() => { const b = document.querySelector('#sv-tokens .html-container');"
+                " return b.scrollTop + b.clientHeight >= b.scrollHeight - 2; }"
+            )
+            assert end, where
+            if query:  # the queue's note over a waiting view, readable from the hall
+                size = page.evaluate(
+                    "() => { const n = document.createElement('div'); n.className = 'meta-text';"
+                    " document.querySelector('#sv-status').appendChild(n);"
+                    " const px = parseFloat(getComputedStyle(n).fontSize); n.remove(); return px; }"
+                )
+                assert size >= 20, (where, size)
+            shot(page, f"fit-{width}x{height}.png")
+            assert page.dialogs == []
+
+
+def test_the_smaller_defects_read_from_the_page(browser, ui_url) -> None:
+    """The run log's headers whole, no empty "log CSV" box, the prompt broken between
+    words, and p and q with three figures beside min(1, p/q)."""
+    with opened(browser, ui_url, 1280, 720) as page:
+        page.fill("#sv-prompt textarea", LONG_PROMPT)
+        run(page)
+        # the prompt over the tokens breaks between words: each line ends at a space's mark
+        lines = page.locator("#sv-tokens .sv-prompt").evaluate(LINES)
+        assert len(lines) >= 1
+        for line in lines[:-1]:
+            assert line.endswith("·"), lines  # a line ends at a word's end
+        # p and q beside min(1, p/q) with three significant figures
+        page.locator("#sv-tokens [data-status=rejected]").first.click()
+        page.wait_for_selector("#sv-decision .sv-dp-keep", timeout=30_000)
+        values = (
+            page.locator("#sv-decision .sv-dp-part").first.locator(".sv-dp-val").all_inner_texts()
+        )
+        for v in values[:2]:  # p(x), q(x)
+            digits = re.sub(r"^0\.0*|e.*$|\.", "", v)
+            assert v == "0" or len(digits) == 3, values
+        # the run log: its headers never broken inside a word, and no empty file box
+        open_tab(page, "Acceptance")
+        page.set_viewport_size({"width": 760, "height": 720})  # the columns squeezed
+        page.wait_for_timeout(300)
+        heads = page.locator("#sv-log th").all()
+        assert heads
+        for th in heads:
+            lines = th.evaluate(LINES)
+            if len("".join(lines)) > 1:  # one word (no space), one line
+                assert len(lines) == 1 or " " in "".join(lines), lines
+        assert not page.locator("#sv-log-file").is_visible()
+        page.click("#sv-log-export")
+        link = page.locator("#sv-log-file a[href*='specviz-runs.csv']").first
+        link.wait_for(timeout=30_000)
+        assert page.locator("#sv-log-file").is_visible()
+        assert page.dialogs == []

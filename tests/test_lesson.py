@@ -565,10 +565,10 @@ def test_step_five_sweeps_and_step_six_checks(ctx, page, one_thread) -> None:
     assert [f["check_prompt"] for f in frames if "check_prompt" in f] == ["", ""]
     # both checks charted: the wrong rule failing, Algorithm 1's rejection rule passing
     figure = frames[-1]["check_plot"]
-    titles = " ".join(a.text for a in figure.layout.annotations)
+    titles = " ".join(a.text.replace("<br>", " ") for a in figure.layout.annotations)
     assert "resample-from-p rule FAILS: first token" in titles
     assert "rejection rule passes: first token" in titles and "bins" in titles
-    assert "FAILS; rejection rule passes" in figure.layout.title.text
+    assert "FAILS; rejection rule passes" in figure.layout.title.text.replace("<br>", " ")
     assert "exact match" not in figure.layout.title.text
 
     # the controls step 6 left, and one click back to the defaults

@@ -99,7 +99,7 @@ def test_round_rows_show_discarded_drafts_and_the_added_token() -> None:
 def test_verdicts_are_plain_sentences() -> None:
     t = sample_trace()
     acc = Rejection().keep_text(drafted("a", "accepted", 0.3, 0.4, 0.31))
-    assert acc == "accepted: u = 0.31 < p/q = 0.75 (p = 0.30, q = 0.40)"
+    assert acc == "accepted: u = 0.31 < p/q = 0.75 (p = 0.300, q = 0.400)"
     assert "≥ 1" in Rejection().keep_text(t.rounds[0].drafted[0])
     rej = Rejection().keep_text(t.rounds[0].drafted[1])
     assert rej.startswith("rejected: u = 0.90 ≥ p/q = 0.20")

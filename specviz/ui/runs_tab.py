@@ -54,7 +54,10 @@ def layout(views: dict[str, Any]) -> None:
         )
         views["log_load"] = gr.Button("Load its trace into the views", elem_id="sv-log-load")
         views["log_export"] = gr.Button("Export the log (CSV)", elem_id="sv-log-export")
-    views["log_file"] = gr.File(label="log CSV", interactive=False, elem_id="sv-log-file")
+    # shown once there is a file to download: an empty box would read as a broken one
+    views["log_file"] = gr.File(
+        label="log CSV", interactive=False, visible=False, elem_id="sv-log-file"
+    )
     views["log_chart"] = gr.Plot(label="speedup and acceptance per run", elem_id="sv-log-chart")
 
 
@@ -93,5 +96,10 @@ def wire(page: Page) -> None:
         **page.quiet,
     )
     views["log_export"].click(
-        user_errors(log_file), [sess], [views["log_file"]], api_name="export_log", **page.quiet
+        user_errors(shown_file), [sess], [views["log_file"]], api_name="export_log", **page.quiet
     )
+
+
+def shown_file(session: Session) -> Any:
+    """The log's CSV file in its box, shown."""
+    return gr.File(value=log_file(session), visible=True)

@@ -31,7 +31,7 @@ from specviz.trace import Added, Drafted
 from specviz.verify.registry import Entry, label
 from specviz.verify.tree_walk import Tree, TreeVerdict, walk
 from specviz.verify.verdict import Verdict, leading, residual
-from specviz.verify.words import num, pair_fmt, source_text
+from specviz.verify.words import num, pair_fmt, pq, source_text
 
 
 def normalised(rows: torch.Tensor) -> torch.Tensor:
@@ -311,8 +311,8 @@ class Verification(ABC):
             return f"u = {d.u:.3f}; a(x) = min(1, {pname}/q) = min(1, {num(ratio)}) = {num(a)}."
         if self.draws == "u" and d.p_prime is not None:
             return (
-                f"No draw in greedy mode: a(x) = 1 when p′(x) = {num(d.p_prime)} ≥ q(x) = "
-                f"{num(d.q)}, so a(x) = {num(a)}."
+                f"No draw in greedy mode: a(x) = 1 when p′(x) = {pq(d.p_prime)} ≥ q(x) = "
+                f"{pq(d.q)}, so a(x) = {num(a)}."
             )
         if self.draws == "u":
             return f"No draw in greedy mode: p and q are one-hot, so a(x) = {num(a)}."
@@ -332,17 +332,17 @@ class Verification(ABC):
                 same = "equals" if d.status == "accepted" else "differs from"
                 return f"{d.status} (greedy): the draft's argmax {same} the target's argmax"
             return (
-                f"{d.status} (greedy): {pname}(x) = {num(p)} "
-                f"{'≥' if d.status == 'accepted' else '<'} q(x) = {num(d.q)}"
+                f"{d.status} (greedy): {pname}(x) = {pq(p)} "
+                f"{'≥' if d.status == 'accepted' else '<'} q(x) = {pq(d.q)}"
             )
         a = d.accept_prob
         if d.status == "accepted" and ratio >= 1:
             return (
-                f"accepted: {pname}/q = {num(p)}/{num(d.q)} ≥ 1, so min(1, {pname}/q) = 1 "
+                f"accepted: {pname}/q = {pq(p)}/{pq(d.q)} ≥ 1, so min(1, {pname}/q) = 1 "
                 f"and any u = {d.u:.2f} passes"
             )
         su, sa = pair_fmt(d.u, a)
-        numbers = f"({pname} = {num(p)}, q = {num(d.q)})"  # enough digits to check the ratio
+        numbers = f"({pname} = {pq(p)}, q = {pq(d.q)})"  # enough digits to check the ratio
         if d.status == "accepted":
             return f"accepted: u = {su} < {pname}/q = {sa} {numbers}"
         return f"rejected: u = {su} ≥ {pname}/q = {sa} {numbers}"

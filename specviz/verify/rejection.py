@@ -22,7 +22,7 @@ import torch
 from specviz.verify.base import Verification
 from specviz.verify.registry import BY_KEY, Entry
 from specviz.verify.verdict import residual
-from specviz.verify.words import num
+from specviz.verify.words import pq
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,7 @@ class AcceptWithoutDraw(Rejection):
         p, pname = (d.p_prime, "p′") if d.p_prime is not None else (d.p, "p")
         sign = "≥" if d.status == "accepted" else "<"
         return (
-            f"{d.status} without a draw: {pname}(x) = {num(p)} {sign} q(x) = {num(d.q)} "
+            f"{d.status} without a draw: {pname}(x) = {pq(p)} {sign} q(x) = {pq(d.q)} "
             "(deliberately wrong: a draft with p < q should still pass with probability p/q)"
         )
 

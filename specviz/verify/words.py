@@ -44,6 +44,16 @@ def num(x: float) -> str:
     return f"{x:#.3g}"
 
 
+def pq(x: float) -> str:
+    """p or q beside min(1, p/q): three significant figures whatever its size ("0.183",
+    "0.0146", "1.23e-05", "1.00"; "0" for 0), so that a reader can compute the ratio."""
+    if x == 0:
+        return "0"
+    if x >= 1:
+        return f"{x:.2f}"
+    return f"{x:#.3g}"
+
+
 def pair_fmt(a: float, b: float) -> tuple[str, str]:
     """Format two numbers as num does, with more digits where that would not tell them
     apart."""

@@ -18,7 +18,7 @@ from typing import Any
 from specviz.config import Settings
 from specviz.trace import Added, Decision, Drafted, Node, Round, round_number
 from specviz.verify import verification_for
-from specviz.verify.words import num, pair_fmt
+from specviz.verify.words import num, pair_fmt, pq
 from specviz.views.templating import macro
 
 HINT = "Click a token to see its decision here: p and q, the draw u against min(1, p/q)."
@@ -35,7 +35,7 @@ class Bar:
 
     @property
     def shown(self) -> str:
-        return num(self.value)
+        return pq(self.value)  # p and q beside min(1, p/q): three figures each
 
     @property
     def width(self) -> str:

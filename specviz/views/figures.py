@@ -17,7 +17,7 @@ from specviz import metrics
 from specviz.config import verification_label
 from specviz.trace import Decision, Drafted, Trace, round_number
 from specviz.verify import verification_for
-from specviz.verify.words import SHORT_SOURCES, num, pair_fmt
+from specviz.verify.words import SHORT_SOURCES, num, pair_fmt, pq
 from specviz.views.palette import COLORS, GRID, OUTLINE, SERIES, ZERO_LINE, show_whitespace
 from specviz.views.style import Grid, figure, grid, merged
 
@@ -45,6 +45,27 @@ _LAYOUT: dict[str, Any] = {
 def plain(text: str) -> str:
     """Text for a figure, with the characters Plotly reads as markup neutralised."""
     return text.replace("&", "＆").replace("<", "‹").replace(">", "›")
+
+
+# A chart's titles break onto lines of at most this many characters: Plotly does not wrap
+# them, and on a phone's width a longer line runs past the figure's edge and is cut.
+TITLE_CHARS = 52
+
+
+def wrapped(text: str, width: int = TITLE_CHARS) -> str:
+    """A title broken at spaces (Plotly's <br>) into lines of at most width characters."""
+    lines: list[str] = []
+    for word in text.split(" "):
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return "<br>".join(lines)
+
+
+def lines_of(text: str) -> int:
+    """How many lines a wrapped title takes."""
+    return text.count("<br>") + 1
 
 
 def label(text: str) -> str:
@@ -255,6 +276,8 @@ def _residual_bars(
             "marker": {"color": COLORS["residual"], "line": {"color": OUTLINE, "width": width}},
         }
         fig.add(residual, row)
+    tallest = max((e[k] for e in top for k in ("p", "residual")), default=1.0)
+    fig.axis("y", row, range=[0, 1.25 * (tallest or 1.0)])  # room for the arrow on top
     if chosen in ids:
         j = ids.index(chosen)
         y = max(top[j]["p"], top[j]["residual"])
@@ -265,8 +288,8 @@ def _residual_bars(
 def pq_numbers(d: Drafted) -> str:
     """A draft's p and q (and the updated p′ a tree's later sibling was tried against) with
     digits enough to check their ratio."""
-    said = f"p = {num(d.p)}, q = {num(d.q)}"
-    return said + (f", p′ = {num(d.p_prime)}" if d.p_prime is not None else "")
+    said = f"p = {pq(d.p)}, q = {pq(d.q)}"
+    return said + (f", p′ = {pq(d.p_prime)}" if d.p_prime is not None else "")
 
 
 def decision_figure(dec: Decision) -> go.Figure:
@@ -304,7 +327,7 @@ def decision_figure(dec: Decision) -> go.Figure:
     fig = grid(
         rows=len(panels),
         cols=1,
-        subplot_titles=[titles[p] for p in panels],
+        subplot_titles=[wrapped(titles[p]) for p in panels],
         row_heights=[heights[p] for p in panels],
         vertical_spacing=0.12,
     )
@@ -316,11 +339,14 @@ def decision_figure(dec: Decision) -> go.Figure:
             _accept_bar(fig, row, dec.drafted.accept_prob, dec.drafted.u, name)
         else:
             _residual_bars(fig, row, dec.added.top, dec.added.id, drawn_apart, source)
+    # the first panel's title sits in the top margin, under the figure's own
+    first = lines_of(wrapped(titles[panels[0]]))
     return fig.figure(
         _LAYOUT,
         {
             "barmode": "group",
-            "height": 220 + 170 * len(panels),
+            "height": 220 + 170 * len(panels) + 15 * (first - 1),
+            "margin": {"t": 50 + 15 * (first - 1)},
             "title": {"text": f"round {round_number(dec.round.index)}, position {dec.pos}"},
         },
     )

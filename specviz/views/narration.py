@@ -18,7 +18,7 @@ from __future__ import annotations
 from specviz.config import Settings
 from specviz.trace import Drafted, Node, Round, round_number
 from specviz.verify import verification_for
-from specviz.verify.words import source_text
+from specviz.verify.words import pq, source_text
 from specviz.views.markup import _pair_fmt, match_verdict, num, stop_sentence
 from specviz.views.templating import macro
 from specviz.views.tree_view import ordinal, tree_name
@@ -58,7 +58,7 @@ def scoring(rnd: Round) -> str:
 def decision(i: int, d: Drafted, settings: Settings | None = None) -> str:
     """The verification's decision on draft i (1-based), with its numbers; settings are the
     trace's (None: the rejection rule or exact match, told apart by the record)."""
-    head = f"Draft {i} {d.text!r}: p = {num(d.p)}, q = {num(d.q)}"
+    head = f"Draft {i} {d.text!r}: p = {pq(d.p)}, q = {pq(d.q)}"
     if settings is not None and not verification_for(settings).lossless:
         return f"{head}; {verification_for(settings).keep_text(d)}."
     if d.target_sample is not None:
@@ -118,10 +118,10 @@ def addition(rnd: Round, lossy: str = "") -> str:
 
 def _tree_trial(n: Node, matching: bool, step: str = "p′ becomes norm(max(0, p′ − q))") -> str:
     """One sibling's trial, with its numbers."""
-    head = f"{ordinal(n.trial or 0)} {n.text!r}: q = {num(n.q)}"
+    head = f"{ordinal(n.trial or 0)} {n.text!r}: q = {pq(n.q)}"
     if matching:
         same = "equals" if n.status == "accepted" else "differs from"
-        return f"{head}, p = {num(n.p)}; {same} the target's sample, {n.status}"
+        return f"{head}, p = {pq(n.p)}; {same} the target's sample, {n.status}"
     pp = num(n.p_prime if n.p_prime is not None else n.p)
     if n.u is None:
         return f"{head}, p′ = {pp}; greedy, no u drawn, {n.status}"

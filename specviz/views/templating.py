@@ -45,8 +45,13 @@ def visible_text(text: str) -> Markup:
 
 @functools.cache
 def _ws_span(glyph: str, char: str) -> str:
-    """A whitespace glyph as a span; a tab or newline stays after it, for the layout."""
-    return str(macro("text.html.j2", "ws")(glyph, "" if char == " " else char))
+    """A whitespace glyph as a span; a tab or newline stays after it, for the layout, and a
+    space's mark is followed by <wbr>, where a line may break (the mark stands in for the
+    space, so text such as the prompt breaks between its words, not inside one; a token,
+    white-space: pre, never breaks)."""
+    return str(macro("text.html.j2", "ws")(glyph, "" if char == " " else char)) + (
+        "<wbr>" if char == " " else ""
+    )
 
 
 def _finalize(value: object) -> object:

@@ -32,6 +32,7 @@ import plotly.graph_objects as go
 from markupsafe import Markup
 
 from specviz.trace import Node, Round, Trace, round_number
+from specviz.verify.words import pq
 from specviz.views.figures import lay_out, plain
 from specviz.views.markup import _pair_fmt, num
 from specviz.views.palette import COLORS, show_whitespace
@@ -185,7 +186,7 @@ def _title(rnd: Round, box: _Box) -> str:
     if box.key == -2 and rnd.added is not None:
         return f"{rnd.added.text!r}: {STATUS_WORDS[box.status]}, p = {num(rnd.added.p)}"
     n = (rnd.nodes or [])[box.key]
-    text = f"{n.text!r}: {STATUS_WORDS[n.status]}; p = {num(n.p)}, q = {num(n.q)}"
+    text = f"{n.text!r}: {STATUS_WORDS[n.status]}; p = {pq(n.p)}, q = {pq(n.q)}"
     if n.p_prime is not None:
         text += f", p′ = {num(n.p_prime)}"
     if n.u is not None:
@@ -344,7 +345,7 @@ def node_verdict_html(rnd: Round, node: Node) -> str:
         f"round {round_number(rnd.index)}, tree node at depth {node.depth} "
         f"(output position {pos}): {node.text!r}"
     )
-    nums = f"p = {num(node.p)} (the target at its parent), q = {num(node.q)}"
+    nums = f"p = {pq(node.p)} (the target at its parent), q = {pq(node.q)}"
     if node.p_prime is not None:
         nums += f", p′ = {num(node.p_prime)} (the updated target at its trial)"
     if node.accept_prob is not None:

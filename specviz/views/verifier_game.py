@@ -28,7 +28,7 @@ from typing import Any
 
 from specviz.trace import Drafted, Round, Trace, round_number
 from specviz.verify import verification_for
-from specviz.verify.words import source_text
+from specviz.verify.words import pq, source_text
 from specviz.views.markup import num
 from specviz.views.templating import macro
 
@@ -326,8 +326,8 @@ def _context(game: Game) -> tuple[str, str, list[tuple[str, str]]]:
 
 
 def prob(x: float) -> str:
-    """A probability on the board, with enough digits to compute p/q from."""
-    return f"{x:.2f}" if x >= 0.1 or x == 0 else f"{x:.2g}" if x < 1e-3 else f"{x:.3f}"
+    """A probability on the board, with enough digits to compute p/q from (words.pq)."""
+    return pq(x)
 
 
 def _bar(name: str, value: float, cls: str) -> tuple[str, str, str, str]:
