@@ -1,10 +1,13 @@
 """What a hub model weighs, read before any of it downloads, and what this server may hold.
 
 A visitor who types a hub id must not be able to fill the server's disk or memory: the
-size of a repository's weight files is read from the hub's metadata (one API call,
-``HfApi.model_info(id, files_metadata=True)``), or, with the hub offline (HF_HUB_OFFLINE)
-or unreachable, from the files already in the local hub cache; a model above the
-:class:`Budget` is refused with one line naming both. The budget is SPECVIZ_MODEL_BUDGET_GB,
+files a load would read are picked as transformers picks them (:func:`loaded_files`: the
+weights, a sharded checkpoint's index and every shard it maps, config.json, the
+tokenizer's files) and sized from the hub's metadata (``HfApi.model_info(id,
+files_metadata=True)``, plus a download of the small JSON files that decide the pick: the
+config and an index), or, with the hub offline (HF_HUB_OFFLINE) or unreachable, from the
+files already in the local hub cache. Weights that cannot be sized are refused, and so is a
+model above the :class:`Budget`, each with one line. The budget is SPECVIZ_MODEL_BUDGET_GB,
 else a share of the memory the weights go to (the GPU's where they load onto CUDA, else
 RAM, capped by the container's cgroup limit, which psutil does not see).
 
@@ -15,11 +18,13 @@ than queued behind a download of unknown length.
 
 from __future__ import annotations
 
+import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -81,48 +86,148 @@ def ram_bytes() -> int:
 
 # --- what a repository weighs ------------------------------------------------------------
 
+SAFE, SAFE_INDEX = "model.safetensors", "model.safetensors.index.json"
+BIN, BIN_INDEX = "pytorch_model.bin", "pytorch_model.bin.index.json"
+CONFIG = "config.json"
+# what a load reads beside the weights: the model's configuration and the tokenizer's files
+# (AutoTokenizer's, at the repository's top level, those present)
+BESIDE = (
+    CONFIG,
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer.model",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "chat_template.jinja",
+)
+JSON_MAX_BYTES = 32_000_000  # a config or an index read to size a model (the largest real
+# index, a thousand shards' weight map, is under 10 MB)
 
-def weight_files(files: dict[str, int | None]) -> dict[str, int | None]:
-    """The files transformers loads a model's weights from, of a repository's (name: size):
-    the top level's *.safetensors, or where there are none its *.bin (a folder's copies, such
-    as original/ or onnx/, are never loaded)."""
-    top = {n: s for n, s in files.items() if "/" not in n}
-    tensors = {n: s for n, s in top.items() if n.endswith(".safetensors")}
-    return tensors or {n: s for n, s in top.items() if n.endswith(".bin")}
+
+@dataclass(frozen=True)
+class Repo:
+    """A repository's files (name: size in bytes, None where unknown; names with their
+    folders) and how to read one of them whole (a small JSON file)."""
+
+    files: dict[str, int | None]
+    read: Callable[[str], bytes]
+
+
+def loaded_files(repo: Repo) -> dict[str, int | None]:
+    """The files a load of the repository reads (name: size), picked as transformers 5
+    picks them (modeling_utils._get_resolved_checkpoint_files, with no variant, no subfolder
+    and use_safetensors unset, as specviz.models loads): the file config.json's
+    ``transformers_weights`` names, else model.safetensors, else the shards its index
+    (model.safetensors.index.json) maps, else pytorch_model.bin, else the shards of
+    pytorch_model.bin.index.json; a shard's name is the index's, folders included. Then the
+    index read, config.json and the tokenizer's files present (:data:`BESIDE`).
+
+    Raises ValueError (one line, without the model id) where the weights cannot be sized: no
+    weight file transformers loads, a config or an index that cannot be read, a file named
+    that is not in the repository."""
+    files = repo.files
+    named = _json(repo, CONFIG).get("transformers_weights") if CONFIG in files else None
+    if named is not None and named != SAFE:
+        if not isinstance(named, str) or not (
+            named.endswith((".safetensors", ".safetensors.index.json"))
+            or named == "adapter_model.bin"
+        ):
+            raise ValueError(f"its config.json names weights transformers refuses: {named!r:.80}")
+        if named not in files:
+            raise ValueError(f"its config.json names {named!r:.80}, not in the repository")
+        chosen = [named]
+    else:
+        chosen = next(([n] for n in (SAFE, SAFE_INDEX, BIN, BIN_INDEX) if n in files), [])
+    if not chosen:
+        raise ValueError(
+            f"it has no weight file transformers loads ({SAFE}, {SAFE_INDEX}, {BIN} or "
+            f"{BIN_INDEX} at its top level)"
+        )
+    if chosen[0].endswith(".index.json"):  # sharded: the index, then the shards it maps
+        chosen += _shards(repo, chosen[0])
+    out = {name: files[name] for name in chosen}
+    out.update({name: files[name] for name in BESIDE if name in files})
+    return out
+
+
+def _shards(repo: Repo, index: str) -> list[str]:
+    """The shards an index maps (its weight_map's values), each in the repository."""
+    weight_map = _json(repo, index).get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise ValueError(f"its {index} maps no weights (no weight_map)")
+    for shard in weight_map.values():
+        if not isinstance(shard, str):
+            raise ValueError(f"its {index} maps a weight to {shard!r:.40}, not a file name")
+        if shard not in repo.files:
+            raise ValueError(f"its {index} names {shard!r:.80}, which is not in the repository")
+    return sorted(set(weight_map.values()))
+
+
+def _json(repo: Repo, name: str) -> dict[str, Any]:
+    """A small JSON object of the repository, read whole (ValueError: one line)."""
+    size = repo.files.get(name)
+    if size is None:
+        raise ValueError(f"the size of its {name} is not known, so it was not read")
+    if size > JSON_MAX_BYTES:
+        raise ValueError(
+            f"its {name} is {size_text(size)}, more than the {size_text(JSON_MAX_BYTES)} "
+            "this server reads to size a model"
+        )
+    try:
+        data = repo.read(name)
+    except Exception as exc:  # a download that failed: the network, the hub, the disk
+        raise ValueError(f"its {name} could not be fetched: {_line(exc)}") from None
+    try:
+        body = json.loads(data)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise ValueError(f"its {name} could not be read: {_line(exc)}") from None
+    if not isinstance(body, dict):
+        raise ValueError(f"its {name} could not be read: not a JSON object")
+    return body
+
+
+def _line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
 
 
 def weight_bytes(model_id: str) -> int:
-    """The bytes of model_id's weight files, read from the hub's metadata, or from the local
-    hub cache where the hub is offline or cannot be reached. Raises ValueError (one line):
-    a gated or missing repository, no weight files, sizes unknown."""
+    """The bytes a load of model_id reads (:func:`loaded_files`: its weights as transformers
+    picks them, config.json, the tokenizer's files), sized from the hub's metadata, or from
+    the local hub cache where the hub is offline or cannot be reached. Raises ValueError
+    (one line): a gated or missing repository, weights that cannot be sized."""
     import huggingface_hub.constants
 
-    files = None
+    repo = None
     if not huggingface_hub.constants.HF_HUB_OFFLINE:
-        files, failed = _hub_files(model_id)
+        repo, failed = _hub_repo(model_id)
     else:
         failed = "the hub is offline here: HF_HUB_OFFLINE=1"
-    if files is None:
-        files = _cached_files(model_id)
-        if files is None:
+    if repo is None:
+        repo = _cached_repo(model_id)
+        if repo is None:
             raise ValueError(
                 f"refused {model_id}: its size could not be read ({failed}) and it is not in "
                 "this server's hub cache"
             )
-    weights = weight_files(files)
-    if not weights:
-        raise ValueError(
-            f"refused {model_id}: it has no weight files transformers loads "
-            "(*.safetensors or *.bin at its top level)"
-        )
-    if any(s is None for s in weights.values()):
-        raise ValueError(f"refused {model_id}: the hub did not give the size of its weights")
-    return sum(s for s in weights.values() if s is not None)
+    try:
+        files = loaded_files(repo)
+    except ValueError as exc:
+        raise ValueError(f"refused {model_id}: {exc}") from None
+    unknown = sorted(name for name, size in files.items() if size is None)
+    if unknown:
+        raise ValueError(f"refused {model_id}: the size of its {unknown[0]} is not known")
+    return sum(size for size in files.values() if size is not None)
 
 
-def _hub_files(model_id: str) -> tuple[dict[str, int | None] | None, str]:
-    """(name: size) of the repository's files from the hub's metadata (no file downloads),
-    or (None, why) where the hub could not be asked; a gated or missing repository raises."""
+def _hub_repo(model_id: str) -> tuple[Repo | None, str]:
+    """The repository's files from the hub's metadata (a JSON file read is downloaded, at
+    the revision the metadata describes; no weight file is), or (None, why) where the hub
+    could not be asked; a gated or missing repository raises."""
     from huggingface_hub import HfApi
     from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
 
@@ -138,21 +243,32 @@ def _hub_files(model_id: str) -> tuple[dict[str, int | None] | None, str]:
             f"refused {model_id}: no model of that id on the hub (or it is private)"
         ) from None
     except Exception as exc:  # no network, a timeout, the hub down: the cache may know
-        text = str(exc).strip().splitlines()
-        return None, text[0] if text else type(exc).__name__
-    return {s.rfilename: s.size for s in info.siblings or []}, ""
+        return None, _line(exc)
+    revision = getattr(info, "sha", None)
+
+    def read(name: str) -> bytes:
+        import huggingface_hub
+
+        return Path(huggingface_hub.hf_hub_download(model_id, name, revision=revision)).read_bytes()
+
+    return Repo({s.rfilename: s.size for s in info.siblings or []}, read), ""
 
 
-def _cached_files(model_id: str) -> dict[str, int | None] | None:
-    """(name: size) of the files of model_id's main revision in the local hub cache, or None
-    where it is not cached."""
+def _cached_repo(model_id: str) -> Repo | None:
+    """The files of model_id's main revision in the local hub cache (its folders'
+    included), or None where it is not cached."""
     from huggingface_hub import try_to_load_from_cache
 
-    config = try_to_load_from_cache(model_id, "config.json")
+    config = try_to_load_from_cache(model_id, CONFIG)
     if not isinstance(config, str):
         return None
     snapshot = Path(config).parent
-    return {f.name: f.stat().st_size for f in snapshot.iterdir() if f.is_file()}
+    files = {
+        f.relative_to(snapshot).as_posix(): f.stat().st_size
+        for f in sorted(snapshot.rglob("*"))
+        if f.is_file()
+    }
+    return Repo(files, lambda name: (snapshot / name).read_bytes())
 
 
 def check_fits(model_ids: list[str], limit: Budget) -> dict[str, int]:

@@ -1,12 +1,15 @@
 """A public deployment loads only what its host allows: no custom pair where SPACE_ID (or
 SPECVIZ_PUBLIC) says the server is public, hub ids sized from the hub's metadata before any
-download and refused above the server's budget, one hub load at a time, and a bounded set
-of loaded pairs. The hub is never reached: its metadata is stubbed, and every function that
-would download is replaced by one that records the call."""
+weight or tokenizer file downloads and refused above the server's budget, one hub load at a
+time, and a bounded set of loaded pairs. The hub is never reached: its metadata is stubbed,
+the small JSON files the size check reads are served from the test, and every other
+function that would download is replaced by one that records the call (tests/test_hub_size.py
+covers which files are counted)."""
 
 from __future__ import annotations
 
 import html
+import json
 import threading
 from types import SimpleNamespace
 
@@ -31,11 +34,23 @@ REPOS = {
     DRAFT: {"model.safetensors": 988_097_824, "config.json": 659, "tokenizer.json": 7_031_645},
     TARGET: {
         **{f"model-0000{i}-of-00004.safetensors": 3_800_000_000 for i in range(1, 5)},
+        "model.safetensors.index.json": 27_000,
         "original/consolidated.safetensors": 15_200_000_000,  # never loaded by transformers
         "config.json": 663,
     },
+    # no model.safetensors: transformers loads the .bin, whatever the decoy beside it
+    "someone/decoy": {"decoy.safetensors": 1_000, "pytorch_model.bin": 20_000_000_000},
+    # shards without their index: nothing transformers would load
+    "someone/no-index": {f"model-0000{i}-of-00002.safetensors": 1_000 for i in (1, 2)},
     "small/draft": {"model.safetensors": 100_000_000},
     "small/target": {"model.safetensors": 400_000_000},
+}
+# the JSON files the size check reads (config.json is {} where not given here)
+BODIES = {
+    (TARGET, "model.safetensors.index.json"): {
+        "metadata": {"total_size": 15_200_000_000},
+        "weight_map": {f"layer.{i}": f"model-0000{i}-of-00004.safetensors" for i in range(1, 5)},
+    }
 }
 GATED, MISSING = "meta-llama/Llama-3.1-8B-Instruct", "nobody/no-such-model"
 
@@ -52,10 +67,12 @@ def http_error(cls: type, status: int, model_id: str) -> Exception:
 
 
 @pytest.fixture()
-def stub_hub(monkeypatch):
+def stub_hub(monkeypatch, tmp_path):
     """The hub online, answering model_info from REPOS (a gated and a missing repository
-    raise the hub library's exceptions); every download records its call in the list it
-    returns. The server has 24 GB of memory: its budget is 40 % of that, 9.6 GB."""
+    raise the hub library's exceptions) and hf_hub_download of a listed JSON file (a config,
+    an index: what the size check reads) from BODIES; every other download records its call
+    in the list it returns. The server has 24 GB of memory: its budget is 40 % of that,
+    9.6 GB."""
     asked: list[str] = []
     downloads: list[tuple] = []
 
@@ -76,11 +93,20 @@ def stub_hub(monkeypatch):
 
         return record
 
+    def hf_hub_download(repo_id, filename, **kwargs):
+        if not filename.endswith(".json") or filename not in REPOS.get(repo_id, {}):
+            return download("hf_hub_download")(repo_id, filename)
+        path = tmp_path / repo_id.replace("/", "--") / filename
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(BODIES.get((repo_id, filename), {})))
+        return str(path)
+
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(huggingface_hub.HfApi, "model_info", model_info)
     for name in ("hf_hub_download", "snapshot_download"):
-        monkeypatch.setattr(huggingface_hub, name, download(name))
         monkeypatch.setattr(huggingface_hub.file_download, name, download(name), raising=False)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", hf_hub_download)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", download("snapshot_download"))
     for cls in (transformers.AutoTokenizer, transformers.AutoModelForCausalLM):
         monkeypatch.setattr(cls, "from_pretrained", staticmethod(download(cls.__name__)))
     monkeypatch.setattr(hub, "ram_bytes", lambda: 24_000_000_000)
@@ -115,6 +141,21 @@ REFUSALS = [
         "refused Qwen/Qwen2.5-7B-Instruct: 15.2 GB of weights, above this server's budget of "
         "9.6 GB (40 % of its memory)",
         id="over-budget",
+    ),
+    pytest.param(
+        DRAFT,
+        "someone/decoy",
+        "refused someone/decoy: 20.0 GB of weights, above this server's budget of 9.6 GB (40 % "
+        "of its memory)",
+        id="decoy",
+    ),
+    pytest.param(
+        DRAFT,
+        "someone/no-index",
+        "refused someone/no-index: it has no weight file transformers loads (model.safetensors, "
+        "model.safetensors.index.json, pytorch_model.bin or pytorch_model.bin.index.json at its "
+        "top level)",
+        id="unsizeable",
     ),
     pytest.param(
         DRAFT,
@@ -208,22 +249,6 @@ def test_the_budget_is_a_share_of_memory_or_the_hosts_setting(monkeypatch) -> No
     assert hub.budget(cuda).text() == "6.4 GB (40 % of its memory)"  # ZeroGPU's start-up
 
 
-def test_the_weights_are_the_files_transformers_loads() -> None:
-    files = {
-        "model-1.safetensors": 5,
-        "model-2.safetensors": 7,
-        "pytorch_model.bin": 11,  # a second copy: transformers takes the safetensors
-        "original/consolidated.safetensors": 13,
-        "onnx/model.onnx": 17,
-        "config.json": 1,
-    }
-    assert hub.weight_files(files) == {"model-1.safetensors": 5, "model-2.safetensors": 7}
-    assert hub.weight_files({"pytorch_model.bin": 11, "config.json": 1}) == {
-        "pytorch_model.bin": 11
-    }
-    assert hub.weight_files({"config.json": 1, "sub/model.safetensors": 3}) == {}
-
-
 def test_a_pair_is_refused_when_its_models_fit_alone_but_not_together(stub_hub, monkeypatch):
     monkeypatch.setenv("SPECVIZ_MODEL_BUDGET_GB", "0.45")
     with pytest.raises(ValueError) as err:
@@ -245,15 +270,16 @@ def test_the_size_comes_from_the_hub_cache_when_the_hub_is_offline(tmp_path, mon
     snapshot, blobs = repo / "snapshots" / REVISION, repo / "blobs"
     snapshot.mkdir(parents=True)
     blobs.mkdir()
-    for name, size in {"config.json": 10, "model.safetensors": 3_000, "extra.bin": 50}.items():
-        (blobs / name).write_bytes(b"x" * size)
+    files = {"config.json": b"{}", "model.safetensors": b"x" * 3_000, "extra.bin": b"x" * 50}
+    for name, data in files.items():
+        (blobs / name).write_bytes(data)
         (snapshot / name).symlink_to(f"../../blobs/{name}")
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text(REVISION)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(huggingface_hub.HfApi, "model_info", lambda *a, **k: pytest.fail("asked"))
-    assert hub.weight_bytes("owner/cached") == 3_000
+    assert hub.weight_bytes("owner/cached") == 3_000 + 2  # the weights and config.json
     with pytest.raises(ValueError) as err:
         hub.weight_bytes("owner/elsewhere")
     assert str(err.value) == (
