@@ -8,6 +8,12 @@ oldest runs are deleted until both hold. It survives a restart. An id is the fir
 digits of the SHA-256 of the stored JSON, so sharing the same run twice gives the same link
 (and makes it the newest). Reading checks the id's form first, so a malformed id never
 reaches the file system. No gradio, no torch.
+
+A run's record says where the run came from: ``"imported": true`` for a run imported from a
+file rather than run by this server. The caller passes it from what the server knows (the
+session's flag, set when the server read the file), never from the traces, whose JSON a
+visitor writes; reading gives it back, so a shared imported run opens, and is shared again,
+as imported.
 """
 
 from __future__ import annotations
@@ -18,17 +24,28 @@ import os
 import re
 import tempfile
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 from specviz.paths import cache_root
 from specviz.trace import Trace
 
-FORMAT = 1
+FORMAT = 2  # 2: a run's record says whether the run was imported
 ID_PATTERN = re.compile(r"[0-9a-f]{16}")
 
 
 def default_folder() -> Path:
     return cache_root() / "shared-runs"
+
+
+@dataclass(frozen=True)
+class SharedRun:
+    """A stored run: its speculative trace, its baseline (either may be None), and whether
+    it was imported from a file rather than run by this server."""
+
+    spec: Trace | None
+    ar: Trace | None
+    imported: bool
 
 
 class SharedRuns:
@@ -41,8 +58,9 @@ class SharedRuns:
         self.max_runs, self.max_bytes = max_runs, max_bytes
         self._lock = threading.Lock()
 
-    def save(self, spec: Trace | None, ar: Trace | None) -> str:
-        """Store a finished run (its speculative trace, its baseline or both); its id."""
+    def save(self, spec: Trace | None, ar: Trace | None, *, imported: bool) -> str:
+        """Store a finished run (its speculative trace, its baseline or both), and whether it
+        was imported from a file rather than run by this server; its id."""
         if spec is None and ar is None:
             raise ValueError("nothing to share yet: press Run first")
         for t in (spec, ar):
@@ -52,6 +70,7 @@ class SharedRuns:
             "format": FORMAT,
             "spec": spec.to_dict() if spec is not None else None,
             "ar": ar.to_dict() if ar is not None else None,
+            "imported": bool(imported),
         }
         data = json.dumps(body, ensure_ascii=False, allow_nan=False, sort_keys=True).encode()
         if len(data) > self.max_bytes:
@@ -73,9 +92,9 @@ class SharedRuns:
             self._prune(keep=run_id)
         return run_id
 
-    def load(self, run_id: str) -> tuple[Trace | None, Trace | None]:
-        """The stored run's traces (speculative, baseline); ValueError with one line for a
-        malformed id, a run no longer kept, or a file that cannot be read."""
+    def load(self, run_id: str) -> SharedRun:
+        """The stored run; ValueError with one line for a malformed id, a run no longer
+        kept, or a file that cannot be read."""
         run_id = check_id(run_id)
         try:
             data = self.path(run_id).read_bytes()
@@ -88,12 +107,15 @@ class SharedRuns:
             body = json.loads(data)
             spec = Trace.from_dict(body["spec"]) if body.get("spec") else None
             ar = Trace.from_dict(body["ar"]) if body.get("ar") else None
+            imported = body.get("imported", False)
+            if not isinstance(imported, bool):
+                raise ValueError(f"imported is {imported!r:.20}, not true or false")
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise ValueError(f"shared run {run_id} could not be read: {line}") from None
         if spec is None and ar is None:
             raise ValueError(f"shared run {run_id} could not be read: it holds no trace")
-        return spec, ar
+        return SharedRun(spec, ar, imported)
 
     def path(self, run_id: str) -> Path:
         return self.folder / f"{run_id}.json"

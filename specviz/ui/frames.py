@@ -23,7 +23,7 @@ from specviz.config import Settings
 from specviz.costs import SpeedStory, speed_story
 from specviz.modelthread import MODEL_THREAD
 from specviz.trace import Round, Trace, decision_at, round_number, target_dtype
-from specviz.ui.state import Changes, Session
+from specviz.ui.state import IMPORTED, Changes, Session
 from specviz.views import (
     across_runs,
     decision_panel,
@@ -132,7 +132,7 @@ def final_frame(session: Session, gamma: int, measure: bool = True) -> Changes:
         "summary": summary_html(session),
         "table1": table1_html(spec, ar, guard, story.measured if story else None),
         "greedy_check": greedy_html(session),
-        "status": done_status(main, guard),
+        "status": done_status(main, guard, session.imported),
         "race": race_hint(spec, ar),
         "time_split": timing.breakdown_figure(spec)
         if spec is not None and spec.rounds
@@ -141,6 +141,8 @@ def final_frame(session: Session, gamma: int, measure: bool = True) -> Changes:
         "tree_view": tree_frame(spec),
         "tree_compare": tree_compare_html(spec, ar),
     }
+    if session.imported:  # said beside the speed as long as the run is shown
+        out["speedline"] = imported_html() + out["speedline"]
     if main is not None:
         out["models"] = markup.models_html({k: str(value) for k, value in main.models.items()})
         out["exact_note"] = exact_note(main)
@@ -212,11 +214,18 @@ def story_of(spec: Trace | None, ar: Trace | None) -> SpeedStory | None:
     return speed_story(spec, ar)
 
 
-def done_status(main: Trace | None, guard: str | None) -> str:
-    """The status line after a run: done, and the guard's sentence when it speaks."""
+def done_status(main: Trace | None, guard: str | None, imported: bool = False) -> str:
+    """The status line after a run: done, and the guard's sentence when it speaks; an
+    imported run says first that this server did not run it."""
+    message = f"this run was {IMPORTED}. {_done_message(main)}" if imported else _done_message(main)
     if guard:
-        return markup.status_html(f"{_done_message(main)}. {guard}", "warn")
-    return markup.status_html(_done_message(main), "info")
+        return markup.status_html(f"{message}. {guard}", "warn")
+    return markup.status_html(message, "warn" if imported else "info")
+
+
+def imported_html() -> str:
+    """The line an imported run is shown with (above its speed line)."""
+    return markup.status_html(f"this run was {IMPORTED}", "warn")
 
 
 def _done_message(trace: Trace | None) -> str:

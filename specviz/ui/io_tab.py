@@ -1,7 +1,8 @@
 """Export and import (the Data tab): the session's traces as JSON and its rounds as CSV
 (rounds numbered from 1, as on the page); a JSON trace file read back (size-capped,
 schema-checked, refused whole when inconsistent) and replayed round by round at its
-recorded pace, with no model."""
+recorded pace, with no model. An imported run is marked so by the server (Session.imported),
+shown as "imported from a file, not run on this server", and shared as such."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from specviz.trace import Trace
 from specviz.ui.errors import failure, user_errors
 from specviz.ui.frames import final_frame, sync_rounds
 from specviz.ui.page import HIDDEN, Page
-from specviz.ui.state import Changes, Session
+from specviz.ui.state import IMPORTED, Changes, Session
 from specviz.views import markup
 
 MAX_IMPORT_BYTES = 5_000_000  # a trace file for import: 5 MB
@@ -53,10 +54,12 @@ def check_renders(trace: Trace) -> None:
 
 
 def replay_updates(session: Session, trace: Trace | None = None) -> Iterator[Changes]:
-    """Replay a stored trace round by round at its recorded pace (capped), no model call."""
+    """Replay a stored trace round by round at its recorded pace (capped), no model call:
+    the session's, or `trace`, read from a file, which the session then holds as imported
+    (not run on this server, whatever the file says)."""
     if trace is not None:
         spec, ar = (trace, None) if trace.method == "spec" else (None, trace)
-        session.start(spec, ar, "replay")
+        session.start(spec, ar, "replay", imported=True)
         session.decode = None
     spec = session.spec
     if spec is None and session.ar is None:
@@ -67,10 +70,13 @@ def replay_updates(session: Session, trace: Trace | None = None) -> Iterator[Cha
         delay = min(0.25, REPLAY_SECONDS / len(spec.rounds))
         for i in range(1, len(spec.rounds) + 1):
             sync_rounds(session, upto=i)
+            message = f"replaying round {i} of {len(spec.rounds)}"
+            if session.imported:
+                message += f" ({IMPORTED})"
             yield {
                 "tokens": markup.tokens_html(session.spans, spec.prompt),
                 "rounds": markup.rounds_html(session.rows),
-                "status": markup.status_html(f"replaying round {i} of {len(spec.rounds)}", "busy"),
+                "status": markup.status_html(message, "busy"),
             }
             time.sleep(delay)
     yield final_frame(session, gamma)

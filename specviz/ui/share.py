@@ -15,6 +15,12 @@ rounds, one per press (presentation mode's Space and → included), each narrate
 over after the last; a Step after any change, Run, a lesson step, anything else starts a
 run of the visitor's own. The rendered views of the last few runs opened are kept in
 memory, so sixty visitors opening one link render it once.
+
+A run imported from a file (the Data tab) may be shared, but never as this server's: the
+record keeps the session's flag (Session.imported, set by the server when it read the
+file), and the opened page says "imported from a file, not run on this server" in its
+status line and above its speed line, as the importing page did; sharing it again from
+there keeps the flag.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from specviz.trace import Trace, round_number
 from specviz.ui.errors import user_errors
 from specviz.ui.frames import final_frame, round_changes, sync_rounds, tree_frame
 from specviz.ui.page import INTERNAL, Page
-from specviz.ui.state import Changes, Form, Session
+from specviz.ui.state import IMPORTED, Changes, Form, Session
 from specviz.views import markup
 from specviz.views.narration import narration_html
 
@@ -64,14 +70,14 @@ class Views:
                 self._kept.move_to_end(run_id)
                 *_, shown, frame = self._kept[run_id]
                 return shown, frame
-        spec, ar = store.load(run_id)
+        run = store.load(run_id)
         shown = Session()
-        shown.start(spec, ar, "shared")
-        main = spec or ar
+        shown.start(run.spec, run.ar, "shared", imported=run.imported)
+        main = run.spec or run.ar
         assert main is not None
         frame = final_frame(shown, main.settings.gamma, measure=False)
         with self._lock:
-            self._kept[run_id] = (spec, ar, shown, frame)
+            self._kept[run_id] = (run.spec, run.ar, shown, frame)
             while len(self._kept) > VIEWS_KEPT:
                 self._kept.popitem(last=False)
         return shown, frame
@@ -94,19 +100,21 @@ def open_page(store: SharedRuns, session: Session, form: Form, run: Any) -> Chan
             "status": markup.status_html(line, "error"),
             "models": markup.status_html("no pair loaded yet: Run loads it"),
         }
-    session.start(shown.spec, shown.ar, "shared")
+    session.start(shown.spec, shown.ar, "shared", imported=shown.imported)
     with session.lock:
         session.spans, session.rows = list(shown.spans), list(shown.rows)
     session.decode = None
     session.shared_id, session.shared_form, session.shared_at = run_id, form, 0
     n = len(shown.spec.rounds) if shown.spec is not None else 0
     walk = f"Step walks its {n} rounds; " if n else ""
+    origin = f"; this run was {IMPORTED}" if shown.imported else ""
     message = (
-        f"shared run {run_id}, read from the server's store (no model call): click any "
-        f"token to inspect its decision. {walk}Run, or Step after any change, starts a run "
-        "of your own."
+        f"shared run {run_id}, read from the server's store (no model call){origin}: click "
+        f"any token to inspect its decision. {walk}Run, or Step after any change, starts a "
+        "run of your own."
     )
-    return {**frame, "status": markup.status_html(message)}
+    kind = "warn" if shown.imported else "info"
+    return {**frame, "status": markup.status_html(message, kind)}
 
 
 def walks(session: Session, form: Form) -> bool:
@@ -143,14 +151,16 @@ def step_changes(session: Session) -> Changes:
     out["narration"] = narration_html(rnd, spec.settings)
     out["tree_view"] = tree_frame(spec, rnd.index)
     msg = f"shared run {session.shared_id}: round {round_number(rnd.index)} of {n}, stored"
+    msg += f" ({IMPORTED})" if session.imported else ""
     msg += " (the end: Step again starts over)" if at == n else " (Step for the next round)"
     out["status"] = markup.status_html(msg, "info")
     return out
 
 
 def share_update(store: SharedRuns, session: Session, page_url: str) -> Changes:
-    """Store the session's finished run and show its link."""
-    run_id = store.save(session.spec, session.ar)
+    """Store the session's finished run, imported or run here as the session knows it, and
+    show its link."""
+    run_id = store.save(session.spec, session.ar, imported=session.imported)
     base = page_url.split("?", 1)[0].split("#", 1)[0]
     url = f"{base}?{PARAM}={run_id}" if base else f"?{PARAM}={run_id}"
     return {"share_link": markup.share_link_html(url, run_id)}

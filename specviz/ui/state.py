@@ -23,6 +23,7 @@ from specviz.engine import Update
 from specviz.trace import Trace, has_overlaps
 
 PROMPT_CHARS_PER_TOKEN = 16  # prompts longer than this many characters per allowed token
+IMPORTED = "imported from a file, not run on this server"  # shown with an imported run
 Changes = dict[str, Any]  # a handler's output: component name -> value
 
 
@@ -159,6 +160,10 @@ class Session:
     shared_id: str | None = None
     shared_form: Any = None
     shared_at: int = 0
+    # Whether the traces were imported from a file (the Data tab) rather than run by this
+    # server: set by the server when it reads the file, never by the file, and kept when the
+    # run is shared and its link opened (specviz.sharestore)
+    imported: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)  # guards spans
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Session:
@@ -180,13 +185,16 @@ class Session:
             shared_id=self.shared_id,
             shared_form=self.shared_form,
             shared_at=self.shared_at,
+            imported=self.imported,
         )
 
-    def start(self, spec: Trace | None, ar: Trace | None, mode: str) -> None:
-        """Forget the previous generation and hold new (possibly live) traces; the log, the
-        calibration and the shading switch stay."""
+    def start(
+        self, spec: Trace | None, ar: Trace | None, mode: str, imported: bool = False
+    ) -> None:
+        """Forget the previous generation and hold new (possibly live) traces, run by this
+        server unless imported; the log, the calibration and the shading switch stay."""
         self.close_stepper()
-        self.spec, self.ar, self.mode = spec, ar, mode
+        self.spec, self.ar, self.mode, self.imported = spec, ar, mode, imported
         with self.lock:
             self.spans, self.rows = [], []
         self.ui_ms, self.first_round_s = [], None
