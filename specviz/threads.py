@@ -378,7 +378,8 @@ class ThreadPolicy:
             yield load
         finally:
             with self._lock:
-                self._loads.remove(load)
+                # by identity: two stretches' Loads may be equal by value (nested, interleaved)
+                self._loads = [other for other in self._loads if other is not load]
             end = self._read(st)
             if not load.others and start is not None and end is not None:
                 wall = end.at - start.at

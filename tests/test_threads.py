@@ -273,3 +273,15 @@ def test_generate_says_its_threads_and_warns_beside_a_busy_process(capsys, monke
     assert "of 2 cores" in line and f"({threads.cpu_info()[0]})" in line
     assert "The machine was busy during this run: other work used" in out
     assert all(t["machine"]["cores"] == 2 and t["machine"]["busy"] for t in traces)
+
+
+def test_nested_watches_end_in_any_order() -> None:
+    """Two stretches watched at once (a sweep interleaves runs) hold Loads equal by value:
+    each ends its own, whichever ends first."""
+    policy = ThreadPolicy("2", cores=2)
+    outer = policy.watch()
+    first = outer.__enter__()
+    with policy.watch() as second:
+        assert first == second and first is not second
+    outer.__exit__(None, None, None)
+    assert policy._loads == []
