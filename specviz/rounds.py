@@ -10,12 +10,9 @@ drafts (:class:`TreeRounds`), each in the same five steps:
    accepted sequence;
 5. the round's record (specviz.record), read off the verification's decisions.
 
-A draft that is the target's own weights at a lower precision (the offline draft) does not
-read the prompt: the first round is the target's call over the prompt alone, which drafts
-nothing (stop "prompt") and gives the first token, and the draft then takes the target's
-keys and values of the prompt (ModelCache.take_prefix) in place of a prefill of its own.
-Which cache q was computed on never touches exactness; it saves the draft's prefill, about
-as long as the target's on a CPU.
+A drafter may draft nothing in a round (the offline draft, until it has taken the target's
+keys and values of the prompt: specviz.drafters.model): the round is then the target's call
+alone, which gives one token.
 
 The engine's loop (specviz.engine.Run) owns the budget, the clock, the trace and the stop;
 a strategy's ``round`` is one round. Greedy means one-hot p and q; every draw comes from the
@@ -29,7 +26,7 @@ from typing import Protocol
 import torch
 
 from specviz.config import Settings
-from specviz.drafters.base import Draft, Drafter, takes_target_prompt, target_out
+from specviz.drafters.base import Draft, Drafter, target_out
 from specviz.lm import ModelCache, tree_refusal
 from specviz.pair import ModelPair
 from specviz.record import round_decisions, tree_decisions
@@ -72,19 +69,11 @@ class ChainRounds:
     ) -> tuple[list[int], Round, torch.Tensor]:
         s, dev, eos, pw = self.s, self.pair.device, self.pair.eos_ids, self.s.target_warp()
         gamma = self.gamma
-        # A draft that takes the target's prompt (the target's own weights at a lower
-        # precision): in the first round the target reads the prompt alone and gives the
-        # first token, drafting nothing, and the draft then takes the target's keys and
-        # values of the prompt in place of reading the prompt itself.
-        first = room > 0 and not self.target.tokens and takes_target_prompt(self.drafter)
         # a round emits at most k + 1 tokens: never past the budget
-        k_max = 0 if first else min(gamma, room)
+        k_max = min(gamma, room)
         # 1. draft k <= gamma tokens x_1..x_k, each with the row q it was drawn from
         ta = clock(dev)
-        if k_max > 0:
-            draft = self.drafter.propose(seq, k_max, gen)
-        else:
-            draft = self._no_draft("prompt" if first else "budget")
+        draft = self.drafter.propose(seq, k_max, gen) if k_max > 0 else self._no_draft()
         tb = clock(dev)
         k = len(draft.ids)
         # 2. one target call over seq + x_1..x_k: k + 1 rows of p (row k gives the bonus).
@@ -103,8 +92,6 @@ class ChainRounds:
         new = accepted + ([] if added is None else [added])
         seq.extend(new)
         self.target.rollback(seq)  # both caches back to the accepted sequence
-        if first:
-            self.drafter.take_prompt(self.target)  # type: ignore[attr-defined]
         self.drafter.after_round(seq, target_out(self.target, logits, slice(0, len(new))))
         tc = clock(dev)
         # 5. the round's record, read off the verdict
@@ -126,10 +113,9 @@ class ChainRounds:
             self.gamma = next_gamma(gamma, k, n, s.limits.max_gamma)
         return new, rnd, logits[: len(new)]
 
-    def _no_draft(self, why: str) -> Draft:
-        """A round that drafts nothing (the budget is spent, or the target reads the prompt
-        for a draft that takes it): a plain target step."""
-        return Draft([], torch.empty(0, self.pair.vocab_size), why)
+    def _no_draft(self) -> Draft:
+        """A round that drafts nothing because the budget is spent: a plain target step."""
+        return Draft([], torch.empty(0, self.pair.vocab_size), "budget")
 
 
 def next_gamma(gamma: int, k: int, n_accepted: int, max_gamma: int) -> int:
@@ -164,15 +150,11 @@ class TreeRounds:
     ) -> tuple[list[int], Round, torch.Tensor]:
         s, target, eos, pw = self.s, self.target, self.pair.eos_ids, self.s.target_warp()
         dev = self.pair.device
-        # the first round of a draft that takes the target's prompt: the target's alone
-        first = room > 0 and not target.tokens and takes_target_prompt(self.drafter)
-        depth = 0 if first else min(self.max_depth, room)  # never draft past the budget
+        depth = min(self.max_depth, room)  # never draft past the budget
         # 1. draft the tree depth by depth: n nodes, each with the row q it was drawn from
         ta = clock(dev)
         tree, stop = self.drafter.propose_tree(seq, depth, gen)
-        if first:
-            stop = "prompt"
-        elif stop == "gamma" and depth < self.max_depth:
+        if stop == "gamma" and depth < self.max_depth:
             stop = "budget"
         tb = clock(dev)
         # 2. one target call over seq and every node (a tree mask): n + 1 rows of p
@@ -192,8 +174,6 @@ class TreeRounds:
         self.drafter.keep_path(tree, verdict.path, seq)
         seq.extend(new)
         target.rollback(seq)
-        if first:
-            self.drafter.take_prompt(target)  # type: ignore[attr-defined]
         self.drafter.after_round(seq, target_out(target, logits, rows[: len(new)]))
         tc = clock(dev)
         # 5. the round's record: the recorded path as a chain's, and every node

@@ -1,9 +1,10 @@
 """A draft that is the target's own weights at a lower precision (the offline draft) takes
 the target's keys and values of the prompt instead of reading the prompt itself
-(specviz.rounds.ChainRounds): the first round is the target's call over the prompt alone,
-which drafts nothing and gives the first token, and the draft's cache then starts from the
-target's. Any draft keeps the output exact; these tests check that the cache it starts from
-is the one it says, that no prefill of the draft runs, and that the output stays exact."""
+(specviz.drafters.model.TargetCopyDrafter): the first round is the target's call over the
+prompt alone, which drafts nothing and gives the first token, and the draft's cache then
+starts from the target's. Any draft keeps the output exact; these tests check that the
+cache it starts from is the one it says, that no prefill of the draft runs, and that the
+output stays exact."""
 
 from __future__ import annotations
 

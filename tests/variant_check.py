@@ -217,11 +217,11 @@ def _calls(run: Any) -> dict[str, Any]:
     and values of the prompt made no prefill: every call of it counts."""
     from specviz.compiled import packages
     from specviz.compiled.static_lm import StaticLM
-    from specviz.drafters.base import takes_target_prompt
+    from specviz.drafters.model import TargetCopyDrafter
 
     out = {}
     pair = run.pair
-    took = takes_target_prompt(run.drafter) and run.trace.rounds[0].stop == "prompt"
+    took = isinstance(run.drafter, TargetCopyDrafter) and run.trace.rounds[0].stop == "prompt"
     for role, lm, widths in (
         ("target", run.target_lm, run._verify_widths()),
         ("draft", getattr(run.drafter, "lm", None), DRAFT_WIDTHS),

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 
 if TYPE_CHECKING:
+    from specviz.lm import ModelCache
     from specviz.tree import TreeDraft
 
 
@@ -32,25 +33,21 @@ class Draft:
 @dataclass
 class TargetOut:
     """The target's outputs of a round's verify call, at the rows that scored the round's
-    new tokens (row i scored new token i)."""
+    new tokens (row i scored new token i), and its cache as the round left it."""
 
     logits: torch.Tensor  # [len(new), V]
     hidden: torch.Tensor | None  # [len(new), H] its last hidden state; None: not given
+    # the target's cache, cropped to the accepted sequence (all of it but the added token):
+    # a drafter reads it (the offline draft takes the prompt's keys and values), never
+    # changes it
+    cache: ModelCache
 
 
-def target_out(target: object, logits: torch.Tensor, rows: list[int] | slice) -> TargetOut:
+def target_out(target: ModelCache, logits: torch.Tensor, rows: list[int] | slice) -> TargetOut:
     """The target's outputs at rows: its logits, and its last hidden state where its cache
     kept one (an eager cache asked for it; a compiled one gives none)."""
     hidden = getattr(target, "hidden", None)
-    return TargetOut(logits[rows], None if hidden is None else hidden[rows])
-
-
-def takes_target_prompt(drafter: object) -> bool:
-    """Whether a drafter takes the target's keys and values of the prompt instead of reading
-    the prompt itself (a draft model that is the target's own weights at a lower precision;
-    it then has ``take_prompt(target_cache)``). Optional: a drafter without the attribute
-    reads the prompt."""
-    return bool(getattr(drafter, "takes_target_prompt", False))
+    return TargetOut(logits[rows], None if hidden is None else hidden[rows], target)
 
 
 class Drafter(Protocol):

@@ -1,7 +1,15 @@
 """The model drafter: a small model with its own KV cache drafts autoregressively (q is its
 warped softmax), and a tree depth by depth (specviz.tree). It may stop a chain at a token it
 is unsure of (``confidence``): whether it drafts position i + 1 depends on positions up to
-i only, so a lossless verification's output stays exact."""
+i only, so a lossless verification's output stays exact.
+
+A draft that is the target's own weights at a lower precision (the offline draft,
+ModelPair.draft_is_target_copy) is a :class:`TargetCopyDrafter`: it does not read the
+prompt. Its first round drafts nothing (stop "prompt"), so that the target's call reads the
+prompt alone and gives the first token; it then takes the target's keys and values of the
+prompt (ModelCache.take_prefix) in place of a prefill of its own. Which cache q was
+computed on never touches exactness; it saves the draft's prefill, about as long as the
+target's on a CPU. The rounds know nothing of it."""
 
 from __future__ import annotations
 
@@ -29,25 +37,23 @@ class ModelDrafter:
         confidence: float | None = None,
         tree: tuple[int, ...] | None = None,
         tree_budget: int | None = None,
-        takes_target_prompt: bool = False,
     ) -> None:
         self.lm, self.w, self.eos_ids, self.confidence = lm, w, eos_ids, confidence
         self.tree, self.tree_budget = tree, tree_budget
-        # the draft is the target's own weights at a lower precision (ModelPair's
-        # draft_is_target_copy): it takes the target's keys and values of the prompt
-        self.takes_target_prompt = takes_target_prompt
 
     @classmethod
     def build(cls, settings: Any, pair: Any, open_lm: Any) -> ModelDrafter:
+        """The pair's draft model behind its own cache; a TargetCopyDrafter where the draft
+        is the target's own weights at a lower precision."""
         lm = open_lm(pair.draft, (1, 2))  # one token, or two after a full accept
-        return cls(
+        kind = TargetCopyDrafter if pair.draft_is_target_copy else cls
+        return kind(
             lm,
             settings.draft_warp(),
             pair.eos_ids,
             settings.draft_confidence,
             settings.tree,
             settings.tree_budget,
-            pair.draft_is_target_copy,
         )
 
     def propose(self, seq: list[int], gamma: int, gen: torch.Generator) -> Draft:
@@ -93,11 +99,6 @@ class ModelDrafter:
             return tree, "eos" if max(tree.depths) < depth else "gamma"
         return TreeDraft(greedy=self.w.greedy), "budget"
 
-    def take_prompt(self, target: ModelCache) -> None:
-        """Take the target's keys and values of the tokens its cache holds (the prompt),
-        converted to the draft's dtype, instead of reading them: the draft's prefill."""
-        self.lm.take_prefix(target.tokens, target.prefix_kv())
-
     def keep_path(self, tree: TreeDraft, path: list[int], prefix: list[int]) -> None:
         keep_path(self.lm, len(prefix), [tree.slots[j] for j in path if j in tree.slots])
 
@@ -106,3 +107,33 @@ class ModelDrafter:
 
     def close(self) -> None:
         self.lm.close()  # the compiled path's caches go back to their pool
+
+
+class TargetCopyDrafter(ModelDrafter):
+    """A model drafter whose model is the target's own weights at a lower precision: it takes
+    the target's keys and values of the prompt instead of reading the prompt itself."""
+
+    has_prompt: bool = False  # the draft's cache holds the prompt, taken from the target
+    waits: bool = False  # this round drafted nothing, for the target to read the prompt
+
+    def propose(self, seq: list[int], gamma: int, gen: torch.Generator) -> Draft:
+        if not self.has_prompt:
+            self.waits = True  # the target's call reads the prompt alone
+            return Draft([], torch.empty(0, self.lm.vocab_size), "prompt")
+        return super().propose(seq, gamma, gen)
+
+    def propose_tree(
+        self, seq: list[int], depth: int, gen: torch.Generator
+    ) -> tuple[TreeDraft, str]:
+        if depth > 0 and not self.has_prompt:
+            self.waits = True
+            return TreeDraft(greedy=self.w.greedy), "prompt"
+        return super().propose_tree(seq, depth, gen)
+
+    def after_round(self, seq: list[int], target: TargetOut) -> None:
+        if self.waits:
+            # the target's cache holds the prompt: take its keys and values, converted to
+            # the draft's dtype, as the draft's prefill
+            self.lm.take_prefix(target.cache.tokens, target.cache.prefix_kv())
+            self.has_prompt, self.waits = True, False
+        super().after_round(seq, target)
