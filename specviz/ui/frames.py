@@ -22,6 +22,7 @@ from specviz.analysis.runlog import LOG_COLUMNS
 from specviz.config import Settings
 from specviz.costs import SpeedStory, speed_story
 from specviz.modelthread import MODEL_THREAD
+from specviz.threads import machine_lines
 from specviz.trace import Round, Trace, decision_at, round_number, target_dtype
 from specviz.ui.state import IMPORTED, Changes, Session
 from specviz.views import (
@@ -141,6 +142,9 @@ def final_frame(session: Session, gamma: int, measure: bool = True) -> Changes:
         "tree_view": tree_frame(spec),
         "tree_compare": tree_compare_html(spec, ar),
     }
+    busy = machine_lines(main.machine)[1] if main is not None else ""
+    if busy:  # the rest of the machine was measured busy during the run
+        out["speedline"] = markup.status_html(busy, "warn") + out["speedline"]
     if session.imported:  # said beside the speed as long as the run is shown
         out["speedline"] = imported_html() + out["speedline"]
     if main is not None:
@@ -386,12 +390,15 @@ def table1_html(
     row = metrics.table1_row(ar, spec)
     paired = paired or metrics.paired_speedup(ar, spec)
     note = markup.status_html(guard, "warn") if guard else ""
+    threads, busy = machine_lines(spec.machine or ar.machine)
+    note += markup.status_html(busy, "warn") if busy else ""
     speed = f"{paired.text()} middle 90 % over {paired.stretches} rounds" if paired else "-"
     return note + markup.table_html(
         [
             ("ArS (autoregressive) ms/token", f"{row['ar_ms_per_token']:.1f}  (1x)"),
             ("SpS (speculative) ms/token", f"{row['spec_ms_per_token']:.1f}"),
             ("speedup", speed),
+            *([("threads", threads)] if threads else []),
         ],
         "Chen et al. Table 1 columns, measured here (batch size 1)",
     )
