@@ -31,6 +31,7 @@ from typing import Any
 import plotly.graph_objects as go
 from markupsafe import Markup
 
+from specviz.metrics import expected_tokens_per_round
 from specviz.trace import Node, Round, Trace, round_number
 from specviz.verify.words import pq
 from specviz.views.figures import lay_out, plain
@@ -428,12 +429,6 @@ def expected_depth(acceptance: list[float | None]) -> float:
     return total
 
 
-def _leviathan(alpha: float, gamma: int) -> float:
-    if alpha >= 1.0:
-        return gamma + 1.0
-    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
-
-
 def compare_rows(spec: Trace | None, ar: Trace | None) -> tuple[list[tuple[str, str]], str]:
     """The tree's measured figures beside a chain's predicted ones at the same verify width
     (gamma = node count, so width = node count + 1), and a note saying which is which.
@@ -466,7 +461,7 @@ def compare_rows(spec: Trace | None, ar: Trace | None) -> tuple[list[tuple[str, 
     chain_tokens = None
     if alphas:
         alpha = sum(alphas) / len(alphas)
-        chain_tokens = _leviathan(alpha, nodes)
+        chain_tokens = expected_tokens_per_round(alpha, nodes)
         rows.append(
             (
                 "tokens per target call",
