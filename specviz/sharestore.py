@@ -7,7 +7,9 @@ The store is a folder of JSON files, one per run, under the specviz cache
 oldest runs are deleted until both hold. It survives a restart. An id is the first 16 hex
 digits of the SHA-256 of the stored JSON, so sharing the same run twice gives the same link
 (and makes it the newest). Reading checks the id's form first, so a malformed id never
-reaches the file system. No gradio, no torch.
+reaches the file system. A recorded lesson (specviz.lesson_record) is kept in the same
+store, under the same limits, as a body of its own kind (:meth:`SharedRuns.save_body`). No
+gradio, no torch.
 
 A run's record says where the run came from: ``"imported": true`` for a run imported from a
 file rather than run by this server. The caller passes it from what the server knows (the
@@ -26,6 +28,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from specviz.paths import cache_root
 from specviz.trace import Trace
@@ -72,10 +75,15 @@ class SharedRuns:
             "ar": ar.to_dict() if ar is not None else None,
             "imported": bool(imported),
         }
+        return self.save_body(body, "run")
+
+    def save_body(self, body: dict[str, Any], what: str) -> str:
+        """Store a JSON body (a run's, or a recorded lesson's: `what` names it in the error
+        for one too large); its id. Written whole or not at all."""
         data = json.dumps(body, ensure_ascii=False, allow_nan=False, sort_keys=True).encode()
         if len(data) > self.max_bytes:
             raise ValueError(
-                f"this run is {len(data) / 1e6:.1f} MB of trace, more than this server keeps "
+                f"this {what} is {len(data) / 1e6:.1f} MB of trace, more than this server keeps "
                 f"of shared runs ({self.max_bytes / 1e6:.0f} MB)"
             )
         run_id = hashlib.sha256(data).hexdigest()[:16]
@@ -96,15 +104,8 @@ class SharedRuns:
         """The stored run; ValueError with one line for a malformed id, a run no longer
         kept, or a file that cannot be read."""
         run_id = check_id(run_id)
+        body = self.load_body(run_id, "shared run")
         try:
-            data = self.path(run_id).read_bytes()
-        except FileNotFoundError:
-            raise ValueError(
-                f"shared run {run_id} is no longer kept on this server (it keeps the "
-                f"{self.max_runs} most recent): press Run for a run of your own"
-            ) from None
-        try:
-            body = json.loads(data)
             spec = Trace.from_dict(body["spec"]) if body.get("spec") else None
             ar = Trace.from_dict(body["ar"]) if body.get("ar") else None
             imported = body.get("imported", False)
@@ -116,6 +117,26 @@ class SharedRuns:
         if spec is None and ar is None:
             raise ValueError(f"shared run {run_id} could not be read: it holds no trace")
         return SharedRun(spec, ar, imported)
+
+    def load_body(self, run_id: str, what: str) -> dict[str, Any]:
+        """The stored JSON body of an id (checked first); ValueError with one line for a
+        malformed id, one no longer kept, or a file that is not a JSON object."""
+        run_id = check_id(run_id)
+        try:
+            data = self.path(run_id).read_bytes()
+        except FileNotFoundError:
+            raise ValueError(
+                f"{what} {run_id} is no longer kept on this server (it keeps the "
+                f"{self.max_runs} most recent): press Run for a run of your own"
+            ) from None
+        try:
+            body = json.loads(data)
+        except (ValueError, RecursionError) as exc:
+            line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ValueError(f"{what} {run_id} could not be read: {line}") from None
+        if not isinstance(body, dict):
+            raise ValueError(f"{what} {run_id} could not be read: not a JSON object")
+        return body
 
     def path(self, run_id: str) -> Path:
         return self.folder / f"{run_id}.json"

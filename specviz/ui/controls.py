@@ -16,7 +16,7 @@ from typing import Any
 import gradio as gr
 
 from specviz.config import Deployment, Limits, Setting, Settings, form_defaults, offered
-from specviz.ui import share
+from specviz.ui import lesson_recorder, share
 from specviz.ui.content import HOW_TO_READ, PRESET_FIELDS, PRESETS, apply_preset
 from specviz.ui.context import AppContext
 from specviz.ui.errors import user_errors
@@ -56,6 +56,7 @@ def layout(pairs: list[str], dep: Deployment, runner: Runner) -> dict[str, Any]:
             elem_id="sv-present-toggle",
         )
         share.layout(controls)
+        lesson_recorder.layout(controls)
         with gr.Accordion("How to read this", open=False, elem_id="sv-help"):
             gr.Markdown(HOW_TO_READ)
     with gr.Column(elem_id="sv-settings"):

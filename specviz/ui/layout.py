@@ -38,6 +38,8 @@ from specviz.ui import (
     inspector_tab,
     io_tab,
     lesson_panel,
+    lesson_recorder,
+    lesson_replay,
     live,
     present,
     race,
@@ -83,6 +85,8 @@ SECTIONS = (
     report_tab,
     verifier_tab,
     tree_panel,
+    lesson_replay,
+    lesson_recorder,
 )
 
 
@@ -151,6 +155,7 @@ def main_views() -> dict[str, Any]:
     hide behind a menu where the page is narrow."""
     views: dict[str, Any] = {}
     with gr.Column(elem_id="sv-live"):
+        lesson_replay.layout(views)  # a recorded lesson's step, when its link is opened
         views["status"] = gr.HTML(markup.status_html("ready"), js_on_load=None, elem_id="sv-status")
         # the run's speed in one line beside the tokens: tokens per target call first
         views["speedline"] = gr.HTML("", js_on_load=None, elem_id="sv-speedline")

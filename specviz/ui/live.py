@@ -17,7 +17,7 @@ from typing import Any
 
 from specviz.config import Settings
 from specviz.trace import Round, Trace, round_number
-from specviz.ui import share
+from specviz.ui import lesson_replay, share
 from specviz.ui.context import AppContext
 from specviz.ui.frames import (
     final_frame,
@@ -57,7 +57,10 @@ def complete_traces(ctx: AppContext, form: Form, settings: Settings) -> tuple[Tr
 
 def step_update(session: Session, form: Form, ctx: AppContext) -> Changes:
     """Step: one round of a speculative run (a new one when the controls changed); on a
-    shared run with the controls untouched, its next stored round (specviz.ui.share)."""
+    shared run with the controls untouched, its next stored round (specviz.ui.share); on a
+    recorded lesson, its next round or step (specviz.ui.lesson_replay)."""
+    if lesson_replay.walks(session, form):
+        return lesson_replay.step_changes(session)
     if share.walks(session, form):
         return share.step_changes(session)
     settings = ctx.settings(form)

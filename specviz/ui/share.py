@@ -31,8 +31,10 @@ from typing import Any
 
 import gradio as gr
 
+from specviz.lesson_record import PARAM as LESSON_PARAM
 from specviz.sharestore import SharedRuns, check_id
 from specviz.trace import Trace, round_number
+from specviz.ui import lesson_replay
 from specviz.ui.errors import user_errors
 from specviz.ui.frames import final_frame, round_changes, sync_rounds, tree_frame
 from specviz.ui.page import INTERNAL, Page
@@ -189,6 +191,10 @@ def wire(page: Page) -> None:
     def opened(request: gr.Request, session: Session, *values: Any) -> dict[Any, Any]:
         params = getattr(request, "query_params", None) or {}
         run = params.get(PARAM) if hasattr(params, "get") else None
+        lesson = params.get(LESSON_PARAM) if hasattr(params, "get") else None
+        if run is None and lesson is not None:  # a recorded lesson's link
+            form = page.form(values)
+            return page.keyed(lesson_replay.open_lesson(store, session, form, lesson))
         return page.keyed(open_page(store, session, page.form(values), run))
 
     page.blocks.load(

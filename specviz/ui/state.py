@@ -11,6 +11,7 @@ values and equal the CLI's defaults, so an untouched page runs exactly what
 from __future__ import annotations
 
 import copy
+import secrets
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields, make_dataclass
@@ -164,6 +165,12 @@ class Session:
     # server: set by the server when it reads the file, never by the file, and kept when the
     # run is shared and its link opened (specviz.sharestore)
     imported: bool = False
+    # A recorded lesson opened from its link (specviz.ui.lesson_replay.Walk): where its
+    # visitor is in it; None: none
+    recorded: Any = None
+    # an anonymous key of this page's answers to the verifier on a link (specviz.classpool):
+    # random, so that answering a draft again replaces the answer; nothing else is kept
+    voter: str = field(default_factory=lambda: secrets.token_hex(8))
     lock: threading.Lock = field(default_factory=threading.Lock)  # guards spans
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Session:
@@ -186,6 +193,7 @@ class Session:
             shared_form=self.shared_form,
             shared_at=self.shared_at,
             imported=self.imported,
+            recorded=copy.copy(self.recorded),
         )
 
     def start(

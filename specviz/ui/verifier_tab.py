@@ -9,6 +9,12 @@ while the board is on screen and no field has focus: K likely kept, R likely rej
 next (the draw, the verdict, the next draft, the next round); they press the buttons, in the
 presentation mode as in the normal one. Reads stored traces only: no model call, except the
 lesson's run when the session has nothing to play.
+
+On a link (a shared run, a recorded lesson) the class plays together: each visitor's call or
+number on a draft is pooled on the server, anonymously, per link (specviz.classpool, bounded),
+and under the board every player sees how many answered, and once the draw is revealed how
+the class called it against the true a(x) and the verdict; "Show the class's answers"
+redraws that line as answers come in (the lecturer's screen).
 """
 
 from __future__ import annotations
@@ -18,11 +24,13 @@ from typing import Any
 
 import gradio as gr
 
+from specviz.classpool import ClassPool, run_key
 from specviz.trace import round_number
 from specviz.ui.assets import script
 from specviz.ui.page import INTERNAL, Page
 from specviz.ui.present import FIELDS
 from specviz.ui.state import Changes, Session
+from specviz.views import recorded
 from specviz.views.verifier_game import KEYS, Game, board_html, deal
 
 INSPECT, PLAY = "Inspect a decision", "Play the verifier"
@@ -34,6 +42,7 @@ NEXT_LABELS = {
     "done": "Next round (N)",
 }
 BUTTONS = {"kept": "sv-play-kept", "rejected": "sv-play-rejected", "next": "sv-play-next"}
+POOL = ClassPool()  # the class's answers, per link (anonymous, bounded, in memory)
 
 
 def keys_js() -> str:
@@ -100,6 +109,16 @@ def layout(views: dict[str, Any], inspector: Callable[[dict[str, Any]], None]) -
         views["play_board"] = gr.HTML(
             board_html(None), js_on_load=keys_js(), elem_id="sv-play-board"
         )
+        with gr.Row(elem_id="sv-play-class-row"):
+            views["play_class"] = gr.HTML("", js_on_load=None, elem_id="sv-play-class")
+            views["play_class_show"] = gr.Button(
+                "Show the class's answers",
+                size="sm",
+                scale=0,
+                min_width=200,
+                visible=False,
+                elem_id="sv-play-class-show",
+            )
     views["play_view"] = play_view
 
 
@@ -141,7 +160,41 @@ def deal_changes(session: Session, shown_round: Any) -> Changes:
     rejection; an empty number box sends 0)."""
     n = None if shown_round is None or shown_round == 0 else int(shown_round)
     game = deal(session.spec, n)
-    return {**game_changes(game, clear=True), **mode_changes(PLAY)}
+    return {**game_changes(game, clear=True), **mode_changes(PLAY), **class_changes(game, session)}
+
+
+def draft_key(game: Game) -> tuple[str, int, int]:
+    """The draft in play among a link's: its run, its round, its place among the tested."""
+    return run_key(game.trace.token_ids, game.trace.prompt), game.index, game.at
+
+
+def class_changes(game: Game | None, session: Session | None, note: str = "") -> Changes:
+    """The class's answers on the draft in play, on a link's page (elsewhere nothing)."""
+    link = session.shared_id if session is not None else None
+    if game is None or not link or not game.drafts:
+        return {"play_class": "", "play_class_show": gr.Button(visible=False)}
+    tally = POOL.tally(link, draft_key(game))
+    revealed = game.phase != "guess"
+    keep = game.keep(game.at) if revealed else None
+    verdict = None
+    if game.phase in ("verdict", "done"):
+        kept = game.kept(game.at)
+        verdict = f"The draw {'kept' if kept else 'rejected'} it."
+    html = recorded.class_html(tally, revealed, keep, verdict, note)
+    return {"play_class": html, "play_class_show": gr.Button(visible=True)}
+
+
+def pooled(game: Game | None, session: Session | None, said: bool | float) -> str:
+    """Pool the visitor's answer on the draft in play, on a link's page; a line when the
+    link's pool is full ("" otherwise)."""
+    link = session.shared_id if session is not None else None
+    if game is None or not link or game.phase != "guess" or not game.drafts:
+        return ""
+    try:
+        POOL.answer(link, draft_key(game), session.voter, said)
+    except ValueError as exc:
+        return str(exc).splitlines()[0]
+    return ""
 
 
 def _game(game: Game | None) -> Game:
@@ -150,22 +203,31 @@ def _game(game: Game | None) -> Game:
     return game
 
 
-def say_changes(game: Game | None, value: Any) -> Changes:
-    """The visitor's number for a(x)."""
-    return game_changes(_game(game).say(value))
+def say_changes(game: Game | None, value: Any, session: Session | None = None) -> Changes:
+    """The visitor's number for a(x) (pooled on a link's page)."""
+    after = _game(game).say(value)
+    note = pooled(game, session, float(value)) if after.phase != game.phase else ""
+    return {**game_changes(after), **class_changes(after, session, note)}
 
 
-def call_changes(game: Game | None, kept: bool) -> Changes:
-    """The visitor's call: likely kept or likely rejected."""
-    return game_changes(_game(game).call(kept))
+def call_changes(game: Game | None, kept: bool, session: Session | None = None) -> Changes:
+    """The visitor's call: likely kept or likely rejected (pooled on a link's page)."""
+    after = _game(game).call(kept)
+    note = pooled(game, session, bool(kept)) if after.phase != game.phase else ""
+    return {**game_changes(after), **class_changes(after, session, note)}
 
 
-def next_changes(game: Game | None) -> Changes:
+def next_changes(game: Game | None, session: Session | None = None) -> Changes:
     """Next: the draw's verdict, the next draft, or (once done) the next round."""
     before = _game(game)
     after = before.advance()
     moved = (after.index, after.at) != (before.index, before.at)
-    return game_changes(after, clear=moved)
+    return {**game_changes(after, clear=moved), **class_changes(after, session)}
+
+
+def shown_class_changes(game: Game | None, session: Session) -> Changes:
+    """The class's answers again, as they stand now (the lecturer's redraw)."""
+    return class_changes(_game(game), session)
 
 
 def wire(page: Page) -> None:
@@ -184,8 +246,11 @@ def wire(page: Page) -> None:
         "play_mode",
         "insp_view",
         "play_view",
+        "play_class",
+        "play_class_show",
     )
     outputs = [views[k] for k in names]
+    sess = page.session
     options = {**page.quiet, **INTERNAL}
     views["play_mode"].input(
         page.once(mode_changes),
@@ -197,12 +262,16 @@ def wire(page: Page) -> None:
         page.once(deal_changes), [page.session, views["play_round"]], outputs, **options
     )
     for event in (views["play_say"].click, views["play_guess"].submit):
-        event(page.once(say_changes), [game, views["play_guess"]], outputs, **options)
+        event(page.once(say_changes), [game, views["play_guess"], sess], outputs, **options)
     for name, kept in (("play_kept", True), ("play_rejected", False)):
         views[name].click(
-            page.once(lambda g, kept=kept: call_changes(g, kept)), [game], outputs, **options
+            page.once(lambda g, s, kept=kept: call_changes(g, kept, s)),
+            [game, sess],
+            outputs,
+            **options,
         )
-    views["play_next"].click(page.once(next_changes), [game], outputs, **options)
+    views["play_next"].click(page.once(next_changes), [game, sess], outputs, **options)
+    views["play_class_show"].click(page.once(shown_class_changes), [game, sess], outputs, **options)
 
     def clicked(evt: gr.EventData) -> dict[Any, Any]:  # gradio fills evt by this annotation
         return page.keyed(token_clicked(evt))
