@@ -69,7 +69,7 @@ class ModelThread:
     def _serve(self) -> None:
         from specviz.threads import policy
 
-        pace = policy().pace
+        pace, rest = policy().pace, policy().rest
         while True:
             fn, future = self._jobs.get()
             try:
@@ -84,6 +84,9 @@ class ModelThread:
             finally:
                 with self._lock:
                     self._pending -= 1
+                    idle = self._pending == 0
+                if idle:
+                    rest()
 
 
 MODEL_THREAD = ModelThread()

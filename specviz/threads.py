@@ -293,6 +293,12 @@ class ThreadPolicy:
             self._decide(st, others)
         return st["threads"]
 
+    def rest(self) -> None:
+        """On the thread that computes, when it goes idle: its next window starts at its
+        next pace, so that what ran while it waited (another process, a page being built)
+        is not read as the load its next call meets."""
+        self._state()["last"] = None
+
     def _decide(self, st: dict[str, Any], others: float) -> None:
         """One fewer thread per core the rest keeps busy (more than DROP of it); back up
         only after two windows running where it leaves room by the stricter RISE."""

@@ -285,3 +285,29 @@ def test_nested_watches_end_in_any_order() -> None:
         assert first == second and first is not second
     outer.__exit__(None, None, None)
     assert policy._loads == []
+
+
+def test_what_ran_while_the_thread_rested_is_not_its_next_call_s_load(monkeypatch) -> None:
+    """After rest (the model thread went idle), the first reading only starts a window: a
+    busy spell while nothing was computing does not take a thread from the next run."""
+    policy = ThreadPolicy("auto", cores=2)
+    script = Script([0.0, 1.5, 0.0, 0.0])  # the second window spans the idle spell
+    monkeypatch.setattr(policy, "_read", script)
+    monkeypatch.setattr(threads, "WINDOW_S", 0.0)
+    seen: list[int] = []
+
+    def go() -> None:
+        policy.pace()  # a first reading
+        seen.append(policy.pace())  # window 1: quiet
+        policy.rest()
+        script.i += 1  # the idle spell's counters move on unread ...
+        script.at += 5.0
+        script.busy += 1.5 * 5.0
+        seen.append(policy.pace())  # ... and the first reading after it starts anew
+        seen.append(policy.pace())  # a quiet window
+        seen.append(policy.pace())
+
+    t = threading.Thread(target=go)
+    t.start()
+    t.join()
+    assert seen == [2, 2, 2, 2]
