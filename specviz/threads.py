@@ -35,6 +35,8 @@ from typing import Any
 
 import torch
 
+from specviz.config.deployment import threads_setting
+
 WINDOW_S = 0.25  # one reading of the rest of the machine
 DROP = 0.3  # the rest uses more than this of a core: one thread fewer per busy core
 RISE = 0.15  # below this, over two windows running: the count goes back up
@@ -241,21 +243,20 @@ class ThreadPolicy:
     rest of the machine was measured to use. One per process (:data:`POLICY`)."""
 
     def __init__(self, setting: str | None = None, cores: int | None = None) -> None:
-        source = "the thread setting"
-        if setting is None:  # a count asked of OpenMP itself is kept, as a fixed one
-            source = "SPECVIZ_THREADS" if os.environ.get("SPECVIZ_THREADS") else "OMP_NUM_THREADS"
-            setting = os.environ.get("SPECVIZ_THREADS") or os.environ.get("OMP_NUM_THREADS")
-        setting = (setting or "auto").strip().lower()
+        """setting: "auto" or a count; None reads SPECVIZ_THREADS, else OMP_NUM_THREADS
+        (specviz.config.threads_setting; a bad value is a one-line ValueError)."""
         self.cores = cores or machine_cores()
-        self.fixed: int | None = None
-        if setting != "auto":
+        if setting is None:
+            self.fixed = threads_setting()
+        elif setting.strip().lower() == "auto":
+            self.fixed = None
+        else:
             try:
-                n = int(setting)
+                self.fixed = int(setting)
             except ValueError:
-                raise ValueError(f"{source} must be 'auto' or a count, got {setting!r}") from None
-            if not 1 <= n <= 256:
-                raise ValueError(f"{source} must be in 1..256, got {n}")
-            self.fixed = n
+                raise ValueError(f"threads must be 'auto' or a count, got {setting!r}") from None
+            if not 1 <= self.fixed <= 256:
+                raise ValueError(f"threads must be in 1..256, got {self.fixed}")
         self._cpus = usable_cpus()
         quota = quota_cores()
         self._cgroup = quota is not None and quota < len(self._cpus)

@@ -311,3 +311,16 @@ def test_what_ran_while_the_thread_rested_is_not_its_next_call_s_load(monkeypatc
     t.start()
     t.join()
     assert seen == [2, 2, 2, 2]
+
+
+def test_a_bad_thread_setting_stops_the_app_and_the_cli_in_one_line(monkeypatch, capsys) -> None:
+    from specviz.cli.main import main
+    from specviz.config import Deployment
+
+    monkeypatch.setenv("SPECVIZ_THREADS", "two")
+    with pytest.raises(ValueError, match="^environment variable SPECVIZ_THREADS must be 'auto'"):
+        Deployment.from_env()
+    monkeypatch.setattr(threads, "POLICY", ThreadPolicy.__new__(ThreadPolicy))  # built anew
+    assert main(["generate", "--prompt", "1 2 3", "--raw"]) == 2
+    err = capsys.readouterr().err
+    assert "SPECVIZ_THREADS must be 'auto' or a count" in err and err.count("\n") == 1

@@ -50,11 +50,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise ValueError(f"samples must be in 1..100000, got {args.samples}")
     if args.compare and args.method != "spec":
         raise ValueError("--compare runs both methods: leave --method at spec")
-    pair = load_pair_from_args(args)
-    from specviz.engine import Run, check_request, interleave, warm_up
     from specviz.threads import policy
 
-    threads = policy()
+    threads = policy()  # a bad thread setting stops here, before any load
+    pair = load_pair_from_args(args)
+    from specviz.engine import Run, check_request, interleave, warm_up
 
     methods = ["ar", "spec"] if args.compare else [args.method]
     # The request's checks are the same for every seed: make them once, before any output.

@@ -36,6 +36,25 @@ def on_public() -> bool:
     return bool(os.environ.get("SPACE_ID", "").strip()) or _env_bool("SPECVIZ_PUBLIC", False)
 
 
+def threads_setting() -> int | None:
+    """The model's compute threads asked for: SPECVIZ_THREADS ("auto", the default, or a
+    count), else OMP_NUM_THREADS (a count asked of OpenMP itself is kept); None is auto
+    (specviz.threads adapts the count to what else the machine runs)."""
+    name = "SPECVIZ_THREADS" if os.environ.get("SPECVIZ_THREADS", "").strip() else "OMP_NUM_THREADS"
+    raw = os.environ.get(name, "").strip().lower()
+    if raw in ("", "auto"):
+        return None
+    try:
+        n = int(raw)
+    except ValueError:
+        raise ValueError(
+            f"environment variable {name} must be 'auto' or a count, got {raw!r}"
+        ) from None
+    if not 1 <= n <= 256:
+        raise ValueError(f"environment variable {name} must be in 1..256, got {n}")
+    return n
+
+
 def max_pairs() -> int:
     """SPECVIZ_MAX_PAIRS (default 2): how many hub pairs a process keeps loaded; beyond it the
     least recently used is released (the offline pair is kept whatever the count)."""
@@ -116,6 +135,7 @@ class Deployment:
         separated ids), SPECVIZ_CUSTOM_MODELS (1 or 0; unset: on, except on a public
         deployment), SPACE_ID and SPECVIZ_PUBLIC (:func:`on_public`), SPECVIZ_SHARED_RUNS and
         SPECVIZ_SHARED_MB (the shared runs kept) and the :class:`Limits` variables."""
+        threads_setting()  # a bad thread count stops the app here, in one line
         raw = os.environ.get("SPECVIZ_ALLOWED_MODELS", "").strip()
         allowed = frozenset(x.strip() for x in raw.split(",") if x.strip()) if raw else None
         public = on_public()
