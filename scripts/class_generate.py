@@ -122,7 +122,7 @@ def main() -> int:
         print(f"after the warm-up: {proc.memory_info().rss / 1e6:.0f} MB resident")
         if args.nice != "none":
             cmd = ["nice", "-n", args.nice, "python3", "-c", "while True: pass"]
-            busy = subprocess.Popen(cmd)
+            busy = subprocess.Popen(cmd, start_new_session=True)
             time.sleep(1)
         asks = prompts(args.clients)
         for c in range(args.classes):

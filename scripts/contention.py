@@ -8,6 +8,9 @@ the command printed.
         [--setting "auto=" --setting "2 fixed=SPECVIZ_THREADS=2" ...]
 
 A setting is NAME=VAR=VALUE[,VAR=VALUE...] (environment for the command; empty for none).
+The busy loop starts in a session of its own, as another program on the host would: where
+the kernel groups each session's tasks for the scheduler (autogroup), a nice value ranks a
+task only within its own session.
 """
 
 from __future__ import annotations
@@ -34,7 +37,9 @@ def run_once(env: dict[str, str], nice: int | None) -> dict[str, str]:
     """One command, with the neighbour (if any) started a second before and killed after."""
     busy = None
     if nice is not None:
-        busy = subprocess.Popen(["nice", "-n", str(nice), "python3", "-c", BUSY])
+        busy = subprocess.Popen(
+            ["nice", "-n", str(nice), "python3", "-c", BUSY], start_new_session=True
+        )
         time.sleep(1.0)
     try:
         cmd = [sys.executable, "-m", "specviz", "generate", "--prompt", PROMPT]
