@@ -16,7 +16,6 @@ BAD = [
     ({"max_new_tokens": 0}, "max_new_tokens must be in 1..2048"),
     ({"max_new_tokens": 2049}, "max_new_tokens must be in 1..2048"),
     ({"method": "beam"}, "method must be one of"),
-    ({"drafter": "oracle"}, "drafter must be one of"),
     ({"gamma": 2.5}, "gamma must be an integer"),
     ({"temperature": float("nan")}, "temperature must be a number"),
     ({"draft_temperature": -1.0}, "draft_temperature must be a number >= 0"),

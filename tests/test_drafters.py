@@ -12,7 +12,7 @@ import pytest
 
 from specviz import drafters
 from specviz.config import Settings
-from specviz.engine import Run, generate
+from specviz.engine import Run, check_request, generate
 from tests.tiny import close_pair, tiny_pair
 
 ROOT = Path(__file__).resolve().parents[1] / "specviz"
@@ -54,8 +54,35 @@ def test_the_registry_lists_the_built_in_drafters_and_refuses_an_unknown_one():
     assert drafters.entry("model").tree and not drafters.entry("ngram").tree
     with pytest.raises(ValueError, match="unknown drafter"):
         drafters.entry("no-such-drafter")
-    with pytest.raises(ValueError, match="drafts trees"):
-        Settings(drafter="ngram", tree=(2, 1))
+
+
+@pytest.mark.parametrize("kw", [{"drafter": "no-such-drafter"}, {"drafter": "x", "tree": (2,)}])
+def test_settings_take_any_drafter_name_and_the_request_check_refuses_an_unknown_one(kw):
+    """Settings (the ground floor) knows no drafter; the request check refuses in one line,
+    before any model call."""
+    s = Settings(**kw)
+    with pytest.raises(ValueError, match="unknown drafter") as e:
+        check_request(tiny_pair(), "1 2", s)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("kw", [{"tree": (2, 1)}, {"tree_budget": 8}], ids=["tree", "budget"])
+def test_a_tree_from_a_chain_drafter_is_refused_per_request_in_one_line(kw):
+    s = Settings(drafter="ngram", **kw)
+    for check in (drafters.check_settings, lambda s: check_request(tiny_pair(), "1 2", s)):
+        with pytest.raises(ValueError, match="drafts trees: the model drafter") as e:
+            check(s)
+        assert "\n" not in str(e.value)
+
+
+def test_a_bad_drafter_name_is_refused_in_one_line_by_the_cli(capsys):
+    from specviz.cli.main import main
+
+    assert main(["generate", "--prompt", "hi", "--drafter", "no-such-drafter"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no-such-drafter" in err and "\n" not in err and "Traceback" not in err
+    assert main(["generate", "--prompt", "hi", "--tree", "2", "--drafter", "ngram"]) == 2
+    assert "drafts trees" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("tree", [None, (3,)], ids=["chain", "tree"])

@@ -344,7 +344,6 @@ def _first_token_law(p, q, kids, rule) -> torch.Tensor:
         ({"tree": (1,) * 33}, "tree depth"),
         ({"tree": ()}, "non-empty"),
         ({"tree": (2, 0)}, "tree entries must be in >= 1"),
-        ({"tree": (2,), "drafter": "ngram"}, "model drafter"),
         ({"tree": (2,), "adaptive_gamma": True}, "adaptive gamma"),
         ({"rule": WRONG_RULE}, "only on a tree"),
         ({"tree": (2,), "rule": WRONG_RULE, "verification": "exact-match"}, "broken"),

@@ -45,7 +45,6 @@ N_CHECK = 200  # the check's smallest N
         ({"tree_budget": 8, "tree": (2,)}, "not both"),
         ({"tree_budget": 0}, "tree_budget"),
         ({"tree_budget": 65}, "tree_budget"),
-        ({"tree_budget": 8, "drafter": "ngram"}, "model drafter"),
         ({"tree_budget": 8, "adaptive_gamma": True}, "adaptive gamma"),
     ],
 )

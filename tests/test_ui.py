@@ -79,6 +79,8 @@ def test_run_streams_rounds_then_shows_everything(tiny, loader) -> None:
         ({"temperature": -1.0}, "temperature must be a number >= 0"),
         ({"max_new_tokens": 1000}, "exceeds the model's context"),
         ({"seed": 1.5}, "seed must be an integer"),
+        ({"drafter": "no-such-drafter"}, "unknown drafter 'no-such-drafter'"),
+        ({"drafter": "ngram", "tree": "2"}, "a tree needs a drafter that drafts trees"),
     ],
 )
 def test_bad_input_is_one_visible_line(loader, changes, message) -> None:

@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from specviz.config import COMPILE_CHOICES, Limits, Settings, offered
+from specviz.drafters import CHOICES, check_settings
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -58,10 +59,8 @@ def add_sampling_args(p: argparse.ArgumentParser, cls: type[Settings] = Settings
             default = None if s.default is None else s.text(s.default)
             example = "" if "e.g." in help_text else ", e.g. 2,2,1"
             p.add_argument(s.flag, dest=s.name, default=default, help=help_text + example)
-        elif s.meta.choices:
-            p.add_argument(
-                s.flag, dest=s.name, default=s.default, choices=s.meta.choices, help=help_text
-            )
+        elif choices := s.meta.choices or CHOICES.get(s.name):
+            p.add_argument(s.flag, dest=s.name, default=s.default, choices=choices, help=help_text)
         else:
             p.add_argument(s.flag, dest=s.name, type=s.kind, default=s.default, help=help_text)
 
@@ -75,9 +74,13 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
 def settings_from_args(
     args: argparse.Namespace, method: str = "spec", cls: type[Settings] = Settings
 ) -> Settings:
-    """Validated Settings from parsed arguments (raises ValueError)."""
+    """Validated Settings from parsed arguments (raises ValueError), the drafter included:
+    refused here, before any model loads, as the request check would refuse it."""
     sampling = {s.name: s.parse(getattr(args, s.name)) for s in offered("cli", cls)}
-    return cls(method=method, limits=Limits.from_env(), **sampling)
+    settings = cls(method=method, limits=Limits.from_env(), **sampling)
+    if method == "spec":
+        check_settings(settings)
+    return settings
 
 
 def load_pair_from_args(args: argparse.Namespace, compiled: bool = True) -> Any:

@@ -35,8 +35,8 @@ from specviz.config.schema import Switch as Switch
 from specviz.config.schema import setting as setting
 from specviz.config.settings import COMPILE_BACKENDS as COMPILE_BACKENDS
 from specviz.config.settings import COMPILE_CHOICES as COMPILE_CHOICES
+from specviz.config.settings import DEFAULT_GAMMAS as DEFAULT_GAMMAS
 from specviz.config.settings import DEFAULT_PROMPT as DEFAULT_PROMPT
-from specviz.config.settings import DRAFTERS as DRAFTERS
 from specviz.config.settings import LOSSY_VERIFICATIONS as LOSSY_VERIFICATIONS
 from specviz.config.settings import MAX_TREE_NODES as MAX_TREE_NODES
 from specviz.config.settings import METHODS as METHODS

@@ -16,9 +16,6 @@ from specviz.config.schema import (
     schema,
     setting,
 )
-from specviz.drafters import DRAFTERS as DRAFTERS
-from specviz.drafters import ENTRIES as DRAFTER_ENTRIES
-from specviz.drafters import entry as drafter_entry
 from specviz.verify.registry import LOSSY_VERIFICATIONS as LOSSY_VERIFICATIONS
 from specviz.verify.registry import OLD_RULE_NAMES, entry
 from specviz.verify.registry import RULES as RULES
@@ -28,6 +25,9 @@ from specviz.verify.registry import VERIFICATIONS as VERIFICATIONS
 from specviz.verify.registry import label as verification_name_label
 
 METHODS = ("spec", "ar")
+# The gammas a sweep, the cost measurement and the benchmark try unless told others: the
+# range the refined prediction is judged on.
+DEFAULT_GAMMAS = (1, 2, 4, 8)
 # The verifications and the rejection rule's variants come from specviz.verify.registry,
 # which says of each whether it is lossless and which round shapes it takes.
 # A tree's node budget: each round's draft and verify calls are this wide at most.
@@ -83,10 +83,12 @@ class Settings:
     method: str = setting(
         "spec", "method", choices=METHODS, fronts=(), help="spec, or the autoregressive baseline"
     )
+    # a drafter's name: specviz.drafters registers them (drafters may be added at run time),
+    # the front ends offer its names (specviz.drafters.CHOICES) and the request check
+    # refuses one it does not know, or a tree from a drafter that proposes chains
     drafter: str = setting(
         "model",
         "drafter",
-        choices=DRAFTERS,
         group="models",
         help="what proposes the drafts: the draft model, or n-gram lookup in the text so far",
     )
@@ -275,13 +277,8 @@ class Settings:
         self._check_tree_combination()
 
     def _check_tree_combination(self) -> None:
-        """What a tree (fixed or dynamic) cannot combine with."""
-        if not drafter_entry(self.drafter).tree:
-            trees = [e.name for e in DRAFTER_ENTRIES.values() if e.tree]
-            raise ValueError(
-                f"a tree needs a drafter that drafts trees: the {' or '.join(trees)} drafter "
-                f"({self.drafter} proposes one chain)"
-            )
+        """What a tree (fixed or dynamic) cannot combine with (the drafter: the request
+        check, specviz.drafters.check_settings)."""
         if self.adaptive_gamma:
             raise ValueError("adaptive gamma changes a chain's length: it cannot run on a tree")
         if self.verification not in TREE_VERIFICATIONS:

@@ -4,6 +4,9 @@ of this package, as the verifications are in specviz.verify.
 The registry here is plain data (no torch): a drafter's name (Settings.drafter), where its
 class lives, whether it needs the pair's draft model and whether it drafts trees.
 :func:`drafter_for` builds the one a run's settings choose; the engine asks nothing else.
+Settings (specviz.config) knows no drafter: the front ends offer the names of
+:data:`CHOICES`, and the request check (:func:`check_drafter`, run by every Run)
+refuses a name not registered.
 
 Adding a drafter: one module with its class (the protocol of specviz.drafters.base, and a
 ``build(settings, pair, open_lm)`` class method), and one :func:`register` call with its
@@ -66,6 +69,9 @@ class Names(Sequence[str]):
 
 
 DRAFTERS = Names()
+# The settings whose values this registry names, as the front ends offer them (the CLI's
+# choices, the app's radio buttons)
+CHOICES: dict[str, Sequence[str]] = {"drafter": DRAFTERS}
 
 
 def entry(name: str) -> Entry:
@@ -76,9 +82,22 @@ def entry(name: str) -> Entry:
         raise ValueError(f"unknown drafter {name!r} (known: {', '.join(ENTRIES)})") from None
 
 
+def check_settings(settings: Any) -> None:
+    """Refuse (ValueError, one line) a drafter the settings cannot run on any pair: one not
+    registered, or a tree from a drafter that proposes chains."""
+    e = entry(settings.drafter)
+    if settings.drafts_tree and not e.tree:
+        trees = [n for n, o in ENTRIES.items() if o.tree]
+        raise ValueError(
+            f"a tree needs a drafter that drafts trees: the {' or '.join(trees)} drafter "
+            f"({settings.drafter} proposes one chain)"
+        )
+
+
 def check_drafter(pair: Any, settings: Any) -> None:
-    """Refuse (ValueError, one line) a drafter this pair cannot run: one that needs a draft
-    model, on a pair without one."""
+    """Refuse (ValueError, one line) a drafter this pair cannot run: one check_settings
+    refuses, or one that needs a draft model, on a pair without one."""
+    check_settings(settings)
     e = entry(settings.drafter)
     if e.needs_draft_model and pair.draft is None:
         others = [n for n, o in ENTRIES.items() if not o.needs_draft_model]

@@ -16,6 +16,7 @@ from typing import Any
 import gradio as gr
 
 from specviz.config import Deployment, Limits, Setting, Settings, form_defaults, offered
+from specviz.drafters import CHOICES
 from specviz.ui import lesson_recorder, share
 from specviz.ui.content import HOW_TO_READ, PRESET_FIELDS, PRESETS, apply_preset
 from specviz.ui.context import AppContext
@@ -124,8 +125,8 @@ def widget(s: Setting, value: Any, limits: Limits, visible: bool = True) -> Any:
     common: dict[str, Any] = {"label": m.label, "elem_id": m.elem_id, "visible": visible}
     if s.kind is bool:
         return gr.Checkbox(value, **common)
-    if m.choices:
-        return gr.Radio(list(m.choices), value=value, **common)
+    if choices := m.choices or CHOICES.get(s.name):
+        return gr.Radio(list(choices), value=value, **common)
     if s.kind is tuple:
         return gr.Textbox(value, placeholder="e.g. 2,2,1", max_lines=1, **common)
     if s.kind is str:
