@@ -38,7 +38,8 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from specviz import metrics
-from specviz.config import DEFAULT_PROMPT, Settings
+from specviz.clock import clock
+from specviz.config import DEFAULT_GAMMAS, DEFAULT_PROMPT, Settings
 from specviz.threads import policy
 
 if TYPE_CHECKING:
@@ -47,9 +48,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 K = TypeVar("K", bound=Hashable)
-
-# The gammas `costs` measures by default, and the range the refined prediction is judged on.
-DEFAULT_GAMMAS = (1, 2, 4, 8)
 
 
 class Timer:
@@ -650,8 +648,6 @@ def measure_bandwidth(
     copy's by reads and writes together; a decode step mostly reads, so the larger of the
     two is the bandwidth a step can hope for. Medians, so that a spell of other work on a
     shared machine moves the figure little."""
-    import time
-
     import torch
 
     dev = torch.device(device)
@@ -659,14 +655,11 @@ def measure_bandwidth(
     n = mib * 2**20 // 4
     src = torch.ones(n, dtype=torch.float32, device=dev)
     dst = torch.empty_like(src)
-    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
 
     def timed(fn: Callable[[], Any]) -> float:
-        sync()
-        t0 = time.perf_counter()
+        t0 = clock(dev)
         fn()
-        sync()
-        return time.perf_counter() - t0
+        return clock(dev) - t0
 
     with torch.inference_mode():
         timed(src.sum)

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from specviz import metrics
+from specviz.clock import clock
 from specviz.config import Settings
 from specviz.drafters import Drafter, check_drafter, drafter_for
 from specviz.drafters import entry as drafter_entry
@@ -39,7 +40,7 @@ from specviz.pair import RAN_EAGER, LoadedModel, ModelPair
 from specviz.rounds import ChainRounds, RoundStrategy, TreeRounds, check_tree_request
 from specviz.sampling import next_token, top2_gap
 from specviz.trace import SCHEMA, Round, Trace
-from specviz.updates import Update, clock
+from specviz.updates import Update
 from specviz.verify import verification_for
 
 

@@ -23,6 +23,8 @@ from typing import Any, Protocol
 import torch
 from transformers import DynamicCache
 
+from specviz.clock import clock
+
 
 def common_prefix(a: list[int], b: list[int]) -> int:
     """Length of the longest common prefix of two token lists."""
@@ -176,7 +178,7 @@ class CachedLM:
         )
         logits = out.logits[0, -keep:, : self.vocab_size].to(self.out_device)  # [keep, V]
         self._keep_hidden(out, keep)
-        self.busy_s += finished(logits) - t0
+        self.busy_s += clock(logits.device) - t0
         self.tokens.extend(seq[start:])
         self.calls += 1
         return logits
@@ -211,7 +213,7 @@ class CachedLM:
         )
         logits = out.logits[0, -keep:, : self.vocab_size].to(self.out_device)  # [keep, V]
         self._keep_hidden(out, keep)
-        self.busy_s += finished(logits) - t0
+        self.busy_s += clock(logits.device) - t0
         self.tokens.extend(ids)
         self.calls += 1
         self.branched = True
@@ -289,10 +291,3 @@ def tree_refusal(model: torch.nn.Module) -> str | None:
     if impl not in ("sdpa", "eager"):
         return f"trees need sdpa or eager attention; this model uses {impl}"
     return None
-
-
-def finished(t: torch.Tensor) -> float:
-    """perf_counter once the work that produced t is done (a CUDA sync; nothing on a CPU)."""
-    if t.device.type == "cuda":
-        torch.cuda.synchronize(t.device)
-    return time.perf_counter()

@@ -2,7 +2,8 @@
 not at all. The text goes to a temporary file beside the final name, which then replaces it
 in one step (os.replace), so a run cut short, a full disk or a reader opening the file
 meanwhile finds the previous file or the new one, never half of one. JSON is written one way
-everywhere (indent 1, UTF-8 as it is); CSV through pandas, without the index.
+everywhere (indent 1, UTF-8 as it is); CSV through pandas, without the index; a Markdown
+table (the bench's and the GPU check's, ready for the docs) by :func:`markdown_table`.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,13 @@ def write_text(path: Path, text: str) -> Path:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+def markdown_table(head: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """A Markdown table: the header, its rule, then one line per row (each value as str)."""
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(str(value) for value in row) + " |" for row in rows]
+    return "\n".join(lines)
 
 
 def write_json(path: Path, value: Any, allow_nan: bool = True) -> Path:

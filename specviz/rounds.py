@@ -25,6 +25,7 @@ from typing import Protocol
 
 import torch
 
+from specviz.clock import clock
 from specviz.config import Settings
 from specviz.drafters.base import Draft, Drafter, target_out
 from specviz.lm import ModelCache, tree_refusal
@@ -33,7 +34,6 @@ from specviz.record import round_decisions, tree_decisions
 from specviz.sampling import warp
 from specviz.trace import Round
 from specviz.tree import ROOT, keep_path, target_rows
-from specviz.updates import clock
 from specviz.verify.base import Verification
 
 

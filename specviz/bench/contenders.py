@@ -26,8 +26,9 @@ from typing import Any
 import torch
 
 from specviz.bench.options import SAMPLE_TEMPERATURE, SAMPLE_TOP_P, BenchOptions, reference_gamma
+from specviz.clock import clock
 from specviz.config import Settings
-from specviz.engine import clock, generate
+from specviz.engine import generate
 from specviz.pair import ModelPair
 from specviz.trace import Trace
 

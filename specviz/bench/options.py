@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from specviz.bench.prompts import KINDS, QUICK_KINDS
-from specviz.config import COMPILE_BACKENDS
+from specviz.config import COMPILE_BACKENDS, DEFAULT_GAMMAS
 
 MODES = ("greedy", "sample")
 SAMPLE_TEMPERATURE, SAMPLE_TOP_P = 0.8, 0.95  # Chen et al.'s HumanEval setting
-FULL_GAMMAS = (1, 2, 4, 8)
+FULL_GAMMAS = DEFAULT_GAMMAS
 QUICK_GAMMAS = (4, 8)
 FULL_TOKENS, QUICK_TOKENS = 128, 32
 REPS = 3

@@ -138,15 +138,14 @@ def format_table(result: BenchResult) -> str:
             roofs.setdefault((s["item"], s["gamma"]), {})[s["mode"]] = f"{s['roofline']:.2f}"
     head = ["ratio", "gamma", *[_mode_title(m) for m in modes], "target"]
     head += ["roofline's prediction"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     keys = sorted(cells, key=lambda k: (ITEM_ORDER.index(k[0]), k[1] or 0))
     for item, g in keys:
         vals = [cells[(item, g)].get(m, "n/a") for m in modes]
         gamma = "best" if item in AT_BEST_GAMMA else ("" if g is None else str(g))
         roof = " / ".join(roofs.get((item, g), {}).get(m, "") for m in modes).strip(" /")
-        row = [ROWS[item].label, gamma, *vals, ROWS[item].target, roof]
-        lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines)
+        rows.append([ROWS[item].label, gamma, *vals, ROWS[item].target, roof])
+    return outfiles.markdown_table(head, rows)
 
 
 def _mode_title(mode: str) -> str:
@@ -176,11 +175,9 @@ def format_contenders(result: BenchResult) -> str:
         return ""
     t = df.groupby(["contender", "mode"], sort=False)["ms_per_token"].mean().unstack("mode")
     modes = [m for m in result.options["modes"] if m in t.columns]
-    lines = ["| contender | " + " | ".join(f"ms/token {_mode_title(m)}" for m in modes) + " |"]
-    lines.append("|---|" + "---|" * len(modes))
-    for name, row in t.iterrows():
-        lines.append(f"| {name} | " + " | ".join(f"{row[m]:.1f}" for m in modes) + " |")
-    return "\n".join(lines)
+    head = ["contender", *(f"ms/token {_mode_title(m)}" for m in modes)]
+    rows = ([name, *(f"{row[m]:.1f}" for m in modes)] for name, row in t.iterrows())
+    return outfiles.markdown_table(head, rows)
 
 
 def format_loads(result: BenchResult) -> str:

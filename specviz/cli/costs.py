@@ -16,7 +16,7 @@ from specviz.cli.args import (
     say,
     settings_from_args,
 )
-from specviz.config import DEFAULT_PROMPT
+from specviz.config import DEFAULT_GAMMAS, DEFAULT_PROMPT
 
 
 def add_parser(sub: Any) -> None:
@@ -26,8 +26,9 @@ def add_parser(sub: Any) -> None:
     cmd.add_argument(
         "--gammas",
         default=None,
-        help="comma-separated, e.g. 1,2,4,8 (default: 1,2,4,8; on the packaged path those of "
-        "them whose target calls have packages here)",
+        help="comma-separated, e.g. 1,2,4,8 (default: "
+        f"{','.join(map(str, DEFAULT_GAMMAS))}; on the packaged path those of them whose "
+        "target calls have packages here)",
     )
     cmd.add_argument("--prompt", default=DEFAULT_PROMPT)
     cmd.add_argument("--reps", type=int, default=9, help="timed calls per width (median)")
@@ -47,7 +48,7 @@ def cmd_costs(args: argparse.Namespace) -> int:
     from specviz import costs, metrics
 
     settings = settings_from_args(args)
-    gammas = csv_list(args.gammas, int) or costs.DEFAULT_GAMMAS
+    gammas = csv_list(args.gammas, int) or DEFAULT_GAMMAS
     for g in gammas:
         settings.with_(gamma=g)  # one-line error for a gamma out of range
     if not 3 <= args.reps <= 100:

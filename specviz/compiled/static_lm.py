@@ -11,9 +11,10 @@ import torch
 from transformers import StaticCache
 from transformers.cache_utils import StaticLayer
 
+from specviz.clock import clock
 from specviz.compiled.compiler import Compiler
 from specviz.compiled.policy import cache_len
-from specviz.lm import common_prefix, finished, input_device, kv_dtype, load_layers
+from specviz.lm import common_prefix, input_device, kv_dtype, load_layers
 
 _pool: weakref.WeakKeyDictionary[torch.nn.Module, dict[int, list[StaticCache]]] = (
     weakref.WeakKeyDictionary()
@@ -147,7 +148,7 @@ class StaticLM:
             if w > m or not isinstance(self.compiler, Compiler):
                 self._move(start + m)
         logits = out[:, : self.vocab_size].to(self.out_device)
-        self.busy_s += finished(logits) - t0
+        self.busy_s += clock(logits.device) - t0
         self.tokens.extend(new)
         self.calls += 1
         return logits

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from specviz.aoti import AotiForwards, AotiStep, export_step, state_of
-from specviz.engine import clock
+from specviz.clock import clock
 from specviz.gpucheck.measure import forward_ms, lm_ms
 from specviz.gpucheck.plan import Plan, prompt_ids
 

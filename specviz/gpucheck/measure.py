@@ -12,9 +12,10 @@ from typing import Any
 import torch
 
 from specviz import metrics
+from specviz.clock import clock
 from specviz.config import Settings
 from specviz.costs import Timer, interleaved_calls
-from specviz.engine import clock, generate
+from specviz.engine import generate
 from specviz.gpucheck.plan import (
     ALPHAS,
     GAMMA,

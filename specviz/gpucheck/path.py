@@ -27,9 +27,10 @@ from typing import Any
 
 import torch
 
+from specviz.clock import clock
 from specviz.compiled import StaticLM, compiler_for
 from specviz.config import Settings
-from specviz.engine import clock, generate
+from specviz.engine import generate
 from specviz.gpucheck.measure import forward_ms, lm_ms
 from specviz.gpucheck.plan import GAMMA, Plan, build, close_draft, pair_of, prompt_ids
 from specviz.pair import ModelPair

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from specviz.config import Settings
 from specviz.pair import LoadedModel, ModelPair
 
 SCHEMA = "specviz-gpu-check/1"
@@ -22,7 +23,7 @@ ALPHAS = (0.6, 0.8, 0.9)
 MAX_VERIFY = 9  # positions of the largest verify call measured: gamma up to 8
 
 
-GAMMA = 4  # drafts per round in the engine-overhead comparison
+GAMMA = Settings().gamma  # drafts per round in the engine-overhead comparison: the default
 
 
 def shape(

@@ -96,8 +96,7 @@ def _f(x: Any, nd: int = 2) -> str:
 
 
 def _table(head: list[str], rows: list[list[Any]]) -> str:
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    return "\n".join(lines + ["| " + " | ".join(_f(value) for value in r) + " |" for r in rows])
+    return outfiles.markdown_table(head, ([_f(value) for value in r] for r in rows))
 
 
 def format_table(res: dict) -> str:

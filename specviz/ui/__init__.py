@@ -1,7 +1,7 @@
 """The Gradio app: the only package that imports gradio.
 
 Modules, each with one job (imports point down this list, never up):
-    layout        the Blocks from its sections, the six tabs composed; serving
+    layout        the Blocks from its sections, its tabs composed (listed there); serving
     blocks        gr.Blocks, with the outputs a frame leaves alone sent at no cost
     controls      the left column and its own events (presets, pair loading)
     api           the named endpoint /generate

@@ -17,6 +17,7 @@ from typing import Any
 import gradio as gr
 
 from specviz.analysis.sweep import SweepEvent, SweepPlan, format_table, sweep
+from specviz.config import DEFAULT_GAMMAS
 from specviz.ui.context import AppContext
 from specviz.ui.errors import model_failures
 from specviz.ui.frames import FRAME_S
@@ -27,7 +28,6 @@ from specviz.ui.worker import Worker
 from specviz.views import across_runs, markup
 
 GAMMA_CHOICES = (1, 2, 3, 4, 5, 6, 7, 8)
-DEFAULT_GAMMAS = (1, 2, 4, 8)
 MAX_APP_REPS = 5  # the CLI allows more; the app keeps a sweep to minutes
 INTRO = (
     "Measure speculative and autoregressive decoding for each gamma at the current "
