@@ -7,6 +7,7 @@ measured; a malformed link, a shared run's id and a corrupt lesson are one line 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -75,11 +76,13 @@ def test_the_link_plays_every_step_and_walks_the_rounds_with_no_model_call(recor
     calls = MODEL_THREAD.calls
     out = lesson_replay.open_lesson(store, session, form, lesson_id)
     seen: dict[int, dict] = {}
+    walked: dict[int, list[str]] = {}  # the rounds each step's Steps showed, in order
     for _ in range(80):  # every step, every round of the Run steps, and back to step 1
         number = int(out["recorded"].split('data-step="')[1].split('"')[0])
         if len(seen) == 7 and number == 1:
             break
         seen.setdefault(number, {}).update(out)
+        walked.setdefault(number, []).extend(re.findall(r"round (\d+) of \d+", out["status"]))
         out = step_update(session, form, ctx)
     assert sorted(seen) == list(range(1, 8))
     for number, shown in seen.items():
@@ -89,6 +92,7 @@ def test_the_link_plays_every_step_and_walks_the_rounds_with_no_model_call(recor
         assert step.said in shown["recorded"] and machine in shown["recorded"]
     for number in (1, 2, 4):  # a Run step: its rounds, one per Step, then every view
         run = lesson.runs[lesson.steps[number - 1].run]
+        assert walked[number] == [str(i) for i in range(1, len(run.spec.rounds) + 1)]
         machine = lesson.measured(lesson.steps[number - 1].measured_at, run)
         assert run.ar.machine["cpu"] in machine
         assert f"round {len(run.spec.rounds)} of {len(run.spec.rounds)}" in seen[number]["status"]
