@@ -7,8 +7,12 @@ Every output channel of a stacked layer is the same row of weights times the sam
 before, and the int8 and int4 layers quantise per output row (specviz.offline), so the
 quantised stacked layer holds the same rows and scales as the separate ones; specviz's int8
 kernel sums each output in an order that does not depend on the channels computed beside
-it (specviz/csrc/int8_linear.cpp), so its outputs are the separate layers' outputs, bit for
-bit. What changes is the number of calls: a decode step of the offline draft makes 121
+it (specviz/csrc/int8_linear.cpp) for the widths a chain's calls take, 1 to 8 rows, so there
+its outputs are the separate layers' outputs, bit for bit. At 9 and 10 rows (a tree level
+of 9 or 10 nodes) they are not: with float32 activations about 18 % of the stacked
+outputs differ from the separate ones in the last bits. The draft's q stays the
+distribution each draft was drawn from either way; only the bits differ. What changes
+is the number of calls: a decode step of the offline draft makes 121
 products instead of 211 (30 layers, and the LM head), and the smaller calls paid most of
 their time in starting up. On 2 cores of an Intel Xeon with AVX-512 and AMX, the w8-bf16
 draft's products at one row, read from memory, took a median of 9.16 ms stacked against

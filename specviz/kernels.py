@@ -19,12 +19,13 @@ as ATen's kernel does. A 16-bit input (the w8-bf16 and w8-fp16 drafts' activatio
 as int16 against each row's largest magnitude, and its products with the int8 weights are
 summed exactly in integers: a third of the float loop's instructions per weight. The int8
 layers call it on AVX2 and AVX-512 CPUs (specviz.offline.Int8WeightLinear, eager and
-packaged). On 2 threads of an Intel Xeon with AVX-512 and AMX the w8 draft's 211 products at
-1 row took 5.06 ms against 7.95 for ATen's kernel and 8.61 for inductor's reductions, read
-from cache (135 MB: 4.9 ms at the 27.7 GB/s measured there); read from memory, as a round
-reads them after the target's call, the int16 form took 8.5 to 9.0 ms against 9.8 to 10.5
-for the float loop at 1 row, and 9.5 to 10.2 against 12.0 to 12.1 at 2 rows. On an AMD EPYC
-with AVX-512 the float loop's packaged step was the same as ATen's (7.24 against 7.40 ms).
+packaged). On 2 threads of an Intel Xeon with AVX-512 and AMX the w8 draft's products at 1
+row (211 then; 121 since specviz.fusion stacks them) took 5.06 ms against 7.95 for ATen's
+kernel and 8.61 for inductor's reductions, read from cache (135 MB: 4.9 ms at the 27.7 GB/s
+measured there); read from memory, as a round reads them after the target's call, the int16
+form took 8.5 to 9.0 ms against 9.8 to 10.5 for the float loop at 1 row, and 9.5 to 10.2
+against 12.0 to 12.1 at 2 rows. On an AMD EPYC with AVX-512 the float loop's packaged step
+was the same as ATen's (7.24 against 7.40 ms).
 
 ``top_p`` cuts a row to its nucleus in one pass and a sort of a few hundred candidates, where
 torch's ``topk`` and masked cut take several passes and, on a CPU fresh from a model call,

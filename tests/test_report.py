@@ -209,6 +209,23 @@ def test_wilson_interval_matches_the_textbook_values() -> None:
     assert lo == 0.0 and math.isclose(hi, 1.959963984540054**2 / (20 + 1.959963984540054**2))
 
 
+def test_the_bootstrap_over_prompts_keeps_a_prompts_drafts_together() -> None:
+    """Ten prompts, half accepting every draft and half none: pooled 0.5 either way. Wilson
+    (drafts independent) over 1,000 drafts is narrow; resampling whole prompts is as wide as
+    the prompts are few. Seeded: the same interval twice, whatever the prompts' order."""
+    counts = [(100, 100)] * 5 + [(0, 100)] * 5
+    lo, hi = stats.prompt_bootstrap(counts)
+    wlo, whi = stats.wilson(500, 1000)
+    assert lo < 0.3 and hi > 0.7 and whi - wlo < 0.07 and lo < wlo and hi > whi
+    assert stats.prompt_bootstrap(list(reversed(counts))) == [lo, hi]
+    # prompts that agree give a narrow interval: the width comes from between prompts
+    even = stats.prompt_bootstrap([(50, 100)] * 10)
+    assert even == [0.5, 0.5]
+    assert stats.prompt_bootstrap([(0, 0)]) is None
+    r = stats.rate(500, 1000, counts)
+    assert (r["prompts_lo"], r["prompts_hi"]) == (lo, hi) and r["lo"] == wlo
+
+
 def expected_from_frames(traces) -> dict:
     """Acceptance, tokens per call, P(accept k | 1..k-1), the histogram and the kinds, from
     the rounds table (one row per decision) with pandas: not the report's code."""
@@ -266,6 +283,9 @@ def test_statistics_equal_an_independent_computation(whole) -> None:
         assert cond == want["conditional"]
         for r in got["conditional_acceptance"]:
             assert r["lo"] <= r["rate"] <= r["hi"]
+            assert r["prompts_lo"] <= r["rate"] <= r["prompts_hi"]
+        boot = got["acceptance_interval_prompts"]
+        assert boot[0] <= got["acceptance"] <= boot[1]
         assert got["histogram"] == want["histogram"]
         kinds = {k: (v["accepted"], v["verified"]) for k, v in got["token_kinds"].items()}
         assert kinds == want["kinds"]

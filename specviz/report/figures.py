@@ -57,7 +57,7 @@ def acceptance_figure(report: dict[str, Any]) -> go.Figure:
     )
     return lay_out(
         fig,
-        "acceptance (95% Wilson) and tokens per call",
+        "acceptance (95% Wilson: drafts taken as independent) and tokens per call",
         "category",
         "acceptance",
         360,
@@ -115,7 +115,7 @@ def conditional_figure(report: dict[str, Any]) -> go.Figure:
         return empty_figure("no drafts were verified")
     return lay_out(
         fig,
-        "P(accept k | accepted 1..k-1), 95% Wilson",
+        "P(accept k | accepted 1..k-1), 95% Wilson (drafts taken as independent)",
         "draft position k",
         "conditional acceptance",
         400,
@@ -172,7 +172,7 @@ def kinds_figure(report: dict[str, Any]) -> go.Figure:
         return empty_figure("no drafts were verified")
     return lay_out(
         fig,
-        "acceptance by kind of drafted token (95% Wilson)",
+        "acceptance by kind of drafted token (95% Wilson, drafts taken as independent)",
         "kind of token",
         "acceptance",
         400,

@@ -62,7 +62,8 @@ def overview_table(report: dict[str, Any]) -> str:
     det, tim = report["deterministic"], report["timing"]
     head = (
         "<tr><th class='l'>category</th><th>prompts</th><th>new tokens</th><th>acceptance "
-        "[95%]</th><th>{m}</th><th>tokens / call</th><th>speedup</th><th>predicted</th>"
+        "[95% Wilson, drafts independent] [95% bootstrap over prompts]</th><th>{m}</th>"
+        "<th>tokens / call</th><th>speedup</th><th>predicted</th>"
         "<th>c</th><th>best gamma</th></tr>"
     )
     rows = []
@@ -72,10 +73,12 @@ def overview_table(report: dict[str, Any]) -> str:
         d = det["categories"].get(name) if name != OVERALL else det[OVERALL]
         t = tim["categories"].get(name) if name != OVERALL else tim[OVERALL]
         lo, hi = d["acceptance_interval"]
+        boot = d.get("acceptance_interval_prompts")  # absent from a report written before it
+        by_prompt = "" if not boot else f" [{boot[0]:.3f}, {boot[1]:.3f}]"
         rows.append(
             f"<tr><td class='l'>{'<b>overall</b>' if name == OVERALL else esc(name)}</td>"
             f"<td>{d['prompts']}</td><td>{d['new_tokens']}</td>"
-            f"<td>{_num(d['acceptance'])} [{lo:.3f}, {hi:.3f}]</td>"
+            f"<td>{_num(d['acceptance'])} [{lo:.3f}, {hi:.3f}]{by_prompt}</td>"
             f"<td>{_num(d['expected_acceptance'])}</td><td>{_num(d['tokens_per_call'], '.2f')}</td>"
             f"<td>{_num(t['speedup'], '.2f', 'x')}</td>"
             f"<td>{_num(t['predicted_speedup'], '.2f', 'x')}</td><td>{_num(t['c'], '.2f')}</td>"

@@ -12,11 +12,16 @@ differences) goes into its "timing" part.
 Definitions (also in DEFINITIONS, printed in the report):
 
 - acceptance = accepted drafts / verified drafts, pooled over the category's rounds
-  (specviz.metrics' definition, over many traces).
+  (specviz.metrics' definition, over many traces). Two 95% intervals beside it: Wilson's
+  score interval, which treats every draft as an independent trial (drafts of one prompt
+  are not: they share its text and its rounds, so this interval is too narrow where
+  prompts differ), and a percentile bootstrap over prompts (:func:`prompt_bootstrap`:
+  whole prompts resampled, their drafts kept together), which makes no such assumption.
 - tokens per call = new tokens / target calls, pooled.
 - conditional acceptance at draft position k = accepted at k / verified at k. A draft at
   position k is verified only when drafts 1..k-1 of its round were accepted, so this is
-  P(accept k | accepted 1..k-1). Intervals: Wilson's 95% score interval.
+  P(accept k | accepted 1..k-1). Intervals: Wilson's (drafts independent) and the
+  bootstrap over prompts, as for acceptance.
 - the accepted-length histogram counts rounds by drafts accepted (0..gamma).
 - a decision's cost: at a rejected draft x, p(x), the target's own probability of the token
   the verification threw away (what the text would have kept with that probability had the target
@@ -68,7 +73,11 @@ DEFINITIONS = {
     "tokens per call": metrics.DEFINITIONS["tokens per call"] + ", pooled over the prompts",
     "conditional acceptance": "P(accept k | accepted 1..k-1) = accepted at draft position k / "
     "verified at k (a draft at k is verified only after 1..k-1 were accepted); "
-    "Wilson 95% interval",
+    "95% intervals as for acceptance",
+    "intervals": "Wilson 95% score interval: every draft an independent trial (drafts of "
+    "one prompt are not, so it is too narrow where prompts differ); beside it the 95% "
+    f"percentile bootstrap over prompts ({BOOTSTRAP_RESAMPLES} resamples of whole prompts, "
+    f"seed {BOOTSTRAP_SEED}), which keeps each prompt's drafts together",
     "histogram": "rounds by the number of drafts they accepted",
     "cost": "p(x) of a rejected draft x: the target's probability of the token the verification "
     "threw away; P(reject) is the probability that the verification rejects at that position, "
@@ -105,10 +114,40 @@ def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def rate(k: int, n: int) -> dict[str, Any]:
-    """k of n, the rate and its Wilson interval."""
+def prompt_bootstrap(
+    counts: list[tuple[int, int]], seed: int = BOOTSTRAP_SEED
+) -> list[float] | None:
+    """The 95% percentile bootstrap interval of a pooled rate sum k / sum n over prompts:
+    counts holds each prompt's (k, n); a resample draws as many prompts as there are, with
+    replacement, and pools their counts, so one prompt's drafts move together. Resamples
+    with no trial are left out; None where no prompt has one. The counts are taken in
+    sorted order, so the interval depends on the prompts' counts, not on their order."""
+    import numpy as np
+
+    if sum(n for _, n in counts) == 0:
+        return None
+    kn = np.asarray(sorted(counts), dtype=np.float64)  # [P, 2]
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(kn), size=(BOOTSTRAP_RESAMPLES, len(kn)))  # [R, P]
+    k, n = kn[picks, 0].sum(axis=1), kn[picks, 1].sum(axis=1)  # [R]
+    rates = k[n > 0] / n[n > 0]
+    return [float(value) for value in np.percentile(rates, [2.5, 97.5])]
+
+
+def rate(k: int, n: int, per_prompt: list[tuple[int, int]] | None = None) -> dict[str, Any]:
+    """k of n, the rate, its Wilson interval (lo, hi) and, given each prompt's counts, the
+    bootstrap interval over prompts (prompts_lo, prompts_hi; None without a trial)."""
     lo, hi = wilson(k, n)
-    return {"accepted": k, "verified": n, "rate": k / n if n else None, "lo": lo, "hi": hi}
+    boot = prompt_bootstrap(per_prompt) if per_prompt is not None else None
+    return {
+        "accepted": k,
+        "verified": n,
+        "rate": k / n if n else None,
+        "lo": lo,
+        "hi": hi,
+        "prompts_lo": None if boot is None else boot[0],
+        "prompts_hi": None if boot is None else boot[1],
+    }
 
 
 def token_kind(text: str) -> str:
@@ -209,18 +248,29 @@ def summary(traces: list[Trace]) -> dict[str, Any]:
         "accepted": accepted,
         "acceptance": accepted / verified if verified else None,
         "acceptance_interval": list(wilson(accepted, verified)),
+        "acceptance_interval_prompts": prompt_bootstrap(
+            [(t.stats.accepted, t.stats.verified) for t in traces]
+        ),
         "tokens_per_call": tokens / calls if calls else None,
         "mean_accepted_per_round": (
             sum(r.n_accepted for t in traces for r in t.rounds) / rounds if rounds else None
         ),
         "measure": name,
         "expected_acceptance": measure,
-        "conditional_acceptance": [
-            {"position": i + 1, **rate(k, n)} for i, (k, n) in enumerate(position_counts(traces))
-        ],
+        "conditional_acceptance": conditional(traces),
         "histogram": histogram(traces),
         "token_kinds": kind_counts(traces),
     }
+
+
+def conditional(traces: list[Trace]) -> list[dict[str, Any]]:
+    """The conditional acceptance at each draft position, pooled, with both intervals."""
+    each = [position_counts([t]) for t in traces]
+    out = []
+    for i, (k, n) in enumerate(position_counts(traces)):
+        per_prompt = [c[i] if i < len(c) else (0, 0) for c in each]
+        out.append({"position": i + 1, **rate(k, n, per_prompt)})
+    return out
 
 
 def trace_file(index: int, which: str = "spec") -> str:

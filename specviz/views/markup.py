@@ -354,10 +354,12 @@ def exact_note_html(
     """What the text is distributed as: the target's own sampling at these settings,
     whatever the draft does (the promise of both papers, in one sentence), as the run's
     verification and its target's dtype (as the trace records it; None before a run) allow.
-    The promise is one of exact arithmetic: in float32 greedy speculative text must equal
-    the target's own greedy text; in a 16-bit dtype the verify call and a one-token call
-    round differently, a near tie's argmax can flip and the texts may part (Chen et al.:
-    "within hardware numerics"), so the note says so there rather than "never". A draft
+    The promise is the distribution's (Chen et al.: "within hardware numerics"). Greedy
+    text equals the target's own greedy text token for token only where the verify call
+    gives each row the sum a one-token call gives (the packaged CPU path); elsewhere, float32
+    included, the two calls differ in the last bits (in a 16-bit dtype by far more), so a
+    near tie's argmax can flip and the texts may part: the note says so rather than
+    "never". A draft
     temperature is mentioned only when it differs from the target's (then q's warp differs
     from p's); it can raise or lower the acceptance, so no direction is claimed."""
     greedy = settings.is_greedy
@@ -381,8 +383,9 @@ def exact_note_html(
         )
         if dtype is None:
             note += (
-                " That is exact in float32; in a 16-bit dtype rounding can part a greedy text "
-                "from the target's own."
+                " Up to rounding: the verify call and a one-token call round differently (in "
+                "float32 in the last bits, in a 16-bit dtype by more), so where two tokens "
+                "nearly tie a greedy text can part from the target's own."
             )
     elif greedy:
         note = (
