@@ -175,7 +175,8 @@ def test_narration_tells_the_round_from_its_numbers():
     later = narration.narrate_round(sample_trace().rounds[1])
     assert "read the prompt" not in later[0] and "read the prompt" not in later[1]
     assert lines[2] == (
-        "Draft 1 'Hi': p = 0.500, q = 0.400, min(1, p/q) = 1.00; u = 0.30 < 1.00, so it was accepted."
+        "Draft 1 'Hi': p = 0.500, q = 0.400, min(1, p/q) = 1.00; u = 0.30 < 1.00, "
+        "so it was accepted."
     )
     assert lines[3].endswith("min(1, p/q) = 0.20; u = 0.90 ≥ 0.20, so it was rejected.")
     assert lines[4] == "Draft 3 was discarded without a test ('x'): they came after the rejection."
