@@ -24,6 +24,15 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
+    """At the count the app computes at on a quiet machine (specviz.threads: the cores this
+    process may use, or SPECVIZ_THREADS), so that the draft is chosen at the app's count."""
+    from specviz.threads import policy
+
+    with policy().holding():
+        return _prepare(args)
+
+
+def _prepare(args: argparse.Namespace) -> int:
     """Print the converted model's directory, then the offline draft's choice."""
     from specviz import draft_choice, metrics
     from specviz.compiled import packages
