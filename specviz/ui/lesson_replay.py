@@ -110,7 +110,8 @@ def open_lesson(store: SharedRuns, session: Session, form: Form, lesson: Any) ->
             "models": markup.status_html("no pair loaded yet: Run loads it"),
         }
     session.recorded = Walk(lesson_id, recorded_lesson, form)
-    return enter(session, 0)
+    # the live lesson's panel folds: the recorded lesson's own panel shows its steps
+    return {**enter(session, 0), "lesson_box": gr.Accordion(open=False)}
 
 
 def walks(session: Session, form: Form) -> bool:
@@ -280,5 +281,6 @@ def wire(page: Page) -> None:
             show_progress="hidden",
             concurrency_id="pages",
             concurrency_limit=CONCURRENCY,
+            trigger_mode="multiple",  # each press moves one step, however fast they come
             **INTERNAL,
         )

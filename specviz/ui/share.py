@@ -200,7 +200,8 @@ def wire(page: Page) -> None:
     page.blocks.load(
         opened,
         [sess, *page.inputs],
-        [*page.outputs, ctrls["pair_go"]],
+        # the lesson panel folds away on a recorded lesson's page (specviz.ui.lesson_replay)
+        [*page.outputs, ctrls["pair_go"], page.lesson["lesson_box"]],
         show_progress="hidden",
         concurrency_id="pages",
         concurrency_limit=CONCURRENCY,
