@@ -1,7 +1,7 @@
 // Run once when the page loads (launch(js=...)): the presentation mode from the URL, and its
 // keys: Space or the right arrow presses Step, unless focus is in a field (__FIELDS__) or, for
-// Space, on something Space presses anyway (__PRESSABLE__); and the prompt's tooltip. Filled in
-// by specviz.ui.present.
+// Space, on something Space presses anyway (__PRESSABLE__); the prompt's tooltip; and the watch
+// on a pressed Run (assets/queue-watch.js). Filled in by specviz.ui.present.
 () => {
   const root = document.documentElement;
   // the prompt's whole text as its tooltip, where its box shows only part of it
@@ -22,4 +22,5 @@
     e.preventDefault();
     if (!e.repeat) step.click();
   });
+  (__QUEUE_WATCH__)();
 }

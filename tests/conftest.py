@@ -224,6 +224,7 @@ SLOWEST_FIRST = (
     "test_verify_contract",  # 43 s
     "test_share_browser",  # 38 s
     "test_display_browser",  # 38 s
+    "test_queue_lost_browser",  # 30 s
     "test_layout_browser",  # 27 s
     "test_faults",  # 26 s
     "test_cli",  # 22 s

@@ -11,6 +11,7 @@ assets/present-*.js.
 
 from __future__ import annotations
 
+from specviz.ui import queue_watch
 from specviz.ui.assets import script
 from specviz.ui.page import INTERNAL, Page
 
@@ -27,13 +28,15 @@ PRESSABLE = "button, a[href], summary, [role=button], [role=checkbox]"
 
 def page_js() -> str:
     """The page script (launch(js=...)), run once when the page loads: the mode from the
-    URL, and the keys (assets/present-page.js)."""
+    URL, and the keys (assets/present-page.js); then the watch on a pressed Run
+    (specviz.ui.queue_watch)."""
     return script(
         "present-page",
         FROM_URL=script("present-from-url"),
         ROOT_CLASS=ROOT_CLASS,
         FIELDS=FIELDS,
         PRESSABLE=PRESSABLE,
+        QUEUE_WATCH=queue_watch.page_js(),
     )
 
 
