@@ -352,7 +352,7 @@ def test_the_targets_packages_differ_between_widths_by_far_less_than_the_outputs
     that they agree bit for bit: the rest of a package is generated per width, and no
     capability gives the same bits on every CPU. Inductor's scalar code did on an AMD EPYC,
     family 25 model 17, and differed by up to 5.3e-5 in 94 % of logits on an Intel Xeon,
-    family 6 model 167; docs/compiled.md gives the margins.)"""
+    family 6 model 167; docs/compiled.md, Exactness.)"""
     _needs(cap)
     out = _job(results, f"{cap}-check").out
     gap = min(out[v]["min_gap"] for v in VARIANTS)

@@ -18,8 +18,7 @@ same cache, as transformers recommends.
 Caches are handed back when a run finishes and reused by the next run of the same model and
 length, so that their buffers keep one address (CUDA graphs replay on fixed addresses).
 
-What a compiled call costs beyond its arithmetic, and what removes it (docs/compiled.md has
-the measurements):
+What a compiled call costs beyond its arithmetic, and what removes it (docs/compiled.md):
 
 - dynamo's guards: checked on every call, nearly all on the model's weights and modules. Only
   the guards on the call's own tensors are kept (``_input_guards``); each model has a
