@@ -96,6 +96,29 @@ def test_greedy_speculative_equals_greedy_autoregressive_on_the_offline_pairs_pa
         assert fw is not None and fw.calls > 0 and fw.eager_calls == 0, m.name
 
 
+@pytest.mark.parametrize("setting", ["gamma 8", "adaptive gamma"])
+def test_greedy_speculative_equals_greedy_autoregressive_on_the_packaged_path_when_wide(
+    offline_pair, setting
+):
+    """At gamma 8 (a 9-position verification) and under adaptive gamma (up to 33), on the
+    offline pair's packaged path as auto takes it: greedy speculative output equals the
+    packaged autoregressive baseline's. A wide package sums each row as the 1-position step
+    does (tests/test_packages.py holds that bit for bit); the set-up builds none, so here
+    the target finds no package for its widths and says it ran eager, as docs/compiled.md
+    states."""
+    compiled = offline_pair.with_compile("auto")
+    if compiled.compile_backend != "aoti":
+        pytest.skip("no compiled packages here: the eager path is tested above")
+    base = Settings(greedy=True, max_new_tokens=GREEDY_TOKENS)
+    s = base.with_(gamma=8) if setting == "gamma 8" else base.with_(adaptive_gamma=True)
+    for prompt in PROMPTS[:2]:
+        ar = generate(compiled, prompt, s.with_(method="ar"))
+        spec = generate(compiled, prompt, s.with_(trace_level="minimal"))
+        assert spec.token_ids == ar.token_ids, (setting, prompt)
+        assert "ran eager" not in ar.models["target"]
+        assert spec.stats.target_calls < len(ar.token_ids)  # it did speculate
+
+
 def _check_caches(run: Run, seq: list[int]) -> None:
     target = run.target_lm
     # the target holds every accepted token but the last, which the next round feeds

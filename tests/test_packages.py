@@ -9,11 +9,13 @@ C++: about 10 s each on 2 CPU cores).
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 from specviz.compiled import cache_len, packages
-from specviz.config import Settings
+from specviz.config import Limits, Settings
 from specviz.engine import Run, generate
 from tests.tiny import close_pair, tiny_pair
 
@@ -564,3 +566,71 @@ def test_costs_measure_only_the_gammas_the_packages_serve(store):
     assert other.compile_backend != "aoti" or not costs.compiled_gammas(
         other, PROMPT, (1, GAMMA, 8), TOKENS
     )
+
+
+# --- verifications wider than the kernels' rows (gamma 8, adaptive gamma) ---------------
+
+WIDE = (5, 9)  # with 1 and GAMMA + 1: adaptive gamma's widths up to a max_gamma of 8
+
+
+@pytest.fixture(scope="module")
+def wide(store, tmp_path_factory):
+    """The module's packages and the tiny target's 5- and 9-position calls beside them, in a
+    store of their own (the module's store keeps its widths for the tests above)."""
+    pair, _ = store
+    folder = tmp_path_factory.mktemp("aoti-wide")
+    for f in packages.store().iterdir():
+        (folder / f.name).symlink_to(f)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(packages, "store", lambda: folder)
+    built = packages.prepare(
+        {"target": pair.target.model}, {"target": WIDE}, _length(pair), report=lambda _m: None
+    )
+    assert sorted(built) == ["target/5", "target/9"]
+    yield pair
+    mp.undo()
+
+
+def test_a_wide_verification_gives_each_row_the_one_position_steps_logits(wide):
+    """Greedy spec == AR on the packages at any width rests on this: the target's 9-position
+    call (a verification at gamma 8; adaptive gamma's widths go to 33) sums every row as its
+    1-position step does, bit for bit (its linear layers through specviz.linear 8 rows at a
+    time, its attention as per-query reductions), as its 5-position call does."""
+    from specviz import kernels
+
+    if not kernels.ready():
+        pytest.skip("specviz's kernels are not built here: packages keep inductor's sums")
+    pair = wide
+    compiled = pair.with_compile("auto")
+    ids = pair.encode_prompt(PROMPT)
+    tokens = generate(pair, PROMPT, _greedy(method="ar")).token_ids[: max(WIDE)]
+    for width in WIDE:
+        seq = ids + tokens[:width]
+        with torch.inference_mode():
+            alone = compiled.open_cache(compiled.target, (1, width), len(seq) + 1)
+            alone.logits(ids)
+            steps = torch.stack([alone.logits(seq[: len(ids) + i + 1])[-1] for i in range(width)])
+            together = compiled.open_cache(compiled.target, (1, width), len(seq) + 1)
+            together.logits(ids)
+            call = together.logits(seq, keep=width)
+        assert type(alone).__name__ == type(together).__name__ == "StaticLM"
+        for lm in (alone, together):
+            lm.close()
+        differ = [i for i in range(width) if not torch.equal(steps[i], call[i])]
+        assert not differ, f"width {width}: rows {differ} differ from the 1-position step's"
+
+
+def test_greedy_speculative_on_packages_equals_autoregressive_at_gamma_8_and_adaptive(wide):
+    pair = wide
+    compiled = pair.with_compile("auto")
+    want = generate(compiled, PROMPT, _greedy(method="ar")).token_ids
+    assert want == generate(pair, PROMPT, _greedy(method="ar")).token_ids
+    for s in (_greedy().with_(gamma=8), _greedy().with_(adaptive_gamma=True)):
+        s = dataclasses.replace(s, limits=Limits(max_gamma=8))
+        run = Run(compiled, PROMPT, s)
+        for _ in run:
+            pass
+        assert run.trace.token_ids == want, s
+        assert "ran eager" not in run.trace.models["target"], run.trace.models
+        assert type(run.target_lm).__name__ == "StaticLM"
+        assert run.trace.stats.target_calls < len(want)  # it did speculate

@@ -49,6 +49,8 @@ from specviz.aoti import AotiForwards, AotiStep, export_step, say
 from specviz.kernels import capability  # a package's key names it
 
 FORMAT = 11  # bump when a package's layout, calling convention or generated code changes
+# bump when the code of a call wider than kernels.STREAMED_ROWS changes (those calls only)
+WIDE_ROWS = 2
 PROBE_TOKEN = 1
 aten = torch.ops.aten
 
@@ -86,6 +88,9 @@ def key(model: torch.nn.Module, width: int, length: int) -> dict[str, Any]:
         "length": int(length),
         # specviz's kernel library its code may call (specviz.kernels; "" where unused)
         "kernels": kernels.tag() if device.type == "cpu" else "",
+        # how a call wider than the kernels' rows is computed: its rows 8 at a time, and its
+        # attention as per-query reductions (WIDE_ROWS); a narrower call's key is unchanged
+        **({"wide": WIDE_ROWS} if width > kernels.STREAMED_ROWS else {}),
     }
 
 
@@ -125,27 +130,30 @@ def _rows_as_reductions(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 def _package_linear(
     x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """linear in a CPU package, in x's dtype: at 1 to 8 rows in float32 where specviz's
-    kernels are built (an AVX2 or AVX-512 CPU, specviz.kernels), their specviz.linear, which
-    streams the weights once for up to 5 or 6 rows and sums each output in the same order
-    whatever rows are beside it; otherwise _rows_as_reductions. The target's one-position step (the
-    autoregressive call) and its verification then sum each linear layer's outputs alike.
-    (With inductor's reductions at one row and the kernel at 2 to 8, 76 % of the linear
-    outputs differed in their last bits.) The rest of a package (attention, norms, their
-    fusions) is still generated per width, so the two calls' logits can differ in the last
-    bits, as the eager model's do (docs/compiled.md gives the margin). On 2 cores of an AMD
+    """linear in a CPU package, in x's dtype: in float32 where specviz's kernels are built
+    (an AVX2 or AVX-512 CPU, specviz.kernels), their specviz.linear, which streams the
+    weights once for up to 5 or 6 rows and sums each output in the same order whatever rows
+    are beside it; a verification of more than 8 rows (gamma 8, adaptive gamma's 9, 17 and
+    33) calls it on 8 rows at a time; otherwise _rows_as_reductions. The target's
+    one-position step (the autoregressive call) and its verification at any width then sum
+    each linear layer's outputs alike (with inductor's reductions at one row and the kernel at
+    2 to 8, 76 % of the linear outputs differed in their last bits). The rest of a package
+    (attention, norms, their fusions) is generated per width, as per-row loops: the offline
+    target's 1-, 5- and 9-position calls gave bit-identical rows (docs/compiled.md,
+    Exactness; tests/test_packages.py holds it on a tiny target). On 2 cores of an AMD
     EPYC (AVX2), side by side in one process, the fp32 target's 1-position step took 25 to
     27 ms with the kernel against 25 to 26 with the reductions, its 5-position call 30 to
     32 ms against 31.5 to 33.5; under AVX-512, where the kernel prefetches the next tile's
     weights, see specviz.kernels."""
     rows = x.numel() // max(1, x.shape[-1])
-    if (
-        rows <= kernels.STREAMED_ROWS
-        and x.dtype == w.dtype == torch.float32
-        and x.device.type == "cpu"
-        and kernels.ready()
-    ):
-        out = torch.ops.specviz.linear(x, w)
+    if x.dtype == w.dtype == torch.float32 and x.device.type == "cpu" and kernels.ready():
+        if rows <= kernels.STREAMED_ROWS:
+            out = torch.ops.specviz.linear(x, w)
+        else:  # a verification wider than 8: its rows in calls of up to 8, each summed alike
+            flat = x.reshape(-1, x.shape[-1])
+            parts = flat.split(kernels.STREAMED_ROWS)
+            out = torch.cat([torch.ops.specviz.linear(part, w) for part in parts])
+            out = out.reshape(*x.shape[:-1], w.shape[0])
     else:
         out = _rows_as_reductions(x.reshape(-1, x.shape[-1]), w).to(x.dtype)
         out = out.reshape(*x.shape[:-1], w.shape[0])
@@ -204,7 +212,7 @@ def _attention_on_laid_out_query(
     cores of an AMD EPYC, a third of its packaged step; 25 us laid out."""
     laid = query.contiguous()
     query = torch.ops.prims.inductor_force_stride_order(laid, list(laid.stride()))
-    if query.shape[-2] <= kernels.STREAMED_ROWS and not is_causal and dropout_p == 0.0:
+    if not is_causal and dropout_p == 0.0:  # a decode call's queries, at every width
         return _attention_as_reductions(query, key, value, attn_mask, scale)
     if attn_mask is not None and attn_mask.dtype == torch.bool:  # as the op's front end does
         attn_mask = torch.zeros_like(attn_mask, dtype=query.dtype).masked_fill(
@@ -222,12 +230,13 @@ def _attention_as_reductions(
     attn_mask: torch.Tensor | None,
     scale: float | None,
 ) -> torch.Tensor:
-    """The attention of a decode call's few positions (1 to STREAMED_ROWS queries) as
+    """The attention of a decode call's positions (a package's width, 1 to 33 queries) as
     products and sums over the cache, in float32 as the math form computes a 16-bit model's
     attention: each score a sum over the head's channels, each output a sum over the cached
     positions, a query head reading its group's key and value head (grouped-query attention
     without repeating the cache). Inductor fuses them into loops over the cache, at every
-    width as at one position; the math form's two batched products at 2 to 8 positions are
+    width as at one position, so each query's sums do not depend on the queries beside it
+    (tests/test_packages.py); the math form's two batched products at 2 or more positions are
     ATen calls (60 a call of the offline pair, each 25 to 29 us for bf16). On 2 cores of an
     Intel Xeon with AVX-512 and AMX the w8-bf16 draft's packaged 2-position call took 12.2 to
     12.4 ms against 13.0 in a generation's rounds; the fp32 target's calls were unchanged."""
