@@ -40,6 +40,7 @@ from specviz.config.deployment import threads_setting
 WINDOW_S = 0.25  # one reading of the rest of the machine
 DROP = 0.3  # the rest uses more than this of a core: one thread fewer per busy core
 RISE = 0.15  # below this, over two windows running: the count goes back up
+GAP_S = 0.1  # a rest at least this long: what other processes ran in it sets the next count
 BUSY = 0.25  # a run whose rest used more than this of a core, on average, met a busy machine
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
 PROC = Path("/proc")
@@ -155,6 +156,16 @@ class Reading:
     at: float  # monotonic seconds
     busy_s: float  # the machine's (or the container's) busy CPU seconds
     team_s: float  # the team's CPU seconds
+    process_s: float = 0.0  # this whole process's CPU seconds, every thread
+
+
+def _outside(a: Reading, b: Reading) -> float:
+    """The cores other processes kept busy from reading a to reading b (this process's own
+    threads, the app's server among them, left out)."""
+    wall = b.at - a.at
+    if wall <= 0:
+        return 0.0
+    return max(0.0, (b.busy_s - a.busy_s) - (b.process_s - a.process_s)) / wall
 
 
 def _others(a: Reading, b: Reading) -> float:
@@ -277,7 +288,9 @@ class ThreadPolicy:
 
     def pace(self) -> int:
         """Between model calls, on the thread that computes: take a reading once a window
-        has passed and set this thread's count from it. Returns the count."""
+        has passed and set this thread's count from it. The first reading after a rest (or
+        the thread's first) sets the count from what other processes ran while it waited,
+        so that a run does not start on a core another program holds. Returns the count."""
         st = self._state()
         now = time.monotonic()
         if st["last"] is not None and now - st["last"].at < WINDOW_S:
@@ -287,18 +300,28 @@ class ThreadPolicy:
             return st["threads"]
         prev, st["last"] = st["last"], reading
         if prev is None:
+            gap, st["gap"] = st["gap"], None
+            if gap is not None and reading.at - gap.at >= GAP_S and self._adapts(st):
+                outside = _outside(gap, reading)
+                st["quiet"] = 0
+                self._set(st, max(1, self.cores - int(outside + 1 - DROP)))
             return st["threads"]
         others = _others(prev, reading)
         self._record(st["threads"], reading.at - prev.at, others)
-        if self.fixed is None and st["held"] is None:
+        if self._adapts(st):
             self._decide(st, others)
         return st["threads"]
 
+    def _adapts(self, st: dict[str, Any]) -> bool:
+        return self.fixed is None and st["held"] is None
+
     def rest(self) -> None:
         """On the thread that computes, when it goes idle: its next window starts at its
-        next pace, so that what ran while it waited (another process, a page being built)
-        is not read as the load its next call meets."""
-        self._state()["last"] = None
+        next pace, and only other processes' use meanwhile sets the count it starts at:
+        this process's own work while the thread waited (a page being built) is not the
+        load its next call meets."""
+        st = self._state()
+        st["last"], st["gap"] = None, self._read(st)
 
     def _decide(self, st: dict[str, Any], others: float) -> None:
         """One fewer thread per core the rest keeps busy (more than DROP of it); back up
@@ -330,9 +353,11 @@ class ThreadPolicy:
                 "threads": self.top,
                 "quiet": 0,
                 "held": None,
+                "gap": None,
             }
             self._local.state = st
             torch.set_num_threads(self.top)
+            st["gap"] = self._read(st)  # the first pace reads the span from here
         return st
 
     def _read(self, st: dict[str, Any]) -> Reading | None:
@@ -344,7 +369,7 @@ class ThreadPolicy:
         if busy is None:
             return None
         team = sum(thread_cpu_s(t) for t in team_tids(st["tid"]))
-        return Reading(time.monotonic(), busy, team)
+        return Reading(time.monotonic(), busy, team, time.process_time())
 
     def reset(self) -> int:
         """The computing thread starts anew at the top count (its first reading comes at its
