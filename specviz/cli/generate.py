@@ -53,6 +53,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from specviz.threads import policy
 
     threads = policy()  # a bad thread setting stops here, before any load
+    threads.rest()  # what other programs run from here on sets the count the runs start at
     pair = load_pair_from_args(args)
     from specviz.engine import Run, check_request, interleave, warm_up
 
@@ -69,6 +70,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         else:  # one Run at a time, so no finished trace is kept
             runs = [Run(pair, args.prompt, s.with_(method=args.method), raw=args.raw)]
         with threads.watch() as load:  # the thread count follows the machine between calls
+            threads.pace()  # the first call (it reads the prompt) starts on the free cores
             for _ in interleave(runs) if args.compare else runs[0]:
                 threads.pace()
         group = [r.trace for r in reversed(runs)]  # the baseline first, then the run
