@@ -88,10 +88,10 @@ class ClassPool:
         """The answers pooled on one draft of a link (none: an empty Tally)."""
         with self._lock:
             votes = list(self._links.get(link, {}).get(draft, {}).values())
-        numbers = [v for v in votes if not isinstance(v, bool)]
+        numbers = [vote for vote in votes if not isinstance(vote, bool)]
         return Tally(
-            kept=sum(v is True for v in votes),
-            rejected=sum(v is False for v in votes),
+            kept=sum(vote is True for vote in votes),
+            rejected=sum(vote is False for vote in votes),
             numbers=len(numbers),
             number_sum=float(sum(numbers)),
         )

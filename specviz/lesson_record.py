@@ -121,7 +121,7 @@ class RecordedStep:
     run: int | None = None  # index into RecordedLesson.runs: the run the step showed
     focus: tuple[int, int] | None = None  # the decision it opened: (round index, position)
     deal: int | None = None  # the round index it dealt to play
-    views: dict[str, str] = field(default_factory=dict)  # FIGURES as JSON, HTML_VIEWS as HTML
+    drawn: dict[str, str] = field(default_factory=dict)  # FIGURES as JSON, HTML_VIEWS as HTML
 
     @property
     def walked(self) -> bool:
@@ -138,7 +138,7 @@ class RecordedStep:
             "run": self.run,
             "focus": list(self.focus) if self.focus is not None else None,
             "deal": self.deal,
-            "views": dict(self.views),
+            "drawn": dict(self.drawn),
         }
 
     @classmethod
@@ -156,9 +156,9 @@ class RecordedStep:
                 raise ValueError("a step's focus is not (round, position)")
             focus = (_int(focus[0], "focus round"), _int(focus[1], "focus position"))
         deal = d.get("deal")
-        views = _mapping(d.get("views", {}), "views")
+        drawn = _mapping(d.get("drawn", {}), "drawn")
         kept = {}
-        for name, value in views.items():
+        for name, value in drawn.items():
             if name not in FIGURES + HTML_VIEWS:
                 raise ValueError(f"a step keeps an unknown view {str(name)[:20]!r}")
             kept[name] = _text(value, name)

@@ -222,7 +222,7 @@ class Load:
             "cores": self.cores,
             "threads_mode": self.mode,
             "threads": self.threads_text(),
-            "seconds_at_threads": {str(k): round(v, 3) for k, v in self.seconds_at.items()},
+            "seconds_at_threads": {str(n): round(t, 3) for n, t in self.seconds_at.items()},
             "others_cores": None if mean is None else round(mean, 3),
             "others_cores_max": round(max(self.others), 3) if self.others else None,
             "busy": self.busy,

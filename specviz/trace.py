@@ -440,8 +440,8 @@ def _machine(d: Any) -> dict[str, Any]:
     for key, value in d.items():
         where = f"trace.machine.{key}"
         if isinstance(value, dict):
-            for v in value.values():
-                _expect(v, float, where)
+            for number in value.values():
+                _expect(number, float, where)
         elif value is not None and not isinstance(value, (str, int, float, bool)):
             raise ValueError(f"{where} must be a plain value, got {type(value).__name__}")
         if isinstance(value, str) and len(value) > 200:

@@ -22,6 +22,7 @@ COST_NAMES = {
         ("gpucheck/measure.py", "*"),
         ("lesson_statements.py", "*"),
         ("metrics.py", "*"),
+        ("report/handout.py", "*"),
         ("report/stats.py", "*"),
         ("ui/frames.py", "*"),
         ("ui/theory_tab.py", "*"),

@@ -58,8 +58,8 @@ def test_the_recording_keeps_all_seven_steps(recorded) -> None:
         "play",
     ]
     assert all(s.said and s.kind in KINDS for s in lesson.steps)
-    assert set(lesson.steps[4].views) == {"sweep_plot", "sweep_table"}
-    assert set(lesson.steps[5].views) == {"check_plot", "check_summary"}
+    assert set(lesson.steps[4].drawn) == {"sweep_plot", "sweep_table"}
+    assert set(lesson.steps[5].drawn) == {"check_plot", "check_summary"}
     assert lesson.steps[6].deal is not None and lesson.steps[6].run is not None
     assert lesson.machine.cpu and "thread" in lesson.machine.threads
     # each run once: step 3 opens its rejection in a run kept for an earlier step or its own

@@ -143,7 +143,9 @@ def run_html(spec: Trace | None, ar: Trace | None, measured: str, decisions: boo
     main = spec or ar
     if main is None:
         return ""
-    models = ", ".join(f"{k} {v}" for k, v in main.models.items() if k in ("target", "draft"))
+    models = ", ".join(
+        f"{role} {name}" for role, name in main.models.items() if role in ("target", "draft")
+    )
     parts = [
         f"<p class='about'>{esc(markup.sampling_text(main.settings))}, gamma "
         f"{main.settings.gamma}, seed {main.settings.seed}; {esc(models)}</p>",
@@ -189,7 +191,7 @@ def step_html(lesson: RecordedLesson, number: int, step: RecordedStep) -> str:
         if rounds:
             parts.append(f"<p>Round {round_number(rounds[0].index)}, decision by decision:</p>")
             parts.append(decisions_html(run.spec, rounds))
-    for name, value in step.views.items():
+    for name, value in step.drawn.items():
         if name.endswith("_plot"):
             fig = plotly.io.from_json(value)
             if step.kind == "sweep":

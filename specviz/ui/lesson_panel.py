@@ -455,7 +455,7 @@ def check(action: CheckAction, session: Session, run: StepRun) -> Iterator[Chang
 
 
 def _right(action: CheckAction) -> str:
-    changed = {k: v for k, v in action.right.items() if BASE.get(k) != v}
+    changed = {k: value for k, value in action.right.items() if BASE.get(k) != value}
     changes = ", ".join(f"{k.replace('_', ' ')} {value}" for k, value in changed.items())
     return changes or f"the rule {action.right_rule}"
 

@@ -170,7 +170,7 @@ def record_updates(
         try:
             for out in act(step.action, session, StepRun(state, i, form, ctx)):
                 merged.update(out)
-                views = {k: v for k, v in out.items() if k in shown and k != "tabs"}
+                views = {k: value for k, value in out.items() if k in shown and k != "tabs"}
                 yield {**views, "status": line}
         except ValueError as exc:
             why = str(exc).splitlines()[0] if str(exc) else "invalid input"

@@ -133,7 +133,7 @@ def step_changes(session: Session) -> Changes:
         walk.at += 1
         out = round_changes_at(session, walk.at)
         if walk.at == n:
-            out.update(_measured_views(walk, step, out))
+            out.update(_measured_figures(walk, step, out))
         nxt = "Step for the next round" if walk.at < n else "Step goes on to the next step"
         line = f"{_where(walk)}, round {walk.at} of {n} ({nxt})"
         return {**out, "recorded": _panel(walk), "status": markup.status_html(line, "info")}
@@ -185,7 +185,7 @@ def enter(session: Session, index: int) -> Changes:
         main = run.spec or run.ar
         assert main is not None
         out.update(final_frame(session, main.settings.gamma, measure=False))
-        out.update(_measured_views(walk, step, out))
+        out.update(_measured_figures(walk, step, out))
         if step.walked and run.spec is not None and run.spec.rounds:
             out["tokens"] = markup.tokens_html([], run.spec.prompt)
             out["rounds"] = markup.rounds_html([])
@@ -193,7 +193,7 @@ def enter(session: Session, index: int) -> Changes:
         out.update(inspect_changes(session.spec, *step.focus))
     if step.deal is not None and session.spec is not None:
         out.update(deal_changes(session, round_number(step.deal)))
-    for name, value in step.views.items():
+    for name, value in step.drawn.items():
         out[name] = _figure(walk, step, value) if name.endswith("_plot") else value
     if step.kind in TABS:
         out["tabs"] = gr.Tabs(selected=TABS[step.kind])
@@ -239,7 +239,7 @@ def _panel(walk: Walk) -> str:
     )
 
 
-def _measured_views(walk: Walk, step: RecordedStep, frame: Changes) -> Changes:
+def _measured_figures(walk: Walk, step: RecordedStep, frame: Changes) -> Changes:
     """The speed line and the Speed chart with when and where they were measured."""
     out: Changes = {}
     words = walk.lesson.measured(step.measured_at, walk.lesson.run_of(step))
