@@ -163,7 +163,10 @@ def test_every_decision_agrees_with_the_object_and_its_sentences(
                 "narration": unescape(narration.narration_html(rnd, t.settings)),
             }
             said["verifier game"] = vg.verdict_sentence(game, len(game.drafts) - 1)
-            titles = [x.text for x in chart(rnd.index, dec.pos).layout.annotations]
+            # a title wrapped onto lines reads as one line of text
+            titles = [
+                x.text.replace("<br>", " ") for x in chart(rnd.index, dec.pos).layout.annotations
+            ]
             said["decision chart"] = " ".join(titles)
             assert f"resampled: drawn from {SHORT_SOURCES[src]}" in titles
             found = first_rejection(t)

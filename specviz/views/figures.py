@@ -53,14 +53,26 @@ TITLE_CHARS = 52
 
 
 def wrapped(text: str, width: int = TITLE_CHARS) -> str:
-    """A title broken at spaces (Plotly's <br>) into lines of at most width characters."""
+    """A title broken at spaces (Plotly's <br>) into lines of at most width characters; a
+    parenthesised formula ("norm(max(0, p − q))") stays on one line."""
     lines: list[str] = []
-    for word in text.split(" "):
+    for word in _words(text):
         if lines and len(lines[-1]) + 1 + len(word) <= width:
             lines[-1] += " " + word
         else:
             lines.append(word)
     return "<br>".join(lines)
+
+
+def _words(text: str) -> list[str]:
+    """text split at the spaces outside parentheses."""
+    words, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += (ch == "(") - (ch == ")")
+        if ch == " " and depth <= 0:
+            words.append(text[start:i])
+            start = i + 1
+    return [*words, text[start:]]
 
 
 def lines_of(text: str) -> int:
