@@ -396,3 +396,15 @@ def test_the_lessons_wrong_rule_fails_on_the_offline_pair_within_the_budget(offl
     assert w["target_calls"] <= 1 + n and w["target_fed"] <= prompt_len + n * gamma, w
     assert w["draft_calls"] <= 1 + n * (gamma - 1), w
     assert w["target_calls"] + w["draft_calls"] <= n / 4, w
+
+
+def test_the_offline_pair_checks_its_rule_on_caches_that_hold_the_prompt(offline_pair) -> None:
+    """The offline draft takes the target's keys and values of the prompt when its cache is
+    empty; the check's caches hold the prompt already, and its runs draft from them."""
+    from specviz.modelthread import MODEL_THREAD
+
+    s = Settings(gamma=2, temperature=1.0, seed=0)
+    r = MODEL_THREAD.call(
+        lambda: distribution_check.run_check(offline_pair, "Say hi.", s, n=200, length=1)
+    )
+    assert r.n == 200 and r.spec_acceptance > 0

@@ -116,8 +116,15 @@ class TargetCopyDrafter(ModelDrafter):
     has_prompt: bool = False  # the draft's cache holds the prompt, taken from the target
     waits: bool = False  # this round drafted nothing, for the target to read the prompt
 
+    def _holds_prompt(self) -> bool:
+        """Whether the draft's cache holds the prompt: taken from the target, or there from
+        the start (a cache that already read it, as the distribution check's prompt cache
+        hands over): only an empty cache waits for the target's."""
+        self.has_prompt = self.has_prompt or bool(self.lm.tokens)
+        return self.has_prompt
+
     def propose(self, seq: list[int], gamma: int, gen: torch.Generator) -> Draft:
-        if not self.has_prompt:
+        if not self._holds_prompt():
             self.waits = True  # the target's call reads the prompt alone
             return Draft([], torch.empty(0, self.lm.vocab_size), "prompt")
         return super().propose(seq, gamma, gen)
@@ -125,7 +132,7 @@ class TargetCopyDrafter(ModelDrafter):
     def propose_tree(
         self, seq: list[int], depth: int, gen: torch.Generator
     ) -> tuple[TreeDraft, str]:
-        if depth > 0 and not self.has_prompt:
+        if depth > 0 and not self._holds_prompt():
             self.waits = True
             return TreeDraft(greedy=self.w.greedy), "prompt"
         return super().propose_tree(seq, depth, gen)
