@@ -37,7 +37,7 @@ def test_a_class_opens_one_link_while_a_run_goes_and_the_model_thread_does_nothi
     store = SharedRuns(tmp_path)
     settings = Settings(max_new_tokens=16, seed=3)
     spec = MODEL_THREAD.call(lambda: generate(text_pair, "Hello there", settings))
-    run_id = store.save(spec, None)
+    run_id = store.save(spec, None, imported=False)
     demo = serve(text_pair, shared=store)
     url = demo.local_url.rstrip("/")
     try:

@@ -343,9 +343,9 @@ def test_a_bad_thread_setting_stops_the_app_and_the_cli_in_one_line(monkeypatch,
     assert "SPECVIZ_THREADS must be 'auto' or a count" in err and err.count("\n") == 1
 
 
-def test_the_speed_tab_names_the_threads_and_the_page_warns_of_a_busy_machine(tiny) -> None:
+def test_the_speed_tab_names_the_threads_and_the_status_warns_of_a_busy_machine(tiny) -> None:
     """The views a finished run is shown with: the Table 1 columns carry the threads row
-    (with the CPU), and a run that met a busy machine says so above its speed line."""
+    (with the CPU), and a run that met a busy machine says so on its status line."""
     from specviz.config import Settings
     from specviz.engine import compare
     from specviz.ui.frames import final_frame
@@ -359,11 +359,11 @@ def test_the_speed_tab_names_the_threads_and_the_page_warns_of_a_busy_machine(ti
     session.start(spec, ar, "run")
     out = final_frame(session, spec.settings.gamma, measure=False)
     assert "2 threads of 2 cores (Some CPU)" in out["table1"]
-    assert "busy" not in out["speedline"] and "busy" not in out["table1"]
+    assert "busy" not in out["status"] and "busy" not in out["table1"]
     busy = Load(cores=2, mode="auto", cpu="Some CPU", seconds_at={1: 1.0}, others=[1.2, 0.9])
     for t in (spec, ar):
         t.machine = busy.to_dict()
     out = final_frame(session, spec.settings.gamma, measure=False)
     line = "The machine was busy during this run: other work used 1.05 of 2 cores"
-    assert line in out["speedline"] and line in out["table1"]
+    assert line in out["status"] and line in out["table1"]
     assert "1 thread of 2 cores (Some CPU)" in out["table1"]

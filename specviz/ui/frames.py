@@ -133,7 +133,9 @@ def final_frame(session: Session, gamma: int, measure: bool = True) -> Changes:
         "summary": summary_html(session),
         "table1": table1_html(spec, ar, guard, story.measured if story else None),
         "greedy_check": greedy_html(session),
-        "status": done_status(main, guard, session.imported),
+        # the guard's sentence, and the busy line where the rest of the machine was measured
+        # busy during the run
+        "status": done_status(main, _and(guard, busy_line(main)), session.imported),
         "race": race_hint(spec, ar),
         "time_split": timing.breakdown_figure(spec)
         if spec is not None and spec.rounds
@@ -142,9 +144,6 @@ def final_frame(session: Session, gamma: int, measure: bool = True) -> Changes:
         "tree_view": tree_frame(spec),
         "tree_compare": tree_compare_html(spec, ar),
     }
-    busy = machine_lines(main.machine)[1] if main is not None else ""
-    if busy:  # the rest of the machine was measured busy during the run
-        out["speedline"] = markup.status_html(busy, "warn") + out["speedline"]
     if session.imported:  # said beside the speed as long as the run is shown
         out["speedline"] = imported_html() + out["speedline"]
     if main is not None:
@@ -216,6 +215,16 @@ def story_of(spec: Trace | None, ar: Trace | None) -> SpeedStory | None:
     if spec is None or not spec.rounds:
         return None
     return speed_story(spec, ar)
+
+
+def busy_line(trace: Trace | None) -> str | None:
+    """The one line a run that met a busy machine is shown with (specviz.threads)."""
+    return (machine_lines(trace.machine)[1] or None) if trace is not None else None
+
+
+def _and(*sentences: str | None) -> str | None:
+    said = " ".join(x.rstrip(".") + "." for x in sentences if x)
+    return said.rstrip(".") or None
 
 
 def done_status(main: Trace | None, guard: str | None, imported: bool = False) -> str:

@@ -39,19 +39,28 @@ def esc(text: object) -> str:
 
 def visible_text(text: str) -> Markup:
     """Escaped token text with spaces, tabs and newlines made visible (carriage returns go);
-    the templates' ``visible`` filter."""
+    the templates' ``visible`` filter: a token's text, never broken inside."""
     return Markup(show_whitespace(esc(text).replace("\r", ""), _ws_span))
+
+
+def visible_words(text: str) -> Markup:
+    """As :func:`visible_text`, with a <wbr> after each space's mark: a long text (the
+    prompt, the baseline's output) breaks between its words, not inside one; the templates'
+    ``visible_words`` filter."""
+    return Markup(show_whitespace(esc(text).replace("\r", ""), _ws_break))
 
 
 @functools.cache
 def _ws_span(glyph: str, char: str) -> str:
-    """A whitespace glyph as a span; a tab or newline stays after it, for the layout, and a
-    space's mark is followed by <wbr>, where a line may break (the mark stands in for the
-    space, so text such as the prompt breaks between its words, not inside one; a token,
-    white-space: pre, never breaks)."""
-    return str(macro("text.html.j2", "ws")(glyph, "" if char == " " else char)) + (
-        "<wbr>" if char == " " else ""
-    )
+    """A whitespace glyph as a span; a tab or newline stays after it, for the layout."""
+    return str(macro("text.html.j2", "ws")(glyph, "" if char == " " else char))
+
+
+@functools.cache
+def _ws_break(glyph: str, char: str) -> str:
+    """A whitespace glyph as a span, and after a space's mark a <wbr>, where a line may
+    break (the mark stands in for the space)."""
+    return _ws_span(glyph, char) + ("<wbr>" if char == " " else "")
 
 
 def _finalize(value: object) -> object:
@@ -80,6 +89,7 @@ def environment() -> jinja2.Environment:
         auto_reload=False,  # the templates ship with the code: read once
     )
     env.filters["visible"] = visible_text
+    env.filters["visible_words"] = visible_words
     return env
 
 
