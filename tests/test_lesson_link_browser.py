@@ -66,7 +66,7 @@ def open_link(browser, url: str, query: str, width: int, height: int):
 
 
 def on_step(page, number: int) -> None:
-    page.locator(f"#sv-recorded [data-step='{number}']").wait_for(timeout=30_000)
+    page.locator(f"#sv-recorded [data-step='{number}']").wait_for(timeout=120_000)
 
 
 def test_the_link_plays_all_seven_steps_with_no_model_call(browser, lesson_url, lesson_id) -> None:
@@ -79,9 +79,9 @@ def test_the_link_plays_all_seven_steps_with_no_model_call(browser, lesson_url, 
         assert " thread" in panel.inner_text() and "measured" in panel.inner_text()
         # Step walks step 1's rounds: the first round's tokens, and a decision to click
         page.click("#sv-step")
-        page.locator("#sv-status").filter(has_text="round 1 of").wait_for(timeout=30_000)
+        page.locator("#sv-status").filter(has_text="round 1 of").wait_for(timeout=120_000)
         page.locator("#sv-tokens [data-status]").first.click()
-        page.locator("#sv-decision").filter(has_text="round 1 · position").wait_for(timeout=30_000)
+        page.locator("#sv-decision").filter(has_text="round 1 · position").wait_for(timeout=120_000)
         shot(page, "lesson-link-1280x720.png")
         for number in range(2, 8):
             page.click("#sv-recorded-next")
@@ -89,13 +89,13 @@ def test_the_link_plays_all_seven_steps_with_no_model_call(browser, lesson_url, 
             text = panel.inner_text()
             assert f"step {number} of 7: {STEPS[number - 1].title}" in text
             if number == 5:
-                page.wait_for_selector("#sv-sweep-plot .js-plotly-plot", timeout=30_000)
+                page.wait_for_selector("#sv-sweep-plot .js-plotly-plot", timeout=120_000)
                 assert "measured" in page.inner_text("#sv-sweep-plot")
             elif number == 6:
-                page.wait_for_selector("#sv-check-plot .js-plotly-plot", timeout=30_000)
+                page.wait_for_selector("#sv-check-plot .js-plotly-plot", timeout=120_000)
                 assert page.inner_text("#sv-check-summary").strip()
             elif number == 7:
-                page.locator("#sv-play-board .sv-play").first.wait_for(timeout=30_000)
+                page.locator("#sv-play-board .sv-play").first.wait_for(timeout=120_000)
                 shot(page, "lesson-link-step7.png")
             elif number in (2, 4):
                 assert page.locator("#sv-tokens [data-status]").count() == 0  # to be walked
@@ -117,7 +117,7 @@ def test_presentation_mode_walks_rounds_then_steps(browser, lesson_url, lesson_i
         page.mouse.click(5, 5)  # focus on the page, not in a field
         for i in range(1, total + 1):
             page.keyboard.press("Space")
-            status.filter(has_text=f"round {i} of {total}").wait_for(timeout=30_000)
+            status.filter(has_text=f"round {i} of {total}").wait_for(timeout=120_000)
             if i == 1:
                 shot(page, "lesson-link-present-1024x768.png")
         page.keyboard.press("Space")
@@ -159,7 +159,7 @@ def test_the_handout_opens_with_no_network(browser, lesson_url, lesson_id, tmp_p
         page = offline.new_page()
         page.route("**/*", refuse)
         page.goto(path.as_uri())
-        page.wait_for_selector(".js-plotly-plot .main-svg", timeout=30_000)
+        page.wait_for_selector(".js-plotly-plot .main-svg", timeout=120_000)
         assert page.locator(".sv-tok[class*='sv-accepted']").count() > 0
         assert page.locator(".js-plotly-plot").count() >= 4  # speed, sweep, checks
         headings = page.locator("h2").all_inner_texts()
