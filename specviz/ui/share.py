@@ -36,11 +36,10 @@ from specviz.sharestore import SharedRuns, check_id
 from specviz.trace import Trace, round_number
 from specviz.ui import lesson_replay
 from specviz.ui.errors import user_errors
-from specviz.ui.frames import final_frame, round_changes, sync_rounds, tree_frame
+from specviz.ui.frames import final_frame
 from specviz.ui.page import INTERNAL, Page
 from specviz.ui.state import IMPORTED, Changes, Form, Session
 from specviz.views import markup
-from specviz.views.narration import narration_html
 
 PARAM = "run"  # the query parameter of a shared run's link
 CONCURRENCY = 4  # shared pages rendered at once (their own queue, never the model's)
@@ -138,20 +137,9 @@ def step_changes(session: Session) -> Changes:
     assert spec is not None and spec.rounds
     n = len(spec.rounds)
     at = session.shared_at % n + 1
-    if at == 1:
-        with session.lock:
-            session.spans, session.rows = [], []
     session.shared_at = at
-    sync_rounds(session, upto=at)
+    out = lesson_replay.round_changes_at(session, at)  # as a recorded lesson walks a run
     rnd = spec.rounds[at - 1]
-    out: Changes = {}
-    if at == n:
-        out.update(final_frame(session, spec.settings.gamma, measure=False))
-    out["tokens"] = markup.tokens_html(session.spans[:at], spec.prompt)
-    out["rounds"] = markup.rounds_html(session.rows[:at])
-    out.update(round_changes(spec, rnd))
-    out["narration"] = narration_html(rnd, spec.settings)
-    out["tree_view"] = tree_frame(spec, rnd.index)
     msg = f"shared run {session.shared_id}: round {round_number(rnd.index)} of {n}, stored"
     msg += f" ({IMPORTED})" if session.imported else ""
     msg += " (the end: Step again starts over)" if at == n else " (Step for the next round)"
