@@ -43,7 +43,7 @@ def main() -> None:
         rounds += len(run.trace.rounds)
     rows, model = [], 0.0
     for (path, line, name), (_, calls, _, cum, _) in pstats.Stats(prof).stats.items():
-        if name == "logits" and path.endswith(("specviz/lm.py", "specviz/compiled/static_lm.py")):
+        if name == "logits" and path.endswith(("specviz/lm.py", "specviz/backend/static_lm.py")):
             model += cum
         if "specviz" in path and name not in ("logits", "forward", "round", "_spec", "propose"):
             rows.append((cum, calls, f"{path.split('specviz/')[-1]}:{line} {name}"))

@@ -24,7 +24,7 @@ machine's limit. Where no gamma is predicted to beat plain decoding,
 :func:`holdback` decides which term keeps the prediction below 1 (the one whose ideal
 value, c = 0, alpha = 1 or a verify call of one step, alone lifts it most) and
 :func:`guard_sentence` says so. Model calls are timed by the caches themselves (``busy_s`` of
-specviz.lm.CachedLM and specviz.compiled.StaticLM); a call of width w is repeated on the same
+specviz.lm.CachedLM and specviz.backend.StaticLM); a call of width w is repeated on the same
 cached context, the cache cropped back each time, so that only the call itself is timed.
 """
 

@@ -1,7 +1,7 @@
 """Model pairs: the registry, loading (offline GGUF or hub ids), caching, compatibility.
 
-The offline default pair needs no network: its models come from specviz.offline (the
-converted GGUF target) and specviz.draft_choice (the cheaper copy of it that measures best
+The offline default pair needs no network: its models come from specviz.backend.offline (the
+converted GGUF target) and specviz.backend.draft_choice (the cheaper copy of it that measures best
 on this machine, as the draft). Hub ids load through transformers, with trust_remote_code
 off, straight onto their device (or spread by a device map).
 
@@ -31,9 +31,9 @@ from typing import Any
 
 import torch
 
-from specviz import hub, kernels
-from specviz.config.deployment import max_pairs
-from specviz.offline import (
+from specviz import hub
+from specviz.backend import kernels
+from specviz.backend.offline import (
     OFFLINE_DRAFT,
     OFFLINE_IDS,
     OFFLINE_TARGET,
@@ -41,6 +41,7 @@ from specviz.offline import (
     prepare_offline,
     take_conversion_seconds,
 )
+from specviz.config.deployment import max_pairs
 from specviz.pair import LoadedModel, ModelPair, token_width
 
 log = logging.getLogger(__name__)
@@ -186,8 +187,8 @@ def _load_offline_target(device: torch.device, dtype: torch.dtype) -> LoadedMode
 
 def _load_offline_draft(device: torch.device) -> LoadedModel:
     """The fp32 target's cheaper copy that measures best on this machine (see
-    specviz.draft_choice); measured once per machine, then read from the cache."""
-    from specviz import draft_choice
+    specviz.backend.draft_choice); measured once per machine, then read from the cache."""
+    from specviz.backend import draft_choice
 
     t0 = time.perf_counter()
     base = _get_model(OFFLINE_TARGET, device, torch.float32)
@@ -243,7 +244,7 @@ def _get_model(
     """Load once per (id, device, dtype, spread); callers hold _lock."""
     key = (model_id, str(device), str(dtype), spread or "")
     if model_id == OFFLINE_DRAFT:  # a forced variant is another model
-        from specviz.draft_choice import requested
+        from specviz.backend.draft_choice import requested
 
         key = (*key, requested())
     if key not in _models:
@@ -348,6 +349,8 @@ def load_pair(
         incoming = sum(hub.check_fits(needed, limit).values()) if limit is not None else 0
         if not _pinned(key):
             _make_room(limit, incoming, spare=_hub_ids(spec))
+        if dev.type == "cpu":
+            kernels.ready()  # registers the top-p op that specviz.sampling's cut looks for
         target_tok = _get_tokenizer(spec.target)
         draft_tok = _get_tokenizer(spec.draft)
         check_tokenizers(draft_tok, target_tok, spec.draft, spec.target)
@@ -392,7 +395,7 @@ def _resolve(
         spread = None  # the offline target has 135M parameters: it fits anywhere
     variant = ""
     if OFFLINE_DRAFT in (spec.draft, spec.target):
-        from specviz.draft_choice import requested
+        from specviz.backend.draft_choice import requested
 
         variant = requested()  # a bad SPECVIZ_OFFLINE_DRAFT fails here, before any load
     key = (spec.name, spec.draft, spec.target, str(dev), str(dt), spread or "", variant)
@@ -457,7 +460,7 @@ def _release(key: tuple[str, ...], spare: list[str]) -> None:
 def prepare_offline_pair(device: str = "auto", remeasure: bool = False, say: Any = None) -> Any:
     """The set-up step: convert the offline GGUF (once) and choose this machine's offline
     draft (measured once, or again with remeasure); returns the DraftChoice."""
-    from specviz import draft_choice
+    from specviz.backend import draft_choice
 
     draft_choice.requested()  # a bad SPECVIZ_OFFLINE_DRAFT fails before any work
     dev = resolve_device(device)
@@ -483,7 +486,7 @@ def prepare_offline_pair(device: str = "auto", remeasure: bool = False, say: Any
     report = say or (lambda _m: None)
 
     def compile_packages(models: dict, widths: dict) -> dict[str, float]:
-        from specviz.compiled.packages import prepare
+        from specviz.backend.packages import prepare
 
         return prepare(
             models,
@@ -518,7 +521,7 @@ def packages_on(dev: torch.device) -> bool:
 
 def default_cache_len(tokenizer: Any) -> int:
     """The static cache length of a default run (the default prompt, settings and gamma)."""
-    from specviz.compiled import cache_len
+    from specviz.backend import cache_len
     from specviz.config import DEFAULT_PROMPT, Settings
     from specviz.pair import encode_prompt
 
@@ -532,11 +535,11 @@ def _two_cores() -> bool:
 
 def prepare_offline_packages(device: str = "auto", say: Any = None) -> dict[str, float] | None:
     """The set-up step's second half: on a CPU, compile the offline pair's calls of a
-    default run ahead of time (specviz.compiled.packages: the target's 1 and gamma + 1
+    default run ahead of time (specviz.backend.packages: the target's 1 and gamma + 1
     positions, the draft's 1 and 2, on the default run's cache), each once; later processes
     load them in milliseconds. SPECVIZ_AOTI=off skips it. Returns the seconds each build
     took ({} when every package was there), or None where nothing is built (a GPU, or off)."""
-    from specviz.compiled.packages import prepare
+    from specviz.backend.packages import prepare
     from specviz.config import Settings
 
     dev = resolve_device(device)
@@ -558,12 +561,12 @@ def prepare_offline_packages(device: str = "auto", say: Any = None) -> dict[str,
 
 
 def _worker(device: torch.device, length: int, todo: list[tuple[str, int]], *flags: str) -> Any:
-    """specviz.compiled.prepare_worker started on these (role, width) pairs."""
+    """specviz.backend.prepare_worker started on these (role, width) pairs."""
     import subprocess
     import sys
 
     return subprocess.Popen(
-        [sys.executable, "-m", "specviz.compiled.prepare_worker", *flags, device.type]
+        [sys.executable, "-m", "specviz.backend.prepare_worker", *flags, device.type]
         + [str(length)]
         + [f"{role}/{w}" for role, w in todo],
         stdout=subprocess.PIPE,
@@ -583,7 +586,7 @@ def _last_json(proc: Any) -> dict[str, Any] | None:
 
 
 class _WorkerBuild:
-    """specviz.compiled.prepare_worker building some packages in a second process; wait()
+    """specviz.backend.prepare_worker building some packages in a second process; wait()
     gives the seconds of each it built ({} when it failed: the caller builds those)."""
 
     def __init__(self, device: torch.device, length: int, todo: list[tuple[str, int]]) -> None:

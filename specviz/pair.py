@@ -24,7 +24,7 @@ class LoadedModel:
     vocab_size: int  # token ids it can embed and score (see token_width)
     load_s: float
     source: str  # "cache", "converted from GGUF", "hub", "derived"
-    # The offline draft's record (specviz.draft_choice.DraftChoice): which variant, its c
+    # The offline draft's record (specviz.backend.draft_choice.DraftChoice): which variant, its c
     # and alpha, measured on this machine. None for every other model.
     choice: Any = None
 
@@ -94,7 +94,7 @@ class ModelPair:
     context_len: int
     _texts: dict[int, str] = field(default_factory=dict, repr=False)
     # None: eager forwards on a DynamicCache; else the torch.compile backend of the
-    # compiled path (specviz.compiled). Set through with_compile.
+    # compiled path (specviz.backend). Set through with_compile.
     compile_backend: str | None = None
     aoti_build: bool = False  # the aoti backend named: a run builds the packages it lacks
     compile_auto: bool = False  # the backend was chosen by "auto", not named
@@ -158,7 +158,7 @@ class ModelPair:
     @property
     def draft_is_target_copy(self) -> bool:
         """Whether the draft is the target's own weights at a lower precision (the offline
-        draft, specviz.draft_choice): the same layers, heads and positions, so the target's
+        draft, specviz.backend.draft_choice): the same layers, heads and positions, so the target's
         keys and values of a prompt stand for the draft's own, and a run's draft takes the
         target's instead of reading the prompt (specviz.rounds)."""
         return self.draft is not None and self.draft.source == "derived"
@@ -173,7 +173,7 @@ class ModelPair:
     ) -> Any:
         """A cache for one of the pair's models (a specviz.lm.ModelCache): on the eager path
         (specviz.lm.CachedLM) when the pair has no compiled path or eager is asked (trees),
-        else on the compiled path (specviz.compiled.StaticLM), its calls after the prefill
+        else on the compiled path (specviz.backend.StaticLM), its calls after the prefill
         padded to one of widths on a static cache of at least max_len positions. On the
         aoti path a model without its packages runs eager (ran_eager says why). The engine
         opens every cache here, so it names no backend."""
@@ -182,10 +182,10 @@ class ModelPair:
         backend = self.compile_backend
         if backend is None or eager or m.name in self.eager_models:
             return CachedLM(m.model, self.vocab_size, self.device)
-        from specviz.compiled import StaticLM, cache_len, compiler_for
+        from specviz.backend import StaticLM, cache_len, compiler_for
 
         if backend == "aoti":
-            from specviz.compiled.packages import packaged
+            from specviz.backend.packages import packaged
 
             compiler: Any = packaged(m, widths, cache_len(max_len), self.aoti_build)
             if compiler is None:  # no package for this shape: the eager path, said once
@@ -203,8 +203,8 @@ class ModelPair:
         on demand)."""
         if self.compile_backend != "aoti" or self.aoti_build or m.name in self.eager_models:
             return tuple(widths)
-        from specviz.compiled import cache_len
-        from specviz.compiled.packages import has_package
+        from specviz.backend import cache_len
+        from specviz.backend.packages import has_package
 
         length = cache_len(max_len)
         return tuple(w for w in widths if has_package(m.model, w, length))
@@ -219,7 +219,7 @@ class ModelPair:
         if m.name in self.eager_models:
             return self.eager_models[m.name]
         if self.compile_backend == "aoti":
-            from specviz.compiled.packages import why_eager
+            from specviz.backend.packages import why_eager
 
             return why_eager(m.model) or "no compiled package for this model here"
         return "this model cannot run compiled"
@@ -227,23 +227,23 @@ class ModelPair:
     def check_tree(self) -> None:
         """Refuse (ValueError, one line) a tree on a compiled path that was named: trees run
         on the eager path only (a backend "auto" chose leaves them there quietly)."""
-        from specviz.compiled.policy import check_tree_path
+        from specviz.backend.policy import check_tree_path
 
         check_tree_path(None if self.compile_auto else self.compile_backend)
 
     def _packaged(self) -> bool:
         """Whether either model has a package compiled ahead of time on this machine."""
-        from specviz.compiled.packages import has_any
+        from specviz.backend.packages import has_any
 
         return any(has_any(m.model) for m in (self.target, self.draft) if m is not None)
 
     def with_compile(self, backend: str | None = "inductor") -> ModelPair:
         """The same models on the compiled path with this torch.compile backend; None or
-        "off": the eager path; "auto": specviz.compiled.auto_backend for the pair's device,
+        "off": the eager path; "auto": specviz.backend.auto_backend for the pair's device,
         or the eager path where a model cannot run compiled. Raises ValueError for a named
         backend that a model cannot run, except for a model with sliding-window attention:
         that one runs eager whatever the backend, and one line on stderr says why."""
-        from specviz.compiled import SlidingWindowRefused, auto_backend, check_compilable
+        from specviz.backend import SlidingWindowRefused, auto_backend, check_compilable
 
         auto = backend == "auto"
         if auto:

@@ -1,6 +1,7 @@
 """Distributions only: logits to distributions (warp), draws with an explicit generator, and
-the overlaps of two distributions, in torch (the top-p cut in specviz's own kernel where it is
-loaded: specviz.kernels). Every decision a verification makes lives in specviz.verify.
+the overlaps of two distributions, in torch (the top-p cut in specviz's own kernel,
+``torch.ops.specviz.top_p``, where the CPU backend has registered it: see _top_p_registered).
+Every decision a verification makes lives in specviz.verify.
 
 Notation as in both papers: p is the target's distribution, q the draft's. Every function
 here is stateless; randomness only ever comes from the ``torch.Generator`` passed in, so
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import torch
 
-from specviz import kernels
 from specviz.config import Warp
 
 
@@ -44,7 +44,7 @@ def warp(logits: torch.Tensor, w: Warp) -> torch.Tensor:
 
 def _kernel_cut(probs: torch.Tensor, top_p: float) -> torch.Tensor | None:
     """probs [..., V] cut to their nucleus and renormalised by specviz's own kernel
-    (``torch.ops.specviz.top_p``, specviz/csrc/top_p.cpp), where it is loaded and the rows
+    (``torch.ops.specviz.top_p``, specviz/backend/csrc/top_p.cpp), where it is loaded and the rows
     are a CPU's float32; None otherwise, or where the kernel cannot show a row's nucleus
     ends among the candidates it collects (the torch cut below then decides). It keeps as
     many tokens, and the same probabilities, as the full sort's cut; where tokens of equal
@@ -56,10 +56,25 @@ def _kernel_cut(probs: torch.Tensor, top_p: float) -> torch.Tensor | None:
     fetched again: at the defaults the draft's cut took about 0.6 ms a token with them."""
     if probs.device.type != "cpu" or probs.dtype != torch.float32 or probs.numel() == 0:
         return None
-    if not 0.0 < top_p < 1.0 - 1e-4 or not kernels.ready():  # the margin: the kernel's tau
+    if not 0.0 < top_p < 1.0 - 1e-4 or not _top_p_registered():  # the margin: the kernel's tau
         return None
     cut = torch.ops.specviz.top_p(probs.reshape(-1, probs.shape[-1]), top_p)
     return cut.reshape(probs.shape) if cut.numel() else None
+
+
+def _top_p_registered() -> bool:
+    """Whether ``torch.ops.specviz.top_p`` is there: the CPU backend registers it when it
+    loads its library (specviz.backend.kernels.ready(), on every CPU pair's load), so this
+    module reaches the kernel through torch's op registry and imports nothing of the backend."""
+    if _TOP_P:
+        return True
+    found = hasattr(torch.ops.specviz, "top_p")
+    if found:
+        _TOP_P.append(True)  # registered ops stay registered for the process's life
+    return found
+
+
+_TOP_P: list[bool] = []
 
 
 def _short_nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor | None:

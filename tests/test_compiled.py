@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specviz.compiled import (
+from specviz.backend import (
     SlidingWindowRefused,
     StaticLM,
     cache_len,
@@ -177,27 +177,27 @@ def test_models_without_static_cache_support_are_refused():
 
 
 def test_auto_compiles_on_cuda_only_and_falls_back_where_a_model_cannot(monkeypatch):
-    from specviz.compiled import auto_backend
+    from specviz.backend import auto_backend
 
     monkeypatch.delenv("SPACES_ZERO_GPU", raising=False)
     assert auto_backend(torch.device("cuda")) == "inductor"
-    monkeypatch.setattr("specviz.compiled.packages.available", lambda: True)
+    monkeypatch.setattr("specviz.backend.packages.available", lambda: True)
     assert auto_backend(torch.device("cpu")) == "aoti"  # where the set-up step built them
-    monkeypatch.setattr("specviz.compiled.packages.available", lambda: False)
+    monkeypatch.setattr("specviz.backend.packages.available", lambda: False)
     assert auto_backend(torch.device("cpu")) is None
     pair = tiny_pair()
     assert pair.with_compile("auto").compile_backend is None  # a CPU pair: eager
     assert pair.with_compile("off").compile_backend is None
     assert pair.with_compile(BACKEND).with_compile("off").compile_backend is None
     # where auto picks the compiled path, a model it cannot run stays eager, without error
-    monkeypatch.setattr("specviz.compiled.auto_backend", lambda device: BACKEND)
+    monkeypatch.setattr("specviz.backend.auto_backend", lambda device: BACKEND)
     assert pair.with_compile("auto").compile_backend == BACKEND
     bag = bag_pair(vocab=6, target_seed=3, draft_seed=4)
     assert bag.with_compile("auto").compile_backend is None
 
 
 def test_zero_gpu_runs_eager_and_refuses_a_named_backend(monkeypatch):
-    from specviz.compiled import auto_backend
+    from specviz.backend import auto_backend
 
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")
     assert auto_backend(torch.device("cuda")) is None
@@ -285,7 +285,7 @@ def _one_line(err: str) -> list[str]:
 def test_a_sliding_window_model_runs_eager_with_one_line(
     sliding_pair, backend, monkeypatch, capsys
 ):
-    monkeypatch.setattr("specviz.compiled.auto_backend", lambda device: BACKEND)  # auto compiles
+    monkeypatch.setattr("specviz.backend.auto_backend", lambda device: BACKEND)  # auto compiles
     pair = sliding_pair.with_compile(backend)
     assert pair.compile_backend is None
     lines = _one_line(capsys.readouterr().err)
@@ -338,7 +338,7 @@ def test_sliding_windows_are_found_in_every_family(family, fields, window):
 
     from transformers import AutoConfig
 
-    from specviz.compiled import sliding_window
+    from specviz.backend import sliding_window
 
     config = AutoConfig.for_model(
         family,

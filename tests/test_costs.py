@@ -1,5 +1,5 @@
 """Where a round's time goes (specviz.costs), the refined prediction, the guard's sentence,
-and the offline draft chosen by measurement (specviz.draft_choice)."""
+and the offline draft chosen by measurement (specviz.backend.draft_choice)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from specviz import costs, draft_choice, metrics
+from specviz import costs, metrics
+from specviz.backend import draft_choice
 from specviz.config import Limits, Settings
 from tests.tiny import tiny_model, tiny_pair
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from specviz.draft_choice import VARIANTS
+from specviz.backend.draft_choice import VARIANTS
 from tests import test_engine
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -78,8 +78,8 @@ def test_greedy_speculative_equals_greedy_autoregressive_on_the_offline_pairs_pa
     default run: target 1 and gamma + 1 positions, draft 1 and 2), greedy speculative output
     equals greedy autoregressive output on every test prompt, every call after the prefill
     running a package: the target's one-position step and its verification sum each output
-    in the same order (specviz.compiled.packages._package_linear)."""
-    from specviz.compiled import cache_len, packages
+    in the same order (specviz.backend.packages._package_linear)."""
+    from specviz.backend import cache_len, packages
 
     compiled = offline_pair.with_compile("auto")
     assert compiled.compile_backend == "aoti", "the set-up step built no packages"

@@ -12,7 +12,8 @@ import gradio as gr
 import pytest
 import torch
 
-from specviz import models, offline, ui
+from specviz import models, ui
+from specviz.backend import offline
 from specviz.config import Deployment, Limits
 from specviz.engine import generate
 from tests.conftest import set_up_threads
@@ -117,7 +118,7 @@ def fresh_model_cache(monkeypatch):
 
 
 def copy_offline_cache(tmp_path: Path, monkeypatch) -> Path:
-    from specviz import draft_choice
+    from specviz.backend import draft_choice
 
     src = offline.offline_cache_dir()
     offline.prepare_offline()  # the suite's normal cache, converted once

@@ -1,4 +1,4 @@
-"""The offline draft's stacked products (specviz.fusion): the quantised copies hold one
+"""The offline draft's stacked products (specviz.backend.fusion): the quantised copies hold one
 query-key-value product and one gate-up product per layer, and give the logits the same
 layers give unstacked, bit for bit where specviz's int8 kernel runs."""
 
@@ -10,8 +10,8 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from specviz import kernels, offline
-from specviz.fusion import StackedMLP, stack_products
+from specviz.backend import kernels, offline
+from specviz.backend.fusion import StackedMLP, stack_products
 from tests.tiny import tiny_model
 
 LAYERS = {"w8": offline.Int8WeightLinear, "w4": offline.Int4WeightLinear}
@@ -20,7 +20,7 @@ QUANTIZE = {"w8": offline.quantize_w8, "w4": offline.quantize_w4}
 
 def unstacked(model: torch.nn.Module, kind: str, dtype: torch.dtype) -> torch.nn.Module:
     """The quantised copy layer by layer, every Linear quantised on its own (the reference:
-    written here, not through specviz.offline's copy)."""
+    written here, not through specviz.backend.offline's copy)."""
     q = copy.deepcopy(model).to(dtype)
     q.config.tie_word_embeddings = False
     head = q.get_output_embeddings()

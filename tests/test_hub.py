@@ -20,10 +20,10 @@ import torch
 from transformers import LlamaForCausalLM
 
 from specviz import ui
+from specviz.backend.offline import prepare_offline
 from specviz.config import Deployment, Limits, Settings
 from specviz.engine import generate
 from specviz.models import load_pair
-from specviz.offline import prepare_offline
 from tests.tiny import tiny_model
 
 OWNER = "specviz-test"

@@ -1,4 +1,4 @@
-"""specviz's own CPU kernels (specviz.kernels, specviz/csrc/): the int8 and float32
+"""specviz's own CPU kernels (specviz.backend.kernels, specviz/backend/csrc/): the int8 and float32
 products they compute, the top-p cut, how the set-up step builds them, what happens when it
 cannot, and the int8 draft that calls them, eager and in a compiled package, exact as a draft
 must be.
@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 import torch
 
-from specviz import kernels
-from specviz.offline import Int8WeightLinear, quantize_w8
+from specviz.backend import kernels
+from specviz.backend.offline import Int8WeightLinear, quantize_w8
 from tests.tiny import tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -265,10 +265,10 @@ def test_the_top_p_kernel_leaves_to_torch_a_row_it_cannot_cut(op, monkeypatch):
     probs = torch.softmax(logits, -1)
     assert torch.ops.specviz.top_p(probs, 0.9).numel() == 0
     assert torch.ops.specviz.top_p(probs[:1], 0.9).shape == (1, 3000)
-    monkeypatch.setitem(kernels._state, "ready", True)
+    assert sampling._top_p_registered()  # the op fixture loaded the library
     assert sampling._kernel_cut(probs, 0.9) is None
     with_kernel = sampling.warp(logits, Warp(1.0, 0, 0.9))
-    monkeypatch.setitem(kernels._state, "ready", False)
+    monkeypatch.setattr(sampling, "_top_p_registered", lambda: False)
     without = sampling.warp(logits, Warp(1.0, 0, 0.9))
     assert torch.equal(with_kernel.nan_to_num(-1.0), without.nan_to_num(-1.0))
 
@@ -282,10 +282,10 @@ def test_warp_cuts_with_the_kernel_as_with_torch(op, monkeypatch, top_p):
 
     w = Warp(0.7, 0, top_p)
     logits = torch.randn(2, 3, 6000, generator=torch.Generator().manual_seed(5)) * 4
-    monkeypatch.setitem(kernels._state, "ready", True)
+    assert sampling._top_p_registered()  # the op fixture loaded the library
     assert sampling._kernel_cut(torch.softmax(logits / 0.7, -1), top_p) is not None
     got, one = sampling.warp(logits, w), sampling.warp(logits[1, 2], w)
-    monkeypatch.setitem(kernels._state, "ready", False)
+    monkeypatch.setattr(sampling, "_top_p_registered", lambda: False)
     want = sampling.warp(logits, w)
     assert got.shape == want.shape and one.shape == (6000,)
     assert torch.equal(got > 0, want > 0) and torch.equal(one, got[1, 2])
@@ -297,7 +297,7 @@ def test_a_cpu_package_calls_the_float32_kernel_for_a_float32_linear(uses_kernel
     specviz.linear (bias added after), no matrix product or reduction left, and the program
     computes what the module does (one row too: the autoregressive step sums as the
     verification does); a bf16 linear keeps the reductions."""
-    from specviz.compiled import packages
+    from specviz.backend import packages
 
     torch.manual_seed(0)
     block = torch.nn.Sequential(torch.nn.Linear(16, 24), torch.nn.SiLU(), torch.nn.Linear(24, 8))
@@ -389,7 +389,7 @@ def test_a_package_of_the_kernels_draft_calls_it_and_decodes_as_eager(
     import dataclasses
     import zipfile
 
-    from specviz.compiled import cache_len, packages
+    from specviz.backend import cache_len, packages
     from specviz.config import Settings
     from specviz.engine import generate
     from specviz.pair import LoadedModel
@@ -468,7 +468,7 @@ def test_a_corrupt_library_is_removed_with_one_line(tmp_path):
     """A library file that will not load: one line on stderr, the file removed, the op not
     ready (ATen's kernel runs), no traceback."""
     code = (
-        "from specviz import kernels; import torch\n"
+        "from specviz.backend import kernels; import torch\n"
         "kernels.wanted = lambda: True\n"
         "p = kernels.library_path(); p.parent.mkdir(parents=True)\n"
         "p.write_bytes(b'not a library')\n"
@@ -487,7 +487,7 @@ def test_a_corrupt_library_is_removed_with_one_line(tmp_path):
 def test_the_machine_key_of_the_draft_choice_names_the_library(monkeypatch):
     """The int8 variants' steps depend on the kernel: a choice measured without it is not
     read once it is there (and the other way round)."""
-    from specviz import draft_choice
+    from specviz.backend import draft_choice
 
     monkeypatch.setitem(kernels._state, "ready", False)
     without = draft_choice.machine_key(torch.device("cpu"))

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from specviz.verify.registry import RULES, VERIFICATIONS
@@ -202,19 +204,64 @@ def test_the_name_finder_finds_a_comparison() -> None:
     assert name_comparisons(tree) == [1, 1]
 
 
-def test_the_engine_names_no_backend():
-    """The engine and the rounds open their caches through the pair
-    (ModelPair.open_cache): neither imports anything of specviz.compiled, anywhere in its
-    body, so a new backend touches the pair and the compiled path only."""
+ALGORITHM = (
+    "specviz.sampling",
+    "specviz.verify",
+    "specviz.lm",
+    "specviz.tree",
+    "specviz.drafters",
+    "specviz.record",
+    "specviz.trace",
+    "specviz.metrics",
+    "specviz.updates",
+    "specviz.rounds",
+    "specviz.engine",
+)  # and their submodules
+
+
+def algorithm_modules(found: dict[str, ast.Module]) -> list[str]:
+    return sorted(n for n in found if any(n == a or n.startswith(a + ".") for a in ALGORITHM))
+
+
+def test_the_algorithm_imports_nothing_of_the_backend():
+    """The algorithm's modules (the rule, the draws, the caches, the drafters, the round and
+    its records) reach the CPU path only through the pair (ModelPair.open_cache): none
+    imports anything of specviz.backend, anywhere in its body, so the backend can change
+    without touching the rule."""
     found = modules()
-    for name in ("specviz.engine", "specviz.rounds"):
+    names = algorithm_modules(found)
+    assert {"specviz.sampling", "specviz.rounds", "specviz.drafters.model"} <= set(names)
+    for name in names:
         touched = {
-            m for m in imports(name, found[name], set(found)) if m.startswith("specviz.compiled")
+            m for m in imports(name, found[name], set(found)) if m.startswith("specviz.backend")
         }
         assert not touched, f"{name} imports {sorted(touched)}"
     # and the check can see such an import
-    probe = ast.parse("def f():\n    from specviz.compiled.packages import packaged\n")
-    assert imports("specviz.engine", probe, set(found)) >= {"specviz.compiled.packages"}
+    probe = ast.parse("def f():\n    from specviz.backend.packages import packaged\n")
+    assert imports("specviz.engine", probe, set(found)) >= {"specviz.backend.packages"}
+
+
+def test_importing_the_algorithm_loads_no_backend_module():
+    """The same, as a fresh process sees it: importing every algorithm module (and running
+    a warp with top-p) leaves specviz.backend unloaded."""
+    names = algorithm_modules(modules())
+    code = (
+        "import importlib, sys, torch\n"
+        f"for n in {names!r}: importlib.import_module(n)\n"
+        "from specviz.config import Warp\n"
+        "from specviz.sampling import warp\n"
+        "warp(torch.randn(3, 50), Warp(temperature=0.8, top_k=0, top_p=0.9))\n"
+        "print(sorted(m for m in sys.modules if m.startswith('specviz.backend')))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT.parent,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]", out.stdout
 
 
 def _said(tree: ast.Module) -> set[str]:

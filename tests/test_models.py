@@ -86,7 +86,7 @@ def test_unknown_hub_model_fails_cleanly_offline():
 def test_offline_pair_loads_once_and_runs_fp32(offline_pair):
     assert load_pair("default", dtype="float32", device="cpu") is offline_pair
     assert offline_pair.target.dtype == "float32"
-    from specviz import draft_choice
+    from specviz.backend import draft_choice
 
     choice = offline_pair.draft.choice
     assert choice is not None and choice.variant in draft_choice.VARIANTS

@@ -18,7 +18,7 @@ COST_NAMES = {
         ("analysis/sweep.py", "*"),
         ("cli/generate.py", "*"),
         ("costs.py", "*"),
-        ("draft_choice.py", "*"),
+        ("backend/draft_choice.py", "*"),
         ("gpucheck/measure.py", "*"),
         ("lesson_statements.py", "*"),
         ("metrics.py", "*"),
@@ -30,7 +30,7 @@ COST_NAMES = {
     },
     "v": {
         ("costs.py", "*"),
-        ("draft_choice.py", "*"),
+        ("backend/draft_choice.py", "*"),
         ("metrics.py", "*"),
         ("report/stats.py", "*"),
     },

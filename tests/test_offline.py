@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specviz import offline
-from specviz.offline import REFINE_TOP, Int8WeightLinear, quantize_w8
+from specviz.backend import offline
+from specviz.backend.offline import REFINE_TOP, Int8WeightLinear, quantize_w8
 from tests.tiny import tiny_model
 
 
@@ -87,8 +87,8 @@ def test_a_tie_in_bf16_is_broken_by_the_unrounded_logits(one_thread):
 def test_a_copys_head_is_refined_and_stays_tied(one_thread):
     """The bf16 and fp16 copies' LM head returns float32 with its largest logits at full
     precision, and still shares its weight with the input embedding."""
-    from specviz.draft_choice import build
-    from specviz.offline import RefinedHead
+    from specviz.backend.draft_choice import build
+    from specviz.backend.offline import RefinedHead
 
     base = tiny_model(vocab=64, seed=3, tie_word_embeddings=True)
     for variant, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
@@ -112,7 +112,7 @@ def test_a_widening_linear_gives_the_16bit_product_over_many_rows(one_thread, dt
     """From WIDEN_MIN_ROWS rows the product runs in float32 and is rounded once to the
     layer's dtype: within half a 16-bit step of the float64 product of the same 16-bit
     numbers (plus the float32 sums' error); below, it is the plain 16-bit Linear's."""
-    from specviz.offline import WIDEN_MIN_ROWS, WideningLinear
+    from specviz.backend.offline import WIDEN_MIN_ROWS, WideningLinear
 
     torch.manual_seed(1)
     lin = torch.nn.Linear(96, 80).to(dtype)
@@ -133,9 +133,9 @@ def test_a_copy_widens_its_products_only_on_a_cpu_without_16bit_arithmetic(one_t
     """The bf16 and fp16 copies' decoder layers widen many-row products where the CPU lacks
     the flag of that dtype's arithmetic; the LM head never does; names and tensors are the
     plain copy's (so a compiled package's key does not change)."""
-    from specviz import draft_choice
-    from specviz.draft_choice import build
-    from specviz.offline import RefinedHead, WideningLinear
+    from specviz.backend import draft_choice
+    from specviz.backend.draft_choice import build
+    from specviz.backend.offline import RefinedHead, WideningLinear
 
     base = tiny_model(vocab=64, seed=3, tie_word_embeddings=True)
     for variant in ("bf16", "fp16"):
@@ -151,7 +151,7 @@ def test_a_copy_widens_its_products_only_on_a_cpu_without_16bit_arithmetic(one_t
 
 
 def test_a_tie_in_a_bf16_copy_is_broken_by_the_unrounded_logits(one_thread):
-    from specviz.offline import RefinedHead
+    from specviz.backend.offline import RefinedHead
 
     torch.manual_seed(0)
     lin = torch.nn.Linear(64, 64, bias=False)
@@ -219,7 +219,7 @@ def variant_pair(variant: str, vocab: int = 32, draft_temperature: float | None 
     """The tiny target with a draft built from it as the offline pair's is."""
     import dataclasses
 
-    from specviz.draft_choice import build, describe_variant
+    from specviz.backend.draft_choice import build, describe_variant
     from specviz.pair import LoadedModel
     from tests.tiny import tiny_pair
 
@@ -266,7 +266,7 @@ def test_the_distribution_check_passes_with_each_new_variant(variant, one_thread
 
 
 def test_int4_weights_are_what_the_kernel_multiplies_by(one_thread):
-    from specviz.offline import Int4WeightLinear
+    from specviz.backend.offline import Int4WeightLinear
 
     torch.manual_seed(0)
     lin = torch.nn.Linear(80, 48)  # 80 input channels: padded to 96, three groups of 32
@@ -287,7 +287,7 @@ def test_int4_weights_are_what_the_kernel_multiplies_by(one_thread):
 
 def test_the_new_variants_read_fewer_bytes(one_thread):
     from specviz import costs
-    from specviz.draft_choice import build
+    from specviz.backend.draft_choice import build
     from tests.tiny import tiny_model
 
     base = tiny_model(64, 0, hidden_size=64, intermediate_size=128, num_attention_heads=4)

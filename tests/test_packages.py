@@ -1,4 +1,4 @@
-"""Forwards compiled ahead of time (specviz.compiled.packages, the "aoti" backend): built
+"""Forwards compiled ahead of time (specviz.backend.packages, the "aoti" backend): built
 once into a store, found by their key, loaded on the model's own tensors, refused when
 stale or corrupt, and taken by "auto" on a CPU where they exist.
 
@@ -14,7 +14,7 @@ import dataclasses
 import pytest
 import torch
 
-from specviz.compiled import cache_len, packages
+from specviz.backend import cache_len, packages
 from specviz.config import Limits, Settings
 from specviz.engine import Run, generate
 from tests.tiny import close_pair, tiny_pair
@@ -201,7 +201,7 @@ def test_a_cpu_package_computes_linear_as_reductions_with_the_same_result(monkey
     """Where specviz's kernels are not built, the program a CPU package compiles has no
     linear or matrix product left (each became one reduction per row, its input laid out
     first), and it computes what the module does at one row and at several."""
-    from specviz import kernels
+    from specviz.backend import kernels
 
     monkeypatch.setitem(kernels._state, "ready", False)
 
@@ -230,8 +230,8 @@ def test_a_cpu_package_computes_int8_and_bf16_weights_as_float32_reductions(monk
     calls where specviz's own kernel is not ready) become the same reductions, widened to
     float32 inside the loop (the int8 weights read as 32-bit words outside AVX-512), and the
     program computes what the module does, to the activations' precision."""
-    from specviz import kernels
-    from specviz.offline import Int8WeightLinear
+    from specviz.backend import kernels
+    from specviz.backend.offline import Int8WeightLinear
 
     monkeypatch.setitem(kernels._state, "ready", False)
 
@@ -341,8 +341,8 @@ def test_int8_weights_whose_input_channels_do_not_come_in_fours_decompose_too(mo
     """An int8 layer of 66 input channels (no 32-bit words) takes the plain reductions: the
     program has no int8 kernel left and computes the product of the int8 values and scales
     (against float64: ATen's own int8 kernel does not take 66 channels)."""
-    from specviz import kernels
-    from specviz.offline import Int8WeightLinear
+    from specviz.backend import kernels
+    from specviz.backend.offline import Int8WeightLinear
 
     monkeypatch.setitem(kernels._state, "ready", False)
 
@@ -366,7 +366,7 @@ def test_a_cpu_package_lays_out_the_attentions_query_and_computes_the_same(width
     attention is products and sums (no batched matrix product left for ATen), and the
     decomposed step gives the eager step's logits, masked positions included (a boolean
     mask taken as 0 and 1 would not)."""
-    from specviz.aoti import AotiStep, export_step
+    from specviz.backend.aoti import AotiStep, export_step
     from tests.tiny import tiny_model
 
     model = tiny_model(vocab=16, seed=0, layers=2, num_key_value_heads=1).eval()
@@ -431,7 +431,7 @@ def test_a_decode_calls_attention_as_reductions_is_scaled_dot_product_attention(
 
 
 def _w4_draft():
-    from specviz.offline import quantize_w4
+    from specviz.backend.offline import quantize_w4
     from tests.tiny import tiny_model
 
     base = tiny_model(32, 0, hidden_size=64, intermediate_size=128)
@@ -596,7 +596,7 @@ def test_a_wide_verification_gives_each_row_the_one_position_steps_logits(wide):
     call (a verification at gamma 8; adaptive gamma's widths go to 33) sums every row as its
     1-position step does, bit for bit (its linear layers through specviz.linear 8 rows at a
     time, its attention as per-query reductions), as its 5-position call does."""
-    from specviz import kernels
+    from specviz.backend import kernels
 
     if not kernels.ready():
         pytest.skip("specviz's kernels are not built here: packages keep inductor's sums")

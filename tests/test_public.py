@@ -22,9 +22,9 @@ from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
 from huggingface_hub.hf_api import RepoSibling
 
 from specviz import hub, models, ui
+from specviz.backend.offline import OFFLINE_DRAFT, OFFLINE_TARGET
 from specviz.config import Deployment, Limits
 from specviz.engine import Run, generate
-from specviz.offline import OFFLINE_DRAFT, OFFLINE_TARGET
 from tests.tiny import tiny_model
 
 LIMITS = Limits()

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from specviz import costs
-from specviz.offline import quantize_w8
+from specviz.backend.offline import quantize_w8
 from specviz.trace import Round, Stats, Trace
 from specviz.views import timing
 from tests.tiny import tiny_model, tiny_pair

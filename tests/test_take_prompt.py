@@ -15,7 +15,7 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from specviz.compiled import StaticLM, compiler_for
+from specviz.backend import StaticLM, compiler_for
 from specviz.config import Settings
 from specviz.engine import Run, generate
 from specviz.lm import CachedLM

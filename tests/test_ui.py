@@ -577,7 +577,7 @@ def test_the_compile_box_puts_the_pair_on_the_compiled_path(tiny, monkeypatch) -
     from specviz.ui.pairs import open_pair
 
     loader = lambda pair, dtype: tiny  # noqa: E731
-    monkeypatch.setattr("specviz.compiled.packages.available", lambda: False)  # none built
+    monkeypatch.setattr("specviz.backend.packages.available", lambda: False)  # none built
     assert open_pair(loader, form()).compile_backend is None  # untouched: eager, as the CLI
     compiled = open_pair(loader, form(compile=True))
     assert compiled.compile_backend == "inductor" and compiled.target is tiny.target
@@ -585,7 +585,7 @@ def test_the_compile_box_puts_the_pair_on_the_compiled_path(tiny, monkeypatch) -
     assert open_pair(loader, form(compile=False)).compile_backend is None
     # where the set-up step built packages here, a ticked box takes them (auto): a pair
     # never compiled ahead of time on this machine stays eager rather than compiling
-    monkeypatch.setattr("specviz.compiled.packages.available", lambda: True)
+    monkeypatch.setattr("specviz.backend.packages.available", lambda: True)
     assert pairs_compile_choice(form(compile=True)) == "auto"
     assert open_pair(loader, form(compile=True)).compile_backend is None
 
@@ -596,12 +596,12 @@ def test_the_compile_box_starts_at_the_machine_s_default(monkeypatch) -> None:
     from specviz.ui import pairs
 
     monkeypatch.delenv("SPACES_ZERO_GPU", raising=False)
-    monkeypatch.setattr("specviz.compiled.packages.available", lambda: False)
+    monkeypatch.setattr("specviz.backend.packages.available", lambda: False)
     assert ui.Form().compile is None and pairs.compile_choice(ui.Form()) == "auto"
     assert pairs.compiled_by_default() is False  # this machine: a CPU, no packages built
-    monkeypatch.setattr("specviz.compiled.packages.available", lambda: True)
+    monkeypatch.setattr("specviz.backend.packages.available", lambda: True)
     assert pairs.compiled_by_default() is True  # a CPU whose set-up step built them
-    monkeypatch.setattr("specviz.compiled.packages.available", lambda: False)
+    monkeypatch.setattr("specviz.backend.packages.available", lambda: False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert pairs.compiled_by_default() is True
     monkeypatch.setenv("SPACES_ZERO_GPU", "1")

@@ -1,16 +1,16 @@
-"""Every offline draft variant the choice can pick (specviz.draft_choice.VARIANTS), on a tiny
-pair, under every CPU capability this machine can emulate: its packages are built by the
+"""Every offline draft variant the choice can pick (specviz.backend.draft_choice.VARIANTS),
+on a tiny pair, under every CPU capability this machine can emulate: its packages are built by the
 set-up step's code in one process and loaded in another, and greedy speculative output on
 them equals greedy autoregressive output, every call after each prefill on a package.
 
 Capabilities. ``ATEN_CPU_CAPABILITY`` (default, avx2, avx512) changes the packages' key
-(specviz.compiled.packages.capability) and the vector code inductor generates: inductor
+(specviz.backend.packages.capability) and the vector code inductor generates: inductor
 reads the same variable (torch._inductor.cpu_vec_isa.pick_vec_isa, while its ``cpp.simdlen``
 is unset; "default" is its scalar code), and under avx2 and avx512 specviz's kernel library
-is built for that capability and called (specviz.kernels). So each of these builds its own
+is built for that capability and called (specviz.backend.kernels). So each of these builds its own
 packages. ``ONEDNN_MAX_CPU_ISA`` (AVX2, AVX512_CORE, AVX512_CORE_AMX) changes only
 oneDNN's kernels at run time (the eager path's 16-bit products, and whether a bf16 or fp16
-copy widens its products: specviz.offline.cpu_has_16bit): under each, the eager greedy
+copy widens its products: specviz.backend.offline.cpu_has_16bit): under each, the eager greedy
 runs, and the packages built under this machine's own capability (the variable unset) are
 loaded. A capability this CPU lacks (/proc/cpuinfo) is skipped, and says so.
 
@@ -37,7 +37,7 @@ from pathlib import Path
 
 import pytest
 
-from specviz.draft_choice import VARIANTS
+from specviz.backend.draft_choice import VARIANTS
 from tests import variant_check as vc
 
 # the module's jobs run in its first test's fixture: 5 to 10 minutes on 2 cores
@@ -54,7 +54,7 @@ ONEDNN = {
     "AVX512_CORE_AMX": (*AVX512, "amx_tile", "amx_bf16", "amx_int8"),
 }
 # The variants whose packages must build: all but dyn8, whose layers torch.export cannot
-# trace (specviz.offline.quantize_dynamic_int8)
+# trace (specviz.backend.offline.quantize_dynamic_int8)
 PACKAGED = [v for v in VARIANTS if v != "dyn8"]
 JOB_TIMEOUT_S = 900
 RUNNING_AT_ONCE = 2

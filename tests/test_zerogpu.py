@@ -248,7 +248,7 @@ def compiled():
     import contextlib
     import io
 
-    from specviz import aoti
+    from specviz.backend import aoti
     from tests.tiny import tiny_pair
 
     pair = tiny_pair()
@@ -269,7 +269,7 @@ def compiled():
 
 @pytest.fixture()
 def zero_aoti(monkeypatch, compiled):
-    from specviz import aoti
+    from specviz.backend import aoti
 
     monkeypatch.setitem(sys.modules, "spaces", compiled["fake"])
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")
@@ -347,7 +347,7 @@ def test_a_tree_request_runs_eager_and_says_why(zero_aoti, capsys) -> None:
 
 
 def test_a_failed_compilation_leaves_eager_with_one_line(monkeypatch, tiny, capsys) -> None:
-    from specviz import aoti
+    from specviz.backend import aoti
 
     fake = FakeAotiSpaces(fail=True)
     monkeypatch.setitem(sys.modules, "spaces", fake)

@@ -187,7 +187,7 @@ def text_pair(noise: float = 0.3, sharpness: float = 4.0, context: int = 1024) -
 
     from transformers import AutoTokenizer
 
-    from specviz.offline import prepare_offline
+    from specviz.backend.offline import prepare_offline
 
     tokenizer = AutoTokenizer.from_pretrained(prepare_offline())
     vocab = len(tokenizer)

@@ -3,8 +3,8 @@ starts it under each CPU capability it can emulate):
 
 python -m tests.variant_check build ITEM ...
     builds the packages of each ITEM ("target": the tiny fp32 target's TARGET_WIDTHS; a
-    variant of specviz.draft_choice.VARIANTS: that draft's DRAFT_WIDTHS) with the set-up
-    step's own code (specviz.compiled.packages.prepare) into the store under $SPECVIZ_CACHE,
+    variant of specviz.backend.draft_choice.VARIANTS: that draft's DRAFT_WIDTHS) with the set-up
+    step's own code (specviz.backend.packages.prepare) into the store under $SPECVIZ_CACHE,
     first building specviz's kernel library there where this capability takes it (AVX2,
     AVX-512).
     Prints one JSON object: per item, the widths built, the widths refused with the reason
@@ -68,8 +68,8 @@ def target_model() -> torch.nn.Module:
 
 
 def pair_with(target: torch.nn.Module, variant: str) -> Any:
-    """The tiny target and its draft of this variant (specviz.draft_choice.build)."""
-    from specviz import draft_choice
+    """The tiny target and its draft of this variant (specviz.backend.draft_choice.build)."""
+    from specviz.backend import draft_choice
     from specviz.pair import LoadedModel, ModelPair
     from tests.tiny import TinyTokenizer
 
@@ -88,14 +88,14 @@ def pair_with(target: torch.nn.Module, variant: str) -> Any:
 
 def length() -> int:
     """The static cache's length of a run of PROMPT (as the engine sizes it)."""
-    from specviz.compiled import cache_len
+    from specviz.backend import cache_len
 
     return cache_len(len(PROMPT.split()) + TOKENS + GAMMA + 2)
 
 
 def _code(path: Any) -> dict[str, Any]:
     """What a package's generated code is for: the CPU ISA AOTInductor generated its kernels
-    for (its metadata), and which of specviz's ops (specviz.kernels) its wrapper calls."""
+    for (its metadata), and which of specviz's ops (specviz.backend.kernels) its wrapper calls."""
     out: dict[str, Any] = {"isa": "", "ops": []}
     with zipfile.ZipFile(path) as z:
         for name in z.namelist():
@@ -108,8 +108,7 @@ def _code(path: Any) -> dict[str, Any]:
 
 
 def build(items: list[str]) -> dict[str, Any]:
-    from specviz import draft_choice, kernels
-    from specviz.compiled import packages
+    from specviz.backend import draft_choice, kernels, packages
 
     said: list[str] = []
     if kernels.wanted():  # as the set-up step does before it compiles packages
@@ -144,7 +143,7 @@ def build(items: list[str]) -> dict[str, Any]:
 
 
 def build_kernels(_items: list[str]) -> dict[str, Any]:
-    from specviz import kernels
+    from specviz.backend import kernels
 
     said: list[str] = []
     path = kernels.build(report=said.append)
@@ -160,7 +159,7 @@ def kernel_products() -> dict[str, Any]:
     (relative to the largest output), and whether every row equals the row alone, bit
     for bit (a verification's products for a position do not depend on the positions fed
     beside it)."""
-    from specviz import kernels
+    from specviz.backend import kernels
 
     g = torch.Generator().manual_seed(0)
     worst = {"linear": 0.0, "int8_linear": 0.0}
@@ -215,8 +214,8 @@ def _calls(run: Any) -> dict[str, Any]:
     compiled path's forwards count them; a call too wide for every package, or a model
     without packages, runs eager and is not counted). A draft that took the target's keys
     and values of the prompt made no prefill: every call of it counts."""
-    from specviz.compiled import packages
-    from specviz.compiled.static_lm import StaticLM
+    from specviz.backend import packages
+    from specviz.backend.static_lm import StaticLM
     from specviz.drafters.model import TargetCopyDrafter
 
     out = {}
@@ -271,8 +270,8 @@ def identity(target: torch.nn.Module, trials: int = 8) -> dict[str, Any]:
     made one token at a time (each on the keys the narrow calls wrote). Bitwise."""
     from transformers import StaticCache
 
-    from specviz.aoti import state_of
-    from specviz.compiled import packages
+    from specviz.backend import packages
+    from specviz.backend.aoti import state_of
 
     n, k = length(), GAMMA + 1
     one, wide = packages.load(target, 1, n), packages.load(target, k, n)
@@ -314,9 +313,8 @@ def identity(target: torch.nn.Module, trials: int = 8) -> dict[str, Any]:
 
 
 def check(variants: list[str]) -> dict[str, Any]:
-    from specviz import kernels
-    from specviz.compiled import packages
-    from specviz.offline import cpu_has_16bit
+    from specviz.backend import kernels, packages
+    from specviz.backend.offline import cpu_has_16bit
 
     out: dict[str, Any] = {
         "capability": packages.capability(),

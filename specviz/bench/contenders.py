@@ -139,7 +139,7 @@ def _specviz_variants(sv: ModelPair, mode: str, g_ref: int) -> list[Contender]:
 def _compiled_variants(
     cp: ModelPair, mode: str, gammas: tuple[int, ...], g_ref: int
 ) -> list[Contender]:
-    """The compiled path (specviz.compiled): AR, speculative at each gamma, and the minimal
+    """The compiled path (specviz.backend): AR, speculative at each gamma, and the minimal
     trace right after its full-trace neighbour."""
     out = [_specviz(cp, mode, "ar-compiled", None, method="ar")]
     for g in gammas:

@@ -30,12 +30,12 @@ import torch
 
 from specviz import metrics
 from specviz.analysis.distribution_check import json_safe
+from specviz.backend.draft_choice import machine_key
 from specviz.bench.contenders import Contender, Sample, all_contenders, contender_name
 from specviz.bench.options import BenchOptions, reference_gamma
 from specviz.bench.prompts import BenchPrompt, prompt_set
 from specviz.bench.ratios import case_ratios, summarize_ratios
 from specviz.costs import interleaved_calls
-from specviz.draft_choice import machine_key
 from specviz.pair import ModelPair
 from specviz.threads import cpu_info
 from specviz.trace import Trace
@@ -364,7 +364,7 @@ def first_token_after_restart(device: str, compile: str | None) -> dict[str, Any
 
 
 def compile_cache_is_empty() -> bool:
-    from specviz.compiled import compile_cache_dir
+    from specviz.backend import compile_cache_dir
 
     d = Path(compile_cache_dir())
     return not d.is_dir() or not any(d.iterdir())
@@ -375,7 +375,7 @@ def compile_times(
 ) -> dict[str, Any]:
     """The compiled path's compile time in this process (its warm-up compiled every shape),
     and in a restarted process that finds the compile cache this one filled (offline pair)."""
-    from specviz.compiled import compiler_for
+    from specviz.backend import compiler_for
 
     comp = compiler_for(str(opts.compile))
     d: dict[str, Any] = {
@@ -398,7 +398,7 @@ def compile_times(
 
 COMPILE_PROBE = """
 import json, sys
-from specviz.compiled import compiler_for
+from specviz.backend import compiler_for
 from specviz.config import Settings
 from specviz.engine import warm_up
 from specviz.models import load_pair

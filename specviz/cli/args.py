@@ -93,7 +93,7 @@ def load_pair_from_args(args: argparse.Namespace, compiled: bool = True) -> Any:
     )
     backend = getattr(args, "compile", None)
     if backend == "auto" and getattr(args, "tree", None) is not None:
-        backend = "off"  # trees run on the eager path only (specviz.compiled.policy)
+        backend = "off"  # trees run on the eager path only (specviz.backend.policy)
     return pair.with_compile(backend) if backend and compiled else pair
 
 

@@ -34,10 +34,10 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 def _prepare(args: argparse.Namespace) -> int:
     """Print the converted model's directory, then the offline draft's choice."""
-    from specviz import draft_choice, metrics
-    from specviz.compiled import packages
+    from specviz import metrics
+    from specviz.backend import draft_choice, packages
+    from specviz.backend.offline import prepare_offline
     from specviz.models import prepare_offline_packages, prepare_offline_pair
-    from specviz.offline import prepare_offline
 
     print(prepare_offline())
     choice = prepare_offline_pair(args.device, remeasure=args.remeasure, say=say)

@@ -116,8 +116,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 def pair_identity(args: argparse.Namespace) -> dict[str, Any]:
     """The pair as the arguments name it (checked, nothing loaded): what a resume matches."""
+    from specviz.backend.offline import OFFLINE_IDS
     from specviz.models import resolve_pair
-    from specviz.offline import OFFLINE_IDS
 
     spec = resolve_pair(args.pair, args.draft, args.target)
     ident: dict[str, Any] = {
@@ -129,7 +129,7 @@ def pair_identity(args: argparse.Namespace) -> dict[str, Any]:
         "compile": args.compile,
     }
     if spec.draft in OFFLINE_IDS:
-        from specviz.draft_choice import requested
+        from specviz.backend.draft_choice import requested
 
         ident["offline_draft"] = requested()
     return ident
@@ -146,7 +146,7 @@ def _compare_settings(what: str | None, settings: Any) -> Any:
         if not name:
             raise ValueError(f"--compare-with {kind}: needs a name, e.g. {kind}:bf16")
         if kind == "variant":
-            from specviz.draft_choice import VARIANTS
+            from specviz.backend.draft_choice import VARIANTS
 
             if name not in VARIANTS:
                 raise ValueError(
@@ -180,9 +180,9 @@ def _compare_pair(args: argparse.Namespace, pair: Any) -> Any:
 
 
 def variant_pair(pair: Any, variant: str) -> Any:
-    """The offline pair with its draft built as another variant (specviz.draft_choice)."""
-    from specviz import draft_choice
-    from specviz.offline import OFFLINE_DRAFT, OFFLINE_TARGET
+    """The offline pair with its draft built as another variant (specviz.backend.draft_choice)."""
+    from specviz.backend import draft_choice
+    from specviz.backend.offline import OFFLINE_DRAFT, OFFLINE_TARGET
     from specviz.pair import LoadedModel
 
     if pair.target.name != OFFLINE_TARGET or pair.target.dtype != "float32":

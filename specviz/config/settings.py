@@ -33,10 +33,10 @@ DEFAULT_GAMMAS = (1, 2, 4, 8)
 # A tree's node budget: each round's draft and verify calls are this wide at most.
 MAX_TREE_NODES = 64
 TRACE_LEVELS = ("full", "minimal")
-# The compiled path's backends (specviz.compiled), and what --compile takes: a backend, "off"
+# The compiled path's backends (specviz.backend), and what --compile takes: a backend, "off"
 # (the eager path) or "auto" (compiled on CUDA; on a CPU, ahead of time where the set-up step
 # built the packages; eager elsewhere). "aoti": forwards compiled ahead of time and kept on
-# disk (specviz.compiled.packages); the others are torch.compile's backends.
+# disk (specviz.backend.packages); the others are torch.compile's backends.
 COMPILE_BACKENDS = ("inductor", "aot_eager", "eager", "aoti")
 COMPILE_CHOICES = ("auto", "off", *COMPILE_BACKENDS)
 # The prompt a run starts from when nobody typed one: the app's first preset, the CLI's check.

@@ -1,13 +1,13 @@
 """The GPU check's ahead-of-time stage: a decode step exported, packaged, loaded and run
-with AOTInductor, as ZeroGPU runs the app's compiled path (specviz.aoti,
+with AOTInductor, as ZeroGPU runs the app's compiled path (specviz.backend.aoti,
 specviz.ui.zerogpu), but with torch's own calls and no ``spaces``:
 
-- export: ``torch.export`` of specviz.aoti.AotiStep (the target's one-token call on a
+- export: ``torch.export`` of specviz.backend.aoti.AotiStep (the target's one-token call on a
   static cache given as tensors);
 - package: ``torch._inductor.aoti_compile_and_package`` into a .pt2 file;
 - load: ``torch._inductor.aoti_load_package`` (what a fresh process does);
-- run: the loaded forward as the compiled path's compiler (specviz.aoti.AotiForwards behind
-  specviz.compiled.StaticLM), its step time against the eager step, and its logits against
+- run: the loaded forward as the compiled path's compiler (specviz.backend.aoti.AotiForwards behind
+  specviz.backend.StaticLM), its step time against the eager step, and its logits against
   the eager model's on the same cache.
 
 It runs on CUDA only: on a CPU-only machine the stage is skipped with one line (packaging
@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from specviz.aoti import AotiForwards, AotiStep, export_step, state_of
+from specviz.backend.aoti import AotiForwards, AotiStep, export_step, state_of
 from specviz.clock import clock
 from specviz.gpucheck.measure import forward_ms, lm_ms
 from specviz.gpucheck.plan import Plan, prompt_ids
@@ -62,7 +62,7 @@ def aoti_stage(
 ) -> dict:
     """Export, package, load and run the target's one-token step; a dict for the report
     ({"skipped": line} where aoti_skip says so)."""
-    from specviz.compiled import StaticLM
+    from specviz.backend import StaticLM
 
     skip = aoti_skip(plan, time.perf_counter() - t_start)
     if skip is not None:

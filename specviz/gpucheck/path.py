@@ -1,4 +1,4 @@
-"""The GPU check's stages for specviz's compiled path (specviz.compiled: a static KV cache,
+"""The GPU check's stages for specviz's compiled path (specviz.backend: a static KV cache,
 forwards compiled for a few fixed shapes, and on CUDA captured as CUDA graphs), run the way
 the engine runs it:
 
@@ -27,8 +27,8 @@ from typing import Any
 
 import torch
 
+from specviz.backend import StaticLM, compiler_for
 from specviz.clock import clock
-from specviz.compiled import StaticLM, compiler_for
 from specviz.config import Settings
 from specviz.engine import generate
 from specviz.gpucheck.measure import forward_ms, lm_ms

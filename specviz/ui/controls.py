@@ -199,7 +199,7 @@ def wire(page: Page) -> None:
 
 def compile_label(runner: str) -> str:
     """The compiled box's words: how this machine's compiled path is compiled."""
-    from specviz.compiled import auto_backend
+    from specviz.backend import auto_backend
     from specviz.models import resolve_device
 
     if runner == "zerogpu":

@@ -19,12 +19,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from specviz.compiled import auto_backend
+from specviz.backend import auto_backend
+from specviz.backend.offline import OFFLINE_IDS
 from specviz.config import Deployment, on_zero_gpu
 from specviz.hub import LOADS
 from specviz.models import PAIRS, check_model_id, load_pair, needs_hub_load, resolve_device
 from specviz.modelthread import MODEL_THREAD
-from specviz.offline import OFFLINE_IDS
 from specviz.pair import ModelPair
 from specviz.threads import policy
 from specviz.ui.errors import model_failures
@@ -155,9 +155,9 @@ def compile_choice(form: Form) -> str:
 
 def compiled_by_default() -> bool:
     """Whether a pair loaded here runs compiled unless asked otherwise (the box's start):
-    where specviz.compiled.auto_backend compiles, and on ZeroGPU where the start-up
-    compiled the pair's calls ahead of time (specviz.aoti.FORWARDS)."""
-    from specviz import aoti
+    where specviz.backend.auto_backend compiles, and on ZeroGPU where the start-up
+    compiled the pair's calls ahead of time (specviz.backend.aoti.FORWARDS)."""
+    from specviz.backend import aoti
 
     return auto_backend(resolve_device("auto")) is not None or aoti.FORWARDS.serving()
 

@@ -42,8 +42,8 @@ class Controls:
     custom_draft: str = ""
     custom_target: str = ""
     compare: bool = True
-    # The compiled path (specviz.compiled, inductor): static caches and compiled forwards.
-    # None: the machine's default (specviz.compiled.auto_backend: on CUDA, not on a CPU,
+    # The compiled path (specviz.backend, inductor): static caches and compiled forwards.
+    # None: the machine's default (specviz.backend.auto_backend: on CUDA, not on a CPU,
     # where the first run of each shape compiles for minutes), as the CLI's --compile auto.
     compile: bool | None = None
 

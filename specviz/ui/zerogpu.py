@@ -14,10 +14,10 @@ compiles the pair's decode calls ahead of time, as Hugging Face's guide to ZeroG
 ("Make your ZeroGPU Spaces go brrr with ahead-of-time compilation"): inside one GPU call,
 for each model and width (the target's 1 and gamma + 1 at the default gamma, the draft's 1
 and 2) ``spaces.aoti_capture`` records the call's arguments, ``torch.export`` exports it
-(specviz.aoti.AotiStep: the forward on a static KV cache given as tensors) and
+(specviz.backend.aoti.AotiStep: the forward on a static KV cache given as tensors) and
 ``spaces.aoti_compile`` compiles it; back in the main process ``spaces.aoti_apply`` puts
-each compiled forward on a shell module that specviz.aoti.FORWARDS calls. A run with the
-compiled box ticked then takes the compiled path's static cache (specviz.compiled.StaticLM)
+each compiled forward on a shell module that specviz.backend.aoti.FORWARDS calls. A run with the
+compiled box ticked then takes the compiled path's static cache (specviz.backend.StaticLM)
 with those forwards; a call of another shape, a tree, a request longer than the compiled
 cache, or a start-up whose compilation failed runs eager, and one line on stderr says why.
 
@@ -87,7 +87,8 @@ def _compile_on_gpu(name: str) -> tuple[dict[tuple[str, int], Any], Any]:
     ZeroGPU guide does; and the GPU's memory bandwidth for the Speed tab's roofline."""
     import torch
 
-    from specviz import aoti, costs
+    from specviz import costs
+    from specviz.backend import aoti
 
     spaces = pairs.spaces_module()
     pair = pairs.default_loader(name, "auto")
@@ -110,8 +111,9 @@ def _compile_on_gpu(name: str) -> tuple[dict[tuple[str, int], Any], Any]:
 
 def compile_ahead(name: str, pair: ModelPair) -> bool:
     """Compile the pair's decode calls ahead of time in one GPU call and apply them here
-    (specviz.aoti.FORWARDS); False, with one line on stderr, where that cannot be done."""
-    from specviz import aoti, costs
+    (specviz.backend.aoti.FORWARDS); False, with one line on stderr, where that cannot be done."""
+    from specviz import costs
+    from specviz.backend import aoti
 
     spaces = pairs.spaces_module()
     missing = [f for f in ("aoti_capture", "aoti_compile", "aoti_apply") if not hasattr(spaces, f)]
@@ -142,7 +144,7 @@ def compile_ahead(name: str, pair: ModelPair) -> bool:
 
 def compiled_ahead(pair: ModelPair | None = None) -> bool:
     """Whether forwards compiled ahead of time serve (this pair's target, if given)."""
-    from specviz import aoti
+    from specviz.backend import aoti
 
     if pair is None:
         return aoti.FORWARDS.serving()
@@ -151,7 +153,7 @@ def compiled_ahead(pair: ModelPair | None = None) -> bool:
 
 class AotiRun(Run):
     """A Run whose models take the compiled path's static cache with the forwards compiled
-    ahead of time (specviz.aoti.FORWARDS) instead of torch.compile's."""
+    ahead of time (specviz.backend.aoti.FORWARDS) instead of torch.compile's."""
 
     def __init__(self, pair: ModelPair, prompt: str, settings: Settings) -> None:
         super().__init__(pair, prompt, settings)
@@ -160,8 +162,7 @@ class AotiRun(Run):
                 self.trace.models[role] += AOTI_NOTE
 
     def open_lm(self, m: Any, widths: tuple[int, ...]) -> Any:
-        from specviz import aoti
-        from specviz.compiled import StaticLM
+        from specviz.backend import StaticLM, aoti
 
         if not aoti.FORWARDS.has(m.model):
             return super().open_lm(m, widths)

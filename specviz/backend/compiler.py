@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from transformers import StaticCache
 
-from specviz.compiled.estimates import estimate, record
+from specviz.backend.estimates import estimate, record
 from specviz.lm import input_device
 
 
@@ -203,7 +203,7 @@ def compile_cache_dir() -> str:
     own as soon as transformers builds a model; that choice does not count)."""
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
-    from specviz.offline import cache_root
+    from specviz.backend.offline import cache_root
 
     d = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     if not d or os.path.abspath(d) == os.path.abspath(default_cache_dir()):

@@ -1,10 +1,10 @@
 """specviz's own CPU kernels: ``torch.ops.specviz.linear``, the float32 product of a decode
 call's few rows, and ``torch.ops.specviz.int8_linear``, the int8 draft's products
-(specviz/csrc/int8_linear.cpp); ``torch.ops.specviz.top_p``, the top-p cut of rows of
-probabilities (specviz/csrc/top_p.cpp, called by specviz.sampling.warp).
+(specviz/backend/csrc/int8_linear.cpp); ``torch.ops.specviz.top_p``, the top-p cut of rows of
+probabilities (specviz/backend/csrc/top_p.cpp, called by specviz.sampling.warp).
 
 ``linear`` is what a compiled package of the fp32 target calls for its layers at 1 to 8
-positions (its step and its verification; specviz.compiled.packages), on AVX2 and AVX-512
+positions (its step and its verification; specviz.backend.packages), on AVX2 and AVX-512
 CPUs: one pass over the weights for up to 5 (AVX-512) or 6 (AVX2) rows, each output summed in
 one order whatever rows are beside it, so the step and the verification compute the same
 products. Under AVX-512 it prefetches the next tile's weights: on 2 threads of an Intel Xeon
@@ -18,9 +18,9 @@ call's few rows. A float32 input is summed in float32, eight weights at a time s
 as ATen's kernel does. A 16-bit input (the w8-bf16 and w8-fp16 drafts' activations) is taken
 as int16 against each row's largest magnitude, and its products with the int8 weights are
 summed exactly in integers: a third of the float loop's instructions per weight. The int8
-layers call it on AVX2 and AVX-512 CPUs (specviz.offline.Int8WeightLinear, eager and
+layers call it on AVX2 and AVX-512 CPUs (specviz.backend.offline.Int8WeightLinear, eager and
 packaged). On 2 threads of an Intel Xeon with AVX-512 and AMX the w8 draft's products at 1
-row (211 then; 121 since specviz.fusion stacks them) took 5.06 ms against 7.95 for ATen's
+row (211 then; 121 since specviz.backend.fusion stacks them) took 5.06 ms against 7.95 for ATen's
 kernel and 8.61 for inductor's reductions, read from cache (135 MB: 4.9 ms at the 27.7 GB/s
 measured there); read from memory, as a round reads them after the target's call, the int16
 form took 8.5 to 9.0 ms against 9.8 to 10.5 for the float loop at 1 row, and 9.5 to 10.2
@@ -39,7 +39,7 @@ C++ compiler against the installed torch, for torch's CPU capability (AVX2, or A
 the compiler's flags; a process loads the library it finds there. Where there is no compiler, or
 the build fails, one line on stderr says so and the packages and the int8 draft keep
 inductor's and ATen's code: the library is a speed-up, never a requirement. A compiled
-package that calls an op names the library in its key (specviz.compiled.packages.key).
+package that calls an op names the library in its key (specviz.backend.packages.key).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -104,9 +105,18 @@ def digest() -> str:
     once per process: package keys and the draft choice's key ask for it)."""
     h = hashlib.sha256()
     for source in SOURCES:
-        h.update(source.read_bytes())
+        h.update(code_of(source.read_text()).encode())
     h.update(f"{torch.__version__}|{' '.join(flags())}".encode())
     return h.hexdigest()[:16]
+
+
+def code_of(source: str) -> str:
+    """A C++ source without its comments and blank lines: what the compiler reads, so that a
+    corrected comment leaves the library, and every package that names it, as they are.
+    (The sources put no comment marker inside a string literal.)"""
+    source = re.sub(r"/\*.*?\*/", "", source, flags=re.S)
+    lines = (re.sub(r"//.*", "", line).rstrip() for line in source.splitlines())
+    return "\n".join(line for line in lines if line)
 
 
 def library_path() -> Path:

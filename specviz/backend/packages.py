@@ -1,7 +1,7 @@
 """Forwards compiled ahead of time and kept on disk: the compiled path's ``aoti`` backend.
 
 A package is one model's decode call at one width on a static cache of one length
-(specviz.aoti.AotiStep), exported with ``torch.export`` and compiled by AOTInductor into a
+(specviz.backend.aoti.AotiStep), exported with ``torch.export`` and compiled by AOTInductor into a
 ``.pt2`` file of generated code only: the weights stay out of it
 (``aot_inductor.package_constants_in_so`` off) and a loaded package reads the model's own
 tensors (``load_constants(..., user_managed=True)``), so a package is a few MB, loads in
@@ -24,7 +24,7 @@ again until torch, the CPU, the model or specviz's compiled-path code changes.
 
 ``python -m specviz prepare`` (run by scripts/setup.sh) builds the offline pair's packages
 for the default run; ``--compile aoti`` builds what a run needs and lacks; ``auto`` takes
-this path on a CPU wherever the packages exist (specviz.compiled.policy.auto_backend).
+this path on a CPU wherever the packages exist (specviz.backend.policy.auto_backend).
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ from typing import Any
 
 import torch
 
-from specviz import kernels
-from specviz.aoti import AotiForwards, AotiStep, export_step, say
-from specviz.kernels import capability  # a package's key names it
+from specviz.backend import kernels
+from specviz.backend.aoti import AotiForwards, AotiStep, export_step, say
+from specviz.backend.kernels import capability  # a package's key names it
 
 FORMAT = 11  # bump when a package's layout, calling convention or generated code changes
 # bump when the code of a call wider than kernels.STREAMED_ROWS changes (those calls only)
@@ -57,7 +57,7 @@ aten = torch.ops.aten
 
 def store() -> Path:
     """Where packages live: the specviz cache's aoti folder."""
-    from specviz.offline import cache_root
+    from specviz.backend.offline import cache_root
 
     return cache_root() / "aoti"
 
@@ -86,7 +86,7 @@ def key(model: torch.nn.Module, width: int, length: int) -> dict[str, Any]:
         "model": model_key(model),
         "width": int(width),
         "length": int(length),
-        # specviz's kernel library its code may call (specviz.kernels; "" where unused)
+        # specviz's kernel library its code may call (specviz.backend.kernels; "" where unused)
         "kernels": kernels.tag() if device.type == "cpu" else "",
         # how a call wider than the kernels' rows is computed: its rows 8 at a time, and its
         # attention as per-query reductions (WIDE_ROWS); a narrower call's key is unchanged
@@ -131,7 +131,7 @@ def _package_linear(
     x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
     """linear in a CPU package, in x's dtype: in float32 where specviz's kernels are built
-    (an AVX2 or AVX-512 CPU, specviz.kernels), their specviz.linear, which streams the
+    (an AVX2 or AVX-512 CPU, specviz.backend.kernels), their specviz.linear, which streams the
     weights once for up to 5 or 6 rows and sums each output in the same order whatever rows
     are beside it; a verification of more than 8 rows (gamma 8, adaptive gamma's 9, 17 and
     33) calls it on 8 rows at a time; otherwise _rows_as_reductions. The target's
@@ -144,7 +144,7 @@ def _package_linear(
     EPYC (AVX2), side by side in one process, the fp32 target's 1-position step took 25 to
     27 ms with the kernel against 25 to 26 with the reductions, its 5-position call 30 to
     32 ms against 31.5 to 33.5; under AVX-512, where the kernel prefetches the next tile's
-    weights, see specviz.kernels."""
+    weights, see specviz.backend.kernels."""
     rows = x.numel() // max(1, x.shape[-1])
     if x.dtype == w.dtype == torch.float32 and x.device.type == "cpu" and kernels.ready():
         if rows <= kernels.STREAMED_ROWS:
@@ -265,7 +265,7 @@ def decompositions() -> Any:
     and under AVX-512 the int8 draft's kernel (torch._weight_int8pack_mm),
     as _rows_as_reductions, elsewhere as _int8_rows_as_words (on 2 cores of an
     AVX2 AMD EPYC the w8-bf16 draft's step 15.6 ms, the kernel's eager step 38; where
-    specviz's own kernel is built, specviz.kernels, the int8 layer calls it instead and
+    specviz's own kernel is built, specviz.backend.kernels, the int8 layer calls it instead and
     never reaches this entry), and attention as _attention_on_laid_out_query. Measured
     on 2 cores (AMD EPYC, AVX-512): the offline pair's fp32 target's 1-position step 14 ms
     against 35 ms for the BLAS call, its 5-position call 20 ms against 40 ms; the w8-bf16
@@ -539,9 +539,7 @@ def code_digest() -> str:
     compiled path's modules, the export step, the offline models' layers (and their
     stacking) and the kernels' loader. A recorded failure (failed()) stands only while
     this is unchanged."""
-    root = Path(__file__).resolve().parents[1]
-    files = sorted(root.joinpath("compiled").glob("*.py"))
-    files += [root / "aoti.py", root / "offline.py", root / "fusion.py", root / "kernels.py"]
+    files = sorted(Path(__file__).resolve().parent.glob("*.py"))  # the backend's modules
     h = hashlib.sha256()
     for f in files:
         h.update(f.name.encode() + b"\0" + f.read_bytes())
@@ -678,7 +676,7 @@ def why_eager(model: torch.nn.Module) -> str | None:
 def packaged(
     m: Any, widths: tuple[int, ...], length: int, build_missing: bool = False
 ) -> Any | None:
-    """The compiled path's compiler (specviz.aoti.AotiForwards) for one loaded model (a
+    """The compiled path's compiler (specviz.backend.aoti.AotiForwards) for one loaded model (a
     specviz.pair.LoadedModel) at these widths and this cache length, or None where a package
     is missing: the caller then runs eager. One line on stderr says so once per shape when
     the model has packages of other shapes; a model never compiled here runs eager quietly."""

@@ -1,12 +1,12 @@
 """The set-up step's second process (specviz.models.prepare_offline_packages starts it):
 
-python -m specviz.compiled.prepare_worker DEVICE LENGTH ROLE/WIDTH ...
+python -m specviz.backend.prepare_worker DEVICE LENGTH ROLE/WIDTH ...
     builds some of the offline pair's packages beside the set-up step's own (two builds
     at once on two cores), and prints one JSON object on stdout: the seconds of each
     package it built by "role/width" (a role: target, draft, or a draft variant's name).
     A build that fails is left to the set-up step's process, which builds what is missing.
 
-python -m specviz.compiled.prepare_worker --check DEVICE LENGTH ROLE/WIDTH ...
+python -m specviz.backend.prepare_worker --check DEVICE LENGTH ROLE/WIDTH ...
     loads and probes packages just built, in a process that did not build them (so
     nothing of the build's process state can stand in for what the file holds), and
     prints one JSON object: by "role/width", "" for a package it used, else why not.
@@ -21,11 +21,11 @@ import time
 
 def _models(device: str, wanted: list[str]) -> dict:
     """The models by role: "target" (the offline target), "draft" (the offline pair's
-    draft, as its record chose it) and each variant of specviz.draft_choice.VARIANTS named
+    draft, as its record chose it) and each variant of specviz.backend.draft_choice.VARIANTS named
     (built from the target, as the set-up step's process builds it)."""
     import torch
 
-    from specviz import draft_choice
+    from specviz.backend import draft_choice
     from specviz.models import OFFLINE_TARGET, _get_model, _lock, load_pair
 
     roles = {item.partition("/")[0] for item in wanted}
@@ -41,7 +41,7 @@ def _models(device: str, wanted: list[str]) -> dict:
 
 
 def build(device: str, length: int, wanted: list[str]) -> dict[str, float]:
-    from specviz.compiled import packages
+    from specviz.backend import packages
 
     models = _models(device, wanted)
     took = {}
@@ -65,7 +65,7 @@ def build(device: str, length: int, wanted: list[str]) -> dict[str, float]:
 
 
 def check(device: str, length: int, wanted: list[str]) -> dict[str, str]:
-    from specviz.compiled import packages
+    from specviz.backend import packages
 
     models = _models(device, wanted)
     verdicts = {}

@@ -11,9 +11,9 @@ import torch
 from transformers import StaticCache
 from transformers.cache_utils import StaticLayer
 
+from specviz.backend.compiler import Compiler
+from specviz.backend.policy import cache_len
 from specviz.clock import clock
-from specviz.compiled.compiler import Compiler
-from specviz.compiled.policy import cache_len
 from specviz.lm import common_prefix, input_device, kv_dtype, load_layers
 
 _pool: weakref.WeakKeyDictionary[torch.nn.Module, dict[int, list[StaticCache]]] = (

@@ -1,7 +1,7 @@
 """The compiled path's policy: which backend a run takes, which models it can run, and the
 static cache's length.
 
-The static cache rolls back by moving each layer's position (specviz.compiled.static_lm),
+The static cache rolls back by moving each layer's position (specviz.backend.static_lm),
 which is exact for transformers' plain ``StaticLayer`` only: it keeps every position up to
 the cache's length. A sliding-window (or chunked) layer, ``StaticSlidingWindowLayer``, keeps
 only the last min(window, max_cache_len) positions and rolls them over, so after a rollback
@@ -29,14 +29,14 @@ def auto_backend(device: torch.device) -> str | None:
     """The path a run takes unless told otherwise: compiled with inductor on CUDA, where the
     GPU check measured it faster per speculative token than the eager path (docs/gpu-check.md),
     except on ZeroGPU; on the CPU, the forwards compiled ahead of time ("aoti") where the
-    set-up step built packages for this torch and this CPU (specviz.compiled.packages; a
+    set-up step built packages for this torch and this CPU (specviz.backend.packages; a
     model or shape without one runs eager), else eager: torch.compile's CPU shapes take
     minutes each in every process (docs/compiled.md)."""
     if on_zero_gpu():
         return None
     if device.type == "cuda":
         return "inductor"
-    from specviz.compiled.packages import available
+    from specviz.backend.packages import available
 
     return "aoti" if device.type == "cpu" and available() else None
 

@@ -1,13 +1,13 @@
 """A Llama network's layers that read the same input, stacked into one product: an
 attention's query, key and value projections (``qkv``) and an MLP's gate and up projections
 (``gate_up``), each a single Linear whose weight rows are the separate layers' rows one
-after the other. The offline draft's quantised copies (specviz.offline) are built from it.
+after the other. The offline draft's quantised copies (specviz.backend.offline) are built from it.
 
 Every output channel of a stacked layer is the same row of weights times the same input as
-before, and the int8 and int4 layers quantise per output row (specviz.offline), so the
+before, and the int8 and int4 layers quantise per output row (specviz.backend.offline), so the
 quantised stacked layer holds the same rows and scales as the separate ones; specviz's int8
 kernel sums each output in an order that does not depend on the channels computed beside
-it (specviz/csrc/int8_linear.cpp) for the widths a chain's calls take, 1 to 8 rows, so there
+it (specviz/backend/csrc/int8_linear.cpp) for the widths a chain's calls take, 1 to 8 rows, so there
 its outputs are the separate layers' outputs, bit for bit. At 9 and 10 rows (a tree level
 of 9 or 10 nodes) they are not: with float32 activations about 18 % of the stacked
 outputs differ from the separate ones in the last bits. The draft's q stays the

@@ -9,7 +9,7 @@
 // specviz::linear(x, w): float32 x times float32 weights w [n, k] transposed, for the few
 // rows of a decode call (a compiled package's 1-position step and its verification over 2 to
 // 8 positions of the fp32 target). Built for AVX2, the same streaming loops as int8_linear
-// without the widening and the scale; built for AVX-512 (specviz.kernels compiles the
+// without the widening and the scale; built for AVX-512 (specviz.backend.kernels compiles the
 // library with -mavx512f where torch's capability is AVX512), a tile of up to 5 rows by 4 to
 // 8 output channels in 16-lane registers, the next tile's weights prefetched. Either way an
 // output's sum runs over its input channels in one order, whatever rows or channels are
@@ -51,7 +51,7 @@ inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 // at a third of the memory's rate on an AMD EPYC.
 constexpr int64_t PREFETCH = 4096;
 // More rows than this take many_rows (a prefill); fewer stream the weights (a decode call).
-// specviz.kernels.STREAMED_ROWS says the same to the package's decomposition.
+// specviz.backend.kernels.STREAMED_ROWS says the same to the package's decomposition.
 constexpr int64_t MANY_ROWS = 8;
 
 template <int M, int R, typename T>
@@ -175,9 +175,9 @@ void stream(const float* X, int64_t m, const T* W, const float* S, float* o, int
 // INT_CHUNK input channels, so every sum is exact; each output is then the sum times the
 // row's scale and the channel's. That is one widening and two integer operations per 16
 // or 32 weights, where the float32 loop above takes a widening, a conversion and a multiply-
-// add per 8: on 2 cores of an Intel Xeon with AVX-512 and AMX the w8-bf16 draft's 211
-// products at one row took 8.5 ms against 9.8, at two rows 9.5 against 12.0, read from
-// memory (docs/compiled.md). The sums being exact, an output does not depend on the rows
+// add per 8: on 2 cores of an Intel Xeon with AVX-512 and AMX the w8-bf16 draft's
+// products (211 of them then, before specviz.backend.fusion stacked them into 121) at one
+// row took 8.5 ms against 9.8, at two rows 9.5 against 12.0, read from memory. The sums being exact, an output does not depend on the rows
 // computed beside it. The weights are prefetched into L2 (_MM_HINT_T1) 8 KB ahead: measured
 // against L1 and 4 KB, the stream took 8.7 against 9.0 ms.
 constexpr int64_t INT_CHUNK = 2048;  // a lane takes at most INT_CHUNK / 16 sums of 2^23

@@ -45,8 +45,9 @@ from typing import Any
 
 import torch
 
-from specviz import kernels, metrics
-from specviz.offline import (
+from specviz import metrics
+from specviz.backend import kernels
+from specviz.backend.offline import (
     DRAFT_LAYOUT,
     cache_root,
     cpu_has_16bit,
@@ -169,14 +170,14 @@ def machine_key(device: torch.device) -> dict[str, Any]:
         "torch": torch.__version__,
         "device": device.type,
         "judged_at": judged_at(),
-        "layout": DRAFT_LAYOUT,  # how the variants' layers are built (specviz.offline)
+        "layout": DRAFT_LAYOUT,  # how the variants' layers are built (specviz.backend.offline)
     }
     if device.type == "cuda":
         key["gpu"] = torch.cuda.get_device_name(device)
     else:  # specviz's kernels ("" where ATen's and inductor's code runs) and what a
         # package's generated code is (a choice decided on the packages measured them)
         key["kernels"] = kernels.tag()
-        from specviz.compiled.packages import FORMAT
+        from specviz.backend.packages import FORMAT
 
         key["packages"] = FORMAT
     return key
@@ -469,7 +470,7 @@ def rank_packaged(
 ) -> DraftChoice:
     """The choice made again on the path a CPU runs: the shortlist's drafts and the target
     compiled ahead of time (compile_packages(models, widths) builds and keeps their
-    packages, by role: "target" and each variant's name; specviz.compiled.packages.prepare),
+    packages, by role: "target" and each variant's name; specviz.backend.packages.prepare),
     then the target's packaged step and verification at judge_gamma() + 1 and each draft's
     packaged step and two-token call timed together, repetition by repetition
     (costs.interleaved_medians), and ranked by rerank. A draft whose packages could not be
@@ -477,8 +478,8 @@ def rank_packaged(
     has no packages, the eager choice stands."""
     import dataclasses
 
-    from specviz.compiled import StaticLM
-    from specviz.compiled.packages import failed, packaged
+    from specviz.backend import StaticLM
+    from specviz.backend.packages import failed, packaged
     from specviz.costs import Timer, interleaved_medians
     from specviz.lm import CachedLM
     from specviz.pair import LoadedModel, token_width

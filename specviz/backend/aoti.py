@@ -12,7 +12,7 @@ specviz.ui.zerogpu does that), and the GPU check packages and loads the same for
 :class:`AotiStep` takes the cache as plain tensors (each layer's keys, values and position)
 and writes them in place, as transformers' ``StaticCache`` does, so an exported program has
 only tensors in and out. :class:`AotiForwards` is the compiled path's compiler for such
-forwards (specviz.compiled.StaticLM calls it): a call whose width and cache length have a
+forwards (specviz.backend.StaticLM calls it): a call whose width and cache length have a
 forward runs it; any other runs the model eagerly on the same cache, and one line on stderr
 says why. The prompt's prefill is always eager, as on the compiled path.
 
