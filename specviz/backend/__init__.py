@@ -1,4 +1,16 @@
-"""The compiled path: a static KV cache and forwards compiled for a few fixed shapes.
+"""The backend: what makes the models' calls fast on the machine at hand, behind the pair
+(ModelPair.open_cache is its one door; the algorithm's modules import nothing from here).
+
+- ``kernels`` and ``csrc/``: specviz's C++ ops (the int8 and float32 products of a decode
+  call's few rows, the top-p cut, which it registers for specviz.sampling);
+- ``fusion``: a Llama layer's products that read one input, stacked into one;
+- ``offline``: the offline pair's conversion from GGUF and its int8 and int4 drafts;
+- ``aoti``, ``packages``: decode calls compiled ahead of time and kept on disk;
+- ``estimates``, ``compiler``, ``policy``, ``static_lm`` (gathered here): the compiled path;
+- ``draft_choice``, ``prepare_worker``: the offline draft chosen by measurement, and the
+  set-up step's second process.
+
+The compiled path: a static KV cache and forwards compiled for a few fixed shapes.
 
 ``StaticLM`` is ``CachedLM``'s drop-in on this path (same ``logits``, ``rollback``,
 ``tokens``, ``calls``). Its cache is transformers' ``StaticCache``: key and value tensors of
