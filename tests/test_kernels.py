@@ -507,3 +507,14 @@ def test_a_tiny_int8_draft_with_the_kernel_matches_its_float_model(uses_kernel):
         a, b = m(input_ids=ids).logits, q(input_ids=ids).logits
     assert (a - b).abs().max() < 0.05 * a.abs().max()
     assert torch.equal(a.argmax(-1), b.argmax(-1))
+
+
+def test_the_library_s_digest_reads_the_code_not_its_comments():
+    """A corrected comment in a C++ source leaves the digest (and so the library and every
+    package that names it) as it is; a changed line of code changes it."""
+    src = kernels.SOURCES[1].read_text()
+    base = kernels.code_of(src)
+    assert kernels.code_of(src.replace("// ", "//  edited ", 3)) == base
+    assert kernels.code_of("/* a\nblock */\n" + src + "\n\n// trailing\n") == base
+    assert kernels.code_of(src.replace("float tau", "float tau2", 1)) != base
+    assert "//" not in base
