@@ -51,12 +51,15 @@ def input_device(model: torch.nn.Module) -> torch.device:
 
 class ModelCache(Protocol):
     """One request's cache of one model, as the engine and the drafters use it: CachedLM on
-    the eager path, specviz.compiled.StaticLM on the compiled path."""
+    the eager path, specviz.backend.StaticLM on the compiled path."""
 
     vocab_size: int
     tokens: list[int]  # the tokens whose keys and values the cache holds
     calls: int  # forwards so far
     busy_s: float  # seconds inside the model's forward so far
+    # whether it can keep the model's last hidden state of its calls (want_hidden): the
+    # eager cache can, the compiled path's cannot
+    gives_hidden: bool
 
     def logits(self, seq: list[int], keep: int = 1) -> torch.Tensor:
         """Logits [keep, V] for the last `keep` positions of seq, feeding only uncached
@@ -113,6 +116,8 @@ class CachedLM:
     returned on ``out_device`` (default: the input device).
     """
 
+    gives_hidden = True
+
     def __init__(
         self, model: torch.nn.Module, vocab_size: int, out_device: torch.device | None = None
     ) -> None:
@@ -126,9 +131,13 @@ class CachedLM:
         self.busy_s = 0.0  # seconds inside the model's forward (specviz.costs reads it)
         self.branched = False  # the cache holds tree branches (masked_logits until keep)
         # a drafter that reads the target's features asks for its last hidden state: then
-        # every call keeps it at the rows it returns ([keep, H], in hidden)
+        # every call keeps it at every row it read ([n, H] in hidden_all, the first at
+        # position hidden_at: a tree call's nodes in their order), and at the rows it
+        # returns ([keep, H], in hidden: hidden_all's last keep)
         self.want_hidden = False
         self.hidden: torch.Tensor | None = None
+        self.hidden_all: torch.Tensor | None = None
+        self.hidden_at = 0
 
     @property
     def cached(self) -> int:
@@ -177,7 +186,7 @@ class CachedLM:
             output_hidden_states=self.want_hidden,
         )
         logits = out.logits[0, -keep:, : self.vocab_size].to(self.out_device)  # [keep, V]
-        self._keep_hidden(out, keep)
+        self._keep_hidden(out, keep, start)
         self.busy_s += clock(logits.device) - t0
         self.tokens.extend(seq[start:])
         self.calls += 1
@@ -212,17 +221,20 @@ class CachedLM:
             output_hidden_states=self.want_hidden,
         )
         logits = out.logits[0, -keep:, : self.vocab_size].to(self.out_device)  # [keep, V]
-        self._keep_hidden(out, keep)
+        self._keep_hidden(out, keep, positions[0])
         self.busy_s += clock(logits.device) - t0
         self.tokens.extend(ids)
         self.calls += 1
         self.branched = True
         return logits
 
-    def _keep_hidden(self, out: Any, keep: int) -> None:
-        """The last layer's hidden state [keep, H] at the returned rows, when asked for."""
+    def _keep_hidden(self, out: Any, keep: int, at: int) -> None:
+        """The last layer's hidden state (after the final norm: what the output layer reads)
+        at every row the call read, the first at position `at`, when asked for."""
         if self.want_hidden:
-            self.hidden = out.hidden_states[-1][0, -keep:].to(self.out_device)
+            self.hidden_all = out.hidden_states[-1][0].to(self.out_device)  # [n, H]
+            self.hidden = self.hidden_all[-keep:]  # [keep, H]
+            self.hidden_at = at
 
     def keep(self, slots: list[int]) -> None:
         """Keep only these cache slots, in this order (a prefix, then the accepted path):

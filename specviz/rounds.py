@@ -92,7 +92,10 @@ class ChainRounds:
         new = accepted + ([] if added is None else [added])
         seq.extend(new)
         self.target.rollback(seq)  # both caches back to the accepted sequence
-        self.drafter.after_round(seq, target_out(self.target, logits, slice(0, len(new))))
+        # the drafter hears the rows that scored the new tokens, and (a feature drafter) the
+        # target's hidden state along the root and the n accepted drafts
+        out = target_out(self.target, logits, slice(0, len(new)), list(range(n + 1)))
+        self.drafter.after_round(seq, out)
         tc = clock(dev)
         # 5. the round's record, read off the verdict
         drafted, added_record = round_decisions(
@@ -170,11 +173,11 @@ class TreeRounds:
         added = None if ends_on_eos else verdict.added_token(gen, pw.greedy)
         new = accepted + ([] if added is None else [added])
         keep_path(target, len(seq), [len(seq) + j for j in verdict.path])  # both caches: path
-        rows = [ROOT + 1] + [j + 1 for j in verdict.path]  # the rows that scored new
+        rows = [ROOT + 1] + [j + 1 for j in verdict.path]  # the root's and the path's rows
         self.drafter.keep_path(tree, verdict.path, seq)
         seq.extend(new)
         target.rollback(seq)
-        self.drafter.after_round(seq, target_out(target, logits, rows[: len(new)]))
+        self.drafter.after_round(seq, target_out(target, logits, rows[: len(new)], rows))
         tc = clock(dev)
         # 5. the round's record: the recorded path as a chain's, and every node
         u = draws if self.verification.draws == "u" else None

@@ -46,6 +46,10 @@ class StaticLM:
     widths: the padded shapes of the calls after the prefill; max_len: the most positions
     the request writes (prompt, new tokens and the widest padding)."""
 
+    # its compiled calls return logits only: no hidden state for a drafter that reads the
+    # target's features (the request check refuses such a run: specviz.drafters)
+    gives_hidden = False
+
     def __init__(
         self,
         model: torch.nn.Module,

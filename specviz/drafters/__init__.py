@@ -11,8 +11,11 @@ refuses a name not registered.
 Adding a drafter: one module with its class (the protocol of specviz.drafters.base, and a
 ``build(settings, pair, open_lm)`` class method), and one :func:`register` call with its
 :class:`Entry`. A drafter that reads the target's features (EAGLE, Medusa) gets the
-target's outputs of each verify call (its logit rows, and its last hidden state where the
-backend gives it) through ``after_round``.
+target's outputs of each verify call (its logit rows, and its last hidden state at every
+position the call read where the backend gives it) through ``after_round``; its entry says
+``reads_hidden``, and a run whose target would run on the compiled path, which gives no
+hidden state, is refused before any model call. The built-in one is "eagle"
+(specviz.drafters.head).
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ def register(entry: Entry) -> None:
 
 register(Entry("model", "specviz.drafters.model:ModelDrafter", True, True))
 register(Entry("ngram", "specviz.drafters.ngram:NgramDrafter", False, False))
+register(Entry("eagle", "specviz.drafters.head:HeadDrafter", False, True, reads_hidden=True))
 
 
 class Names(Sequence[str]):
@@ -89,28 +93,55 @@ def check_settings(settings: Any) -> None:
     if settings.drafts_tree and not e.tree:
         trees = [n for n, o in ENTRIES.items() if o.tree]
         raise ValueError(
-            f"a tree needs a drafter that drafts trees: the {' or '.join(trees)} drafter "
+            "a tree needs a drafter that drafts trees: "
+            f"{' or '.join(f'the {t} drafter' for t in trees)} "
             f"({settings.drafter} proposes one chain)"
         )
 
 
 def check_drafter(pair: Any, settings: Any) -> None:
     """Refuse (ValueError, one line) a drafter this pair cannot run: one check_settings
-    refuses, or one that needs a draft model, on a pair without one."""
+    refuses, one that needs a draft model on a pair without one, one that reads the
+    target's hidden state where the target would run on the compiled path (which gives
+    none), or one its own class refuses (a ``check(pair, settings)`` class method: the
+    EAGLE drafter's head missing). Before any model call."""
     check_settings(settings)
     e = entry(settings.drafter)
     if e.needs_draft_model and pair.draft is None:
         others = [n for n, o in ENTRIES.items() if not o.needs_draft_model]
         raise ValueError(
-            f"pair {pair.name!r} has no draft model; use the {' or '.join(others)} drafter"
+            f"pair {pair.name!r} has no draft model; use "
+            f"{' or '.join(f'the {o} drafter' for o in others)}"
         )
+    if e.reads_hidden and _target_compiled(pair, settings):
+        raise ValueError(
+            f"the {e.name} drafter reads the target's hidden states, which the compiled "
+            "path does not give: run the pair eager (--compile off)"
+        )
+    check = getattr(_drafter_class(e), "check", None)
+    if check is not None:
+        check(pair, settings)
+
+
+def _target_compiled(pair: Any, settings: Any) -> bool:
+    """Whether a run of these settings opens the pair's target on the compiled path: the
+    pair has one, the target is not left eager beside it, and the run drafts no tree (a
+    tree runs eager). An aoti target that finds no package for a call's shape runs eager
+    all the same, but is refused here too: what it will find is known only once opened."""
+    backend = getattr(pair, "compile_backend", None)
+    eager = getattr(pair, "eager_models", None) or {}
+    return backend is not None and not settings.drafts_tree and pair.target.name not in eager
+
+
+def _drafter_class(e: Entry) -> Any:
+    module, name = e.cls.split(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def drafter_for(settings: Any, pair: Any, open_lm: Callable[..., Any]) -> Drafter:
     """The drafter a run's settings choose, built for this pair; open_lm(model, widths)
     opens a model's cache as the run opens the target's."""
-    module, name = entry(settings.drafter).cls.split(":")
-    return getattr(importlib.import_module(module), name).build(settings, pair, open_lm)
+    return _drafter_class(entry(settings.drafter)).build(settings, pair, open_lm)
 
 
 def __getattr__(name: str) -> Any:
@@ -121,6 +152,8 @@ def __getattr__(name: str) -> Any:
         "TargetOut": "base",
         "ModelDrafter": "model",
         "NgramDrafter": "ngram",
+        "HeadDrafter": "head",
+        "FeatureHead": "head",
     }
     if name in homes:
         return getattr(importlib.import_module(f"specviz.drafters.{homes[name]}"), name)

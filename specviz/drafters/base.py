@@ -41,13 +41,38 @@ class TargetOut:
     # a drafter reads it (the offline draft takes the prompt's keys and values), never
     # changes it
     cache: ModelCache
+    # its last hidden state at every position of the accepted sequence that this call read,
+    # in order from position features_at (the prompt's, on the first call; then the
+    # previous round's added token, and the accepted drafts): [m, H]; None: not given
+    features: torch.Tensor | None = None
+    features_at: int = 0
 
 
-def target_out(target: ModelCache, logits: torch.Tensor, rows: list[int] | slice) -> TargetOut:
-    """The target's outputs at rows: its logits, and its last hidden state where its cache
-    kept one (an eager cache asked for it; a compiled one gives none)."""
-    hidden = getattr(target, "hidden", None)
-    return TargetOut(logits[rows], None if hidden is None else hidden[rows], target)
+def target_out(
+    target: ModelCache,
+    logits: torch.Tensor,
+    rows: list[int] | slice,
+    path: list[int] | None = None,
+) -> TargetOut:
+    """The target's outputs of its verify call, whose logits [k, V] are the last k rows it
+    read: at rows (those that scored the new tokens), its logits, and its last hidden state
+    where its cache kept one (an eager cache asked for it; a compiled one gives none).
+    path: the logit rows of the round's root and of its accepted drafts, in order (default
+    rows); the features are the hidden state at the rows the call read before its logit
+    rows (the sequence's tail) and at path's."""
+    gives = getattr(target, "gives_hidden", False)
+    hidden = getattr(target, "hidden_all", None) if gives else None
+    picked = list(range(len(logits)))[rows] if isinstance(rows, slice) else list(rows)
+    tail = -1 if hidden is None else len(hidden) - len(logits)  # rows read before the logits'
+    if tail < 0:  # none kept, or not this call's
+        return TargetOut(logits[rows], None, target)
+
+    def at_rows(rs: list[int]) -> torch.Tensor:
+        return hidden[torch.tensor([tail + r for r in rs], dtype=torch.long, device=hidden.device)]
+
+    features = torch.cat([hidden[:tail], at_rows(picked if path is None else list(path))])
+    at = getattr(target, "hidden_at", 0)
+    return TargetOut(logits[rows], at_rows(picked), target, features, at)
 
 
 class Drafter(Protocol):

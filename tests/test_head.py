@@ -1,0 +1,275 @@
+"""The EAGLE drafter (specviz.drafters.head): its head's state in EAGLE's key names, the
+target's features plumbed from every verify call into the head's cache, greedy speculative
+output equal to greedy autoregressive output (chain, tree, dynamic tree), the sampled
+output distributed as the target's (and a q wrong in the rule caught by the same check),
+and the one-line refusals: a target on the compiled path, a cache that gives no features,
+a pair with no head."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from specviz import drafters
+from specviz.config import Settings
+from specviz.drafters.base import TargetOut
+from specviz.drafters.head import (
+    NAME,
+    FeatureHead,
+    HeadDrafter,
+    HeadLM,
+    head_for,
+    target_features,
+)
+from specviz.engine import Run, check_request, generate
+from specviz.lm import CachedLM
+from tests import head_check
+from tests.tiny import close_pair, tiny_pair
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+OWN_KEYS = {
+    "fc.weight",
+    *(f"layers.0.self_attn.{p}_proj.weight" for p in "qkvo"),
+    *(f"layers.0.mlp.{p}_proj.weight" for p in ("gate", "up", "down")),
+    "layers.0.post_attention_layernorm.weight",
+}
+
+
+@pytest.fixture(scope="module")
+def pairs():
+    """Two tiny pairs, each with a head trained for 3 steps, so that greedy drafts are both
+    kept and not (a head trained longer keeps every draft of their short periodic greedy
+    outputs)."""
+    return [head_check.with_head(tiny_pair(), 3), head_check.with_head(close_pair(), 3)]
+
+
+@pytest.fixture(scope="module")
+def wrong_q():
+    """The wrong-q drafter, known only while this module's tests run."""
+    drafters.register(head_check.ENTRY)
+    yield head_check.WRONG
+    drafters.ENTRIES.pop(head_check.WRONG, None)
+
+
+def one_line(e: pytest.ExceptionInfo) -> str:
+    text = str(e.value)
+    assert text and "\n" not in text
+    return text
+
+
+# --- the head ---------------------------------------------------------------------------------
+
+
+def test_the_heads_own_state_is_eagles_and_round_trips():
+    """fc.* and layers.0.* only (no input norm, none of the target's shared layers); a head
+    that loads another's state computes what that one computes."""
+    model = tiny_pair().target.model
+    with torch.random.fork_rng():
+        torch.manual_seed(1)
+        a = FeatureHead.for_target(model)
+        torch.manual_seed(2)
+        b = FeatureHead.for_target(model)
+    assert set(a.own_state()) == OWN_KEYS
+    assert sum(p.numel() for p in a.parameters()) == sum(v.numel() for v in a.own_state().values())
+    f, ids = torch.randn(2, 5, 16), torch.randint(8, (2, 5))
+    with torch.no_grad():
+        assert not torch.allclose(a(f, ids), b(f, ids))
+        b.load_own_state(a.own_state())
+        assert torch.equal(a(f, ids), b(f, ids))
+    bias = FeatureHead(model.config, model.get_input_embeddings(), model.lm_head, bias=True)
+    assert set(bias.own_state()) == OWN_KEYS | {"fc.bias"}
+
+
+@pytest.mark.parametrize(
+    "change,says",
+    [
+        (
+            lambda s: s.pop("layers.0.mlp.up_proj.weight"),
+            "missing key 'layers.0.mlp.up_proj.weight'",
+        ),
+        (
+            lambda s: s.update({"lm_head.weight": torch.zeros(8, 16)}),
+            "unexpected key 'lm_head.weight'",
+        ),
+        (
+            lambda s: s.update({"fc.weight": torch.zeros(16, 16)}),
+            "key 'fc.weight' has shape [16, 16]",
+        ),
+    ],
+    ids=["missing", "unexpected", "misshapen"],
+)
+def test_a_state_that_does_not_fit_is_refused_in_one_line(change, says):
+    head = FeatureHead.for_target(tiny_pair().target.model)
+    state = dict(head.own_state())
+    change(state)
+    with pytest.raises(ValueError) as e:
+        head.load_own_state(state)
+    assert says in one_line(e)
+
+
+def test_features_are_what_the_output_layer_reads_and_a_cache_keeps_every_row():
+    """lm_head(f_t) is the target's logit row at t; an eager cache asked for them keeps the
+    hidden state of every row it read, from the position it started at."""
+    pair = tiny_pair()
+    model, ids = pair.target.model, [1, 2, 3, 4, 5, 6]
+    f = target_features(model, torch.tensor([ids]))[0]  # [6, H]
+    head = FeatureHead.for_target(model)
+    with torch.no_grad():
+        assert torch.allclose(
+            head.logits(f), model(input_ids=torch.tensor([ids])).logits[0], atol=1e-5
+        )
+    lm = CachedLM(model, pair.vocab_size)
+    lm.want_hidden = True
+    lm.logits(ids[:4])
+    assert lm.hidden_at == 0 and torch.allclose(lm.hidden_all, f[:4], atol=1e-5)
+    lm.logits(ids, keep=2)
+    assert lm.hidden_at == 4 and torch.allclose(lm.hidden_all, f[4:], atol=1e-5)
+    assert torch.equal(lm.hidden, lm.hidden_all[-2:])
+
+
+# --- drafting ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [{}, {"tree": (2, 2, 1)}, {"tree_budget": 6}],
+    ids=["chain", "tree", "dynamic-tree"],
+)
+def test_greedy_spec_equals_greedy_ar_and_the_head_reads_the_targets_features(pairs, shape):
+    """Token for token on two pairs and two prompts; the first round drafts nothing (the
+    prompt's features come with its call), every later one drafts, drafts are both kept and
+    not, and the head's cache holds, slot for slot, what the head computes on the target's
+    own features of the whole sequence (no feature missing or out of place)."""
+    kept = missed = 0
+    for pair in pairs:
+        for prompt in ("1 2 3", "4 4 5 6"):
+            s = Settings(greedy=True, gamma=3, max_new_tokens=24, **shape)
+            ar = generate(pair, prompt, s.with_(method="ar"))
+            run = Run(pair, prompt, s.with_(drafter=NAME))
+            for _ in run:
+                pass
+            tr = run.trace
+            assert tr.token_ids == ar.token_ids, (shape, prompt)
+            assert tr.rounds[0].stop == "prompt" and not tr.rounds[0].drafted
+            assert all(r.drafted or r.stop == "budget" for r in tr.rounds[1:])
+            kept += tr.stats.accepted
+            missed += sum(d.status == "rejected" for r in tr.rounds for d in r.drafted)
+            seq = run.prompt_ids + tr.token_ids
+            lm: HeadLM = run.drafter.lm
+            assert lm.tokens == seq and lm.known == len(seq)
+            f = target_features(pair.target.model, torch.tensor([seq]))
+            with torch.no_grad():
+                want = pair.head(f[:, :-1], torch.tensor([seq[1:]]))[0]
+            assert torch.allclose(lm.out[1:], want, atol=1e-4)
+    assert kept > 0 and missed > 0
+
+
+def test_a_sampled_run_is_reproducible(pairs):
+    s = Settings(temperature=1.0, gamma=3, max_new_tokens=16, drafter=NAME, tree_budget=6)
+    a, b = generate(pairs[1], "1 2 3", s), generate(pairs[1], "1 2 3", s)
+    assert a.token_ids == b.token_ids and len(a.token_ids) == 16
+
+
+def test_sampled_output_follows_the_target():
+    """The distribution check at temperature 1 (tests/head_check.py: its views, size and
+    power): every view keeps p > EXACT_P, over rounds that drafted, with drafts both kept
+    and not."""
+    found, tally = head_check.check(head_check.check_pair(), head_check.CHECK.with_(drafter=NAME))
+    assert tally.drafting_rounds >= tally.samples and tally.accepted > 100 and tally.rejected > 50
+    assert min(found.values()) > head_check.EXACT_P, found
+
+
+def test_a_q_wrong_in_the_rule_fails_the_same_check(wrong_q):
+    """Draws at twice the draft's temperature, q reported at its own: some view falls to
+    p <= EXACT_P (with probability above 0.99 at this size, by head_check's power)."""
+    s = head_check.CHECK.with_(drafter=wrong_q)
+    found, _ = head_check.check(head_check.check_pair(), s)
+    assert min(found.values()) <= head_check.EXACT_P, found
+
+
+# --- refusals ---------------------------------------------------------------------------------
+
+
+def test_the_registry_lists_the_eagle_drafter():
+    e = drafters.entry(NAME)
+    assert e.tree and e.reads_hidden and not e.needs_draft_model
+    assert NAME in drafters.DRAFTERS
+
+
+@pytest.mark.parametrize("backend", ["inductor", "aoti"])
+def test_a_compiled_target_is_refused_in_one_line_before_any_model_call(pairs, backend):
+    """The compiled path gives no hidden state: a chain is refused by the request check,
+    on a path named or chosen by "auto", before a forward; a tree (eager under "auto") and
+    a target left eager beside the compiled path are not."""
+    from specviz.backend.static_lm import StaticLM
+
+    assert CachedLM.gives_hidden and not StaticLM.gives_hidden
+
+    def like(**changes):
+        pair = dataclasses.replace(pairs[0], compile_backend=backend, **changes)
+        pair.head = pairs[0].head
+        return pair
+
+    calls = []
+    hook = pairs[0].target.model.register_forward_pre_hook(lambda *_: calls.append(1))
+    chain, tree = Settings(max_new_tokens=8, drafter=NAME), Settings(max_new_tokens=8, tree=(2,))
+    try:
+        for pair in (like(), like(compile_auto=True)):
+            for make in (check_request, Run):
+                with pytest.raises(ValueError) as e:
+                    make(pair, "1 2", chain)
+                assert "compiled path does not give" in one_line(e)
+                assert "--compile off" in str(e.value)
+        check_request(like(compile_auto=True), "1 2", tree.with_(drafter=NAME))
+        check_request(like(eager_models={pairs[0].target.name: "why"}), "1 2", chain)
+    finally:
+        hook.remove()
+    assert not calls
+
+
+def test_a_cache_that_gives_no_features_is_refused_in_one_line_before_a_draft(pairs):
+    """The distribution check's shared cache hands out stored rows, without features: the
+    first round (which drafts nothing) ends in one line."""
+    from specviz.analysis.distribution_check import draw_samples
+
+    with pytest.raises(ValueError) as e:
+        draw_samples(
+            pairs[0], "1 2", Settings(temperature=1.0, max_new_tokens=8, drafter=NAME), 0, 2
+        )
+    assert "gave none" in one_line(e)
+    drafter = HeadDrafter.build(Settings(max_new_tokens=8, drafter=NAME), pairs[0], None)
+    with pytest.raises(ValueError) as e:
+        drafter.after_round([1, 2], TargetOut(torch.zeros(1, 8), None, object()))
+    one_line(e)
+
+
+def test_a_head_comes_from_the_pair_or_this_machines_cache(tmp_path, monkeypatch):
+    """No head: refused before any model call, in one line that says how to train one. A
+    head saved for the target's weights (specviz.head_cache) is found, loaded once, and
+    computes what it did."""
+    from safetensors.torch import save_file
+
+    from specviz.head_cache import head_file
+
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    pair = tiny_pair()
+    with pytest.raises(ValueError) as e:
+        check_request(pair, "1 2", Settings(max_new_tokens=8, drafter=NAME))
+    assert "python -m specviz train-head" in one_line(e)
+    head = head_check.trained_head(pair, 5)
+    path = head_file(pair.target.model)
+    path.parent.mkdir(parents=True)
+    save_file({k: v.contiguous() for k, v in head.own_state().items()}, str(path))
+    loaded = head_for(pair)
+    assert loaded is head_for(pair) and loaded is not head
+    f, ids = torch.randn(1, 4, 16), torch.randint(8, (1, 4))
+    with torch.no_grad():
+        assert torch.equal(loaded(f, ids), head(f, ids))
+    check_request(pair, "1 2", Settings(max_new_tokens=8, drafter=NAME))
+    save_file({"fc.weight": torch.zeros(16, 16)}, str(path))
+    with pytest.raises(ValueError) as e:
+        head_for(pair)
+    assert "does not fit tiny-target" in one_line(e)
