@@ -129,9 +129,15 @@ class Run:
         A model that runs eager although the compiled path was asked for says so, and why,
         in the trace's description of it, in place of the pair's compiled path."""
         s = self.settings
-        lm = self.pair.open_cache(m, widths, self.cache_positions(widths), eager=s.drafts_tree)
-        why = None if s.drafts_tree else self.pair.ran_eager(m, lm)
         role = "target" if m is self.pair.target else "draft"
+        # A drafter that reads the target's features needs its eager forward: the compiled
+        # calls return logits only (a named backend is refused for it by check_drafter).
+        features = role == "target" and s.method != "ar" and drafter_entry(s.drafter).reads_hidden
+        eager = s.drafts_tree or features
+        lm = self.pair.open_cache(m, widths, self.cache_positions(widths), eager=eager)
+        why = None if s.drafts_tree else self.pair.ran_eager(m, lm)
+        if features and self.pair.compile_backend is not None:
+            why = f"the {s.drafter} drafter reads its hidden states, which compiled calls lack"
         if why and role in self.trace.models and RAN_EAGER not in self.trace.models[role]:
             self.trace.models[role] = m.describe() + RAN_EAGER + why
         return lm

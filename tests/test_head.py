@@ -200,10 +200,12 @@ def test_the_registry_lists_the_eagle_drafter():
 
 
 @pytest.mark.parametrize("backend", ["inductor", "aoti"])
-def test_a_compiled_target_is_refused_in_one_line_before_any_model_call(pairs, backend):
-    """The compiled path gives no hidden state: a chain is refused by the request check,
-    on a path named or chosen by "auto", before a forward; a tree (eager under "auto") and
-    a target left eager beside the compiled path are not."""
+def test_a_named_compiled_target_is_refused_and_auto_runs_the_target_eager(pairs, backend):
+    """The compiled path gives no hidden state: on a backend named by the request a chain
+    is refused by the request check, in one line, before a forward; on one "auto" chose,
+    the run opens its target eager, its trace says why, and greedy output equals the
+    (compiled) baseline's. A tree (eager anyway) and a target left eager beside the
+    compiled path are not refused."""
     from specviz.backend.static_lm import StaticLM
 
     assert CachedLM.gives_hidden and not StaticLM.gives_hidden
@@ -217,17 +219,26 @@ def test_a_compiled_target_is_refused_in_one_line_before_any_model_call(pairs, b
     hook = pairs[0].target.model.register_forward_pre_hook(lambda *_: calls.append(1))
     chain, tree = Settings(max_new_tokens=8, drafter=NAME), Settings(max_new_tokens=8, tree=(2,))
     try:
-        for pair in (like(), like(compile_auto=True)):
-            for make in (check_request, Run):
-                with pytest.raises(ValueError) as e:
-                    make(pair, "1 2", chain)
-                assert "compiled path does not give" in one_line(e)
-                assert "--compile off" in str(e.value)
+        for make in (check_request, Run):
+            with pytest.raises(ValueError) as e:
+                make(like(), "1 2", chain)
+            assert "compiled path (" in one_line(e) and "does not give" in str(e.value)
+            assert "--compile off" in str(e.value)
+        check_request(like(compile_auto=True), "1 2", chain)
         check_request(like(compile_auto=True), "1 2", tree.with_(drafter=NAME))
         check_request(like(eager_models={pairs[0].target.name: "why"}), "1 2", chain)
     finally:
         hook.remove()
     assert not calls
+    auto = like(compile_auto=True)
+    run = Run(auto, "1 2", chain.with_(greedy=True))
+    for _ in run:
+        pass
+    assert isinstance(run.target_lm, CachedLM)
+    why = "ran eager: the eagle drafter reads its hidden states, which compiled calls lack"
+    assert why in run.trace.models["target"]
+    plain = generate(pairs[0], "1 2", chain.with_(greedy=True, method="ar"))
+    assert run.trace.token_ids == plain.token_ids
 
 
 def test_a_cache_that_gives_no_features_is_refused_in_one_line_before_a_draft(pairs):

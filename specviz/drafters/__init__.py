@@ -103,7 +103,8 @@ def check_drafter(pair: Any, settings: Any) -> None:
     """Refuse (ValueError, one line) a drafter this pair cannot run: one check_settings
     refuses, one that needs a draft model on a pair without one, one that reads the
     target's hidden state where the target would run on the compiled path (which gives
-    none), or one its own class refuses (a ``check(pair, settings)`` class method: the
+    none; under "auto" the run opens its target eager instead, and its trace says so), or
+    one its own class refuses (a ``check(pair, settings)`` class method: the
     EAGLE drafter's head missing). Before any model call."""
     check_settings(settings)
     e = entry(settings.drafter)
@@ -113,10 +114,12 @@ def check_drafter(pair: Any, settings: Any) -> None:
             f"pair {pair.name!r} has no draft model; use "
             f"{' or '.join(f'the {o} drafter' for o in others)}"
         )
-    if e.reads_hidden and _target_compiled(pair, settings):
+    named = not getattr(pair, "compile_auto", False)  # a backend the request named
+    if e.reads_hidden and named and _target_compiled(pair, settings):
         raise ValueError(
             f"the {e.name} drafter reads the target's hidden states, which the compiled "
-            "path does not give: run the pair eager (--compile off)"
+            f"path ({pair.compile_backend}) does not give: run the pair eager (--compile off "
+            "or auto, which runs its target eager)"
         )
     check = getattr(_drafter_class(e), "check", None)
     if check is not None:
