@@ -69,6 +69,7 @@ from specviz.config import (
     Settings,
     Warp,
 )
+from specviz.drafters import entry as drafter_entry
 from specviz.engine import Run
 from specviz.lm import CachedLM, ModelCache
 from specviz.pair import LoadedModel, ModelPair
@@ -261,6 +262,11 @@ class _SharedRun(Run):
 
     def open_lm(self, m: LoadedModel, widths: tuple[int, ...]) -> ModelCache:
         role = "target" if m is self.pair.target else "draft"
+        s = self.settings
+        if role == "target" and s.method != "ar" and drafter_entry(s.drafter).reads_hidden:
+            # a drafter that reads the target's features needs them at every position its
+            # calls read, which stored rows do not carry: this run's own cache
+            return super().open_lm(m, widths)
         cache = self._shared.get(role)
         if cache is None:  # the first run opens it as the engine would, for its widths
             cache = PromptCache(super().open_lm(m, widths), self.prompt_ids, self._reuse_rows)
