@@ -33,7 +33,7 @@ import torch
 from specviz import metrics
 from specviz.clock import clock
 from specviz.config import Settings
-from specviz.drafters import Drafter, check_drafter, drafter_for
+from specviz.drafters import Drafter, check_drafter, describe_drafter, drafter_for
 from specviz.drafters import entry as drafter_entry
 from specviz.lm import ModelCache
 from specviz.pair import RAN_EAGER, LoadedModel, ModelPair
@@ -85,6 +85,9 @@ class Run:
         models = pair.describe()
         models["drafter"] = settings.drafter if settings.method == "spec" else "none"
         spec = settings.method == "spec"
+        what = describe_drafter(settings, pair) if spec else None
+        if what is not None:  # the drafter drafts without the draft model: name what does
+            models["draft"] = what
         self.verification = verification_for(settings) if spec else None
         self.trace = Trace(
             method=settings.method,

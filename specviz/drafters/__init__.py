@@ -141,6 +141,18 @@ def _drafter_class(e: Entry) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
+def describe_drafter(settings: Any, pair: Any) -> str | None:
+    """What drafts for these settings where it is not the pair's draft model, as a trace
+    names it in the draft's place (the class's ``describe(pair, settings)``, or its name);
+    None for a drafter that drafts with the draft model."""
+    e = entry(settings.drafter)
+    if e.needs_draft_model:
+        return None
+    describe = getattr(_drafter_class(e), "describe", None)
+    what = f"the {e.name} drafter (no draft model)"
+    return describe(pair, settings) if describe is not None else what
+
+
 def drafter_for(settings: Any, pair: Any, open_lm: Callable[..., Any]) -> Drafter:
     """The drafter a run's settings choose, built for this pair; open_lm(model, widths)
     opens a model's cache as the run opens the target's."""

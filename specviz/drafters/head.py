@@ -465,10 +465,10 @@ class HeadDrafter(ModelDrafter):
     """Drafts from an EAGLE head over the target's features (this module's docstring): the
     model drafter's chains, confidence stop, trees and dynamic trees, on :class:`HeadLM`.
 
-    A target that gives no hidden state is refused, never run eager in its place: before any
-    model call where the target would run on the compiled path (check_drafter), and in one
-    line at the first round's end where its cache gave no features (nothing is drafted
-    before then)."""
+    The compiled calls give no hidden state: on a backend the request named, the run is
+    refused before any model call (check_drafter); on one "auto" chose, the run opens its
+    target eager and its trace says so (specviz.engine.Run.open_lm). A cache that gave no
+    features ends the first round in one line (nothing is drafted before then)."""
 
     name = NAME
 
@@ -480,6 +480,18 @@ class HeadDrafter(ModelDrafter):
     def check(cls, pair: Any, settings: Any) -> None:
         """Refuse (ValueError, one line) a pair with no head, before any model call."""
         head_for(pair)
+
+    @classmethod
+    def describe(cls, pair: Any, settings: Any) -> str:
+        """What drafts and what it reads, as a trace names it in place of a draft model."""
+        head = head_for(pair)
+        own = sum(t.numel() for t in head.own_state().values())
+        layer = type(head.layers[0]).__name__
+        return (
+            f"EAGLE head on {pair.target.name}'s features: reads the target's last hidden "
+            f"state and the next token's embedding; fc and one {layer} ({own / 1e6:.1f}M "
+            "parameters of its own), then the target's output layer"
+        )
 
     @classmethod
     def build(cls, settings: Any, pair: Any, open_lm: Any) -> HeadDrafter:

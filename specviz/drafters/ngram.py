@@ -26,6 +26,14 @@ class NgramDrafter:
 
     name = "ngram"
 
+    @classmethod
+    def describe(cls, pair: Any, settings: Any) -> str:
+        """What drafts and what it reads, as a trace names it in place of a draft model."""
+        return (
+            f"n-gram lookup (up to {settings.ngram_size} tokens): proposes what most often "
+            "followed the last tokens earlier in the prompt and output; reads no model"
+        )
+
     def __init__(self, vocab_size: int, ngram_size: int, eos_ids: frozenset[int]) -> None:
         self.vocab_size, self.ngram_size, self.eos_ids = vocab_size, ngram_size, eos_ids
 

@@ -206,7 +206,8 @@ def race_hint(spec: Trace | None, ar: Trace | None) -> str:
 def exact_note(trace: Trace) -> str:
     """The sentence under the text: what it is distributed as, for this trace's settings
     and the dtype its target ran in."""
-    drafter = "the n-gram drafter" if trace.models.get("drafter") == "ngram" else "the draft"
+    names = {"ngram": "the n-gram drafter", "eagle": "the EAGLE head"}
+    drafter = names.get(str(trace.models.get("drafter")), "the draft")
     return markup.exact_note_html(trace.settings, drafter, target_dtype(trace))
 
 
