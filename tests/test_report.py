@@ -333,6 +333,14 @@ def test_the_n_gram_comparison_pairs_prompts_with_bootstrap_intervals(whole) -> 
     assert stats.bootstrap([0.5, 0.25, 0.1])["verdict"] == "B higher"
     html = (whole / "report.html").read_text()
     assert "A against B = ngram" in html
+    # the conditional acceptance figure puts B's overall line beside A's, position by position
+    from specviz.report.figures import conditional_figure
+
+    fig = conditional_figure(json.loads((whole / "report.json").read_text()))
+    b = {t.name: t for t in fig.data}["ngram: overall"]
+    want = [r for r in cmp["overall"]["b"]["conditional_acceptance"] if r["verified"]]
+    assert list(b.x) == [r["position"] for r in want] and b.line.dash == "dash"
+    assert list(b.y) == [r["rate"] for r in want]
 
 
 # --- resume, shards, merge ---------------------------------------------------------------

@@ -21,10 +21,10 @@ from typing import Any
 from specviz.cli.args import add_run_args, load_pair_from_args, say, settings_from_args
 
 COMPARE_HELP = (
-    "a second drafter or pair on the same prompts and seeds: ngram (the n-gram drafter on "
-    "this pair), variant:NAME (the offline pair's draft built as another variant: w8-bf16, "
-    "w8-fp16, w8-fp32, bf16, fp16), draft:ID (another draft model for this target), or a "
-    "registered pair name"
+    "a second drafter or pair on the same prompts and seeds: ngram or eagle (that drafter "
+    "on this pair; eagle needs a head from train-head), variant:NAME (the offline pair's "
+    "draft built as another variant: w8-bf16, w8-fp16, w8-fp32, bf16, fp16), draft:ID "
+    "(another draft model for this target), or a registered pair name"
 )
 
 
@@ -139,8 +139,10 @@ def _compare_settings(what: str | None, settings: Any) -> Any:
     """The second drafter's settings: the n-gram drafter's, or the same ones."""
     if what is None:
         return None
-    if what == "ngram":
-        return settings.with_(drafter="ngram")
+    from specviz.drafters import ENTRIES
+
+    if what in ENTRIES and not ENTRIES[what].needs_draft_model:  # ngram, eagle
+        return settings.with_(drafter=what)
     if what.startswith(("variant:", "draft:")):
         kind, _, name = what.partition(":")
         if not name:
@@ -157,7 +159,7 @@ def _compare_settings(what: str | None, settings: Any) -> Any:
 
     if what not in PAIRS:
         raise ValueError(
-            f"--compare-with {what!r}: give ngram, variant:NAME, draft:ID or a pair name "
+            f"--compare-with {what!r}: give ngram, eagle, variant:NAME, draft:ID or a pair name "
             f"({', '.join(PAIRS)})"
         )
     return settings
@@ -166,7 +168,9 @@ def _compare_settings(what: str | None, settings: Any) -> Any:
 def _compare_pair(args: argparse.Namespace, pair: Any) -> Any:
     """The pair the second drafter runs on (None: this pair)."""
     what = args.compare_with
-    if what is None or what == "ngram":
+    from specviz.drafters import ENTRIES
+
+    if what is None or what in ENTRIES:  # another drafter on this pair
         return None
     kind, _, name = what.partition(":")
     if kind == "variant":

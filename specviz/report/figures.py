@@ -111,6 +111,19 @@ def conditional_figure(report: dict[str, Any]) -> go.Figure:
                 "width": 3 if name == OVERALL else 1.5,
             },
         )
+    compare = report["deterministic"].get("compare")
+    if compare:  # the second drafter, position by position beside the first
+        rows = [r for r in compare[OVERALL]["b"]["conditional_acceptance"] if r["verified"]]
+        y = [r["rate"] for r in rows]
+        other = plain(str(report["deterministic"].get("compare_with") or "second drafter"))
+        fig.add_scatter(
+            x=[r["position"] for r in rows],
+            y=y,
+            name=f"{other}: {OVERALL}",
+            mode="lines+markers",
+            error_y=_err(y, [r["lo"] for r in rows], [r["hi"] for r in rows]),
+            line={"color": "#000", "width": 3, "dash": "dash"},
+        )
     if not fig.data:
         return empty_figure("no drafts were verified")
     return lay_out(
