@@ -457,3 +457,28 @@ def test_the_first_token_after_a_restart(monkeypatch):
         subprocess, "run", lambda cmd, **kw: SimpleNamespace(returncode=1, stderr="x\nboom")
     )
     assert running.first_token_after_restart("cpu", None) == {"error": "boom"}
+
+
+def test_the_eagle_head_joins_the_contenders_where_this_machine_has_one(
+    opts, tmp_path, monkeypatch
+):
+    """No head for the target: no eagle contender. A head saved for the target's weights
+    (as train-head saves it): one, at the reference gamma, and it runs."""
+    from safetensors.torch import save_file
+
+    from specviz.bench.options import reference_gamma
+    from specviz.head_cache import head_file
+    from tests import head_check
+    from tests.tiny import tiny_pair
+
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    pair = tiny_pair()
+    assert not [c for c in bench.all_contenders(pair, "greedy", opts) if c.kind == "eagle"]
+    head = head_check.trained_head(pair, 3)
+    path = head_file(pair.target.model)
+    path.parent.mkdir(parents=True)
+    save_file({k: v.contiguous() for k, v in head.own_state().items()}, str(path))
+    found = [c for c in bench.all_contenders(pair, "greedy", opts) if c.kind == "eagle"]
+    assert [c.name for c in found] == [f"specviz eagle head g={reference_gamma(opts.gammas)}"]
+    sample = found[0].run([1, 2, 3], "1 2 3", 0, 6)
+    assert len(sample.tokens) == 6 and sample.trace.models["drafter"] == "eagle"

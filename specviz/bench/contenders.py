@@ -49,6 +49,7 @@ NAMES = {  # (side, kind): name, with the contender's gamma for {g}
     ("specviz", "minimal"): "specviz spec g={g} minimal trace",
     ("specviz", "adaptive"): "specviz adaptive from g={g}",
     ("specviz", "ngram"): "specviz ngram g={g}",
+    ("specviz", "eagle"): "specviz eagle head g={g}",
     ("specviz", "confident"): "specviz confident g={g}",
     ("transformers", "default"): "transformers assisted default",
     ("transformers", "lookup"): "transformers prompt lookup g={g}",
@@ -129,11 +130,25 @@ def _specviz_variants(sv: ModelPair, mode: str, g_ref: int) -> list[Contender]:
     """Adaptive gamma, the n-gram drafter, and transformers' default schedule drafted by
     specviz (HF_DEFAULT_TOKENS, HF_DEFAULT_CONFIDENCE)."""
     a, g = ADAPTIVE_START, HF_DEFAULT_TOKENS
-    return [
+    out = [
         _specviz(sv, mode, "adaptive", a, gamma=a, adaptive_gamma=True),
         _specviz(sv, mode, "ngram", g_ref, drafter="ngram", gamma=g_ref, ngram_size=NGRAM_SIZE),
         _specviz(sv, mode, "confident", g, gamma=g, draft_confidence=HF_DEFAULT_CONFIDENCE),
     ]
+    if has_head(sv):  # an EAGLE head trained for this target (python -m specviz train-head)
+        out.append(_specviz(sv, mode, "eagle", g_ref, drafter="eagle", gamma=g_ref))
+    return out
+
+
+def has_head(pair: ModelPair) -> bool:
+    """Whether the EAGLE drafter can run on this pair: a head attached or cached here."""
+    from specviz.drafters.head import head_for
+
+    try:
+        head_for(pair)
+    except ValueError:
+        return False
+    return True
 
 
 def _compiled_variants(
