@@ -122,7 +122,7 @@ class FeatureHead(nn.Module):
         gradient still flows to x)."""
         if not torch.is_grad_enabled():
             return module(x)
-        frozen = {k: v.detach() for k, v in module.named_parameters()}
+        frozen = {k: t.detach() for k, t in module.named_parameters()}
         return torch.func.functional_call(module, frozen, (x,))
 
     def forward(
@@ -168,7 +168,7 @@ class FeatureHead(nn.Module):
 
     def own_state(self) -> dict[str, torch.Tensor]:
         """fc.* and layers.0.*, in EAGLE's releases' key names."""
-        return {k: v for k, v in self.state_dict().items() if k.startswith(OWN)}
+        return {k: t for k, t in self.state_dict().items() if k.startswith(OWN)}
 
     def load_own_state(self, state: dict[str, torch.Tensor]) -> None:
         """Take a state of :meth:`own_state`'s keys and shapes (strict): ValueError, one line,
