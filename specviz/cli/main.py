@@ -7,7 +7,17 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from specviz.cli import across_runs, bench, check, costs, generate, prepare, report, verifications
+from specviz.cli import (
+    across_runs,
+    bench,
+    check,
+    costs,
+    generate,
+    prepare,
+    report,
+    train_head,
+    verifications,
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -19,10 +29,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="python -m specviz",
         description="Command line: `python -m specviz generate|prepare|costs|bench|check|"
-        "verifications|sweep|calibration|report ...`.",
+        "verifications|sweep|calibration|report|train-head ...`.",
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for command in (generate, prepare, costs, bench, check, verifications, report):
+    for command in (generate, prepare, costs, bench, check, verifications, report, train_head):
         command.add_parser(sub)
     across_runs.add_parsers(sub)  # sweep, calibration
     return parser
