@@ -79,7 +79,7 @@ def read_state(weights: Path) -> dict[str, torch.Tensor]:
         state = torch.load(weights, map_location="cpu", weights_only=True)
     except Exception as exc:
         raise ValueError(f"unreadable head weights {weights}: {_first_line(exc)}") from None
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+    if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
         raise ValueError(f"{weights} is not a state dict of tensors")
     return state
 
@@ -89,7 +89,7 @@ def layer_config(release: dict[str, Any]) -> Any:
     default), from the release's config.json as it stands."""
     from transformers import AutoConfig
 
-    fields = {k: v for k, v in release.items() if k not in ("bias", "architectures")}
+    fields = {k: x for k, x in release.items() if k not in ("bias", "architectures")}
     model_type = fields.pop("model_type", "llama")
     try:
         return AutoConfig.for_model(model_type, **fields)
