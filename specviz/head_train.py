@@ -12,8 +12,10 @@ generation cut short continues where it stopped, with the same ids.
 The head reads (f_t, x_{t+1}) and predicts f_{t+1}; its loss is EAGLE's: SmoothL1 between
 the predicted and the true feature, plus 0.1 times the cross-entropy of the head's
 distribution log_softmax(lm_head(f̂_{t+1})) against the target's softmax(lm_head(f_{t+1})) as
-a soft target, over the positions of the answers. AdamW on the head's own parameters; the
-target's embedding and output layer are shared and stay frozen.
+a soft target, over the positions of the answers. AdamW on the head's own parameters (a
+linear warm-up, then the learning rate falls as one over the square root of the steps,
+gradient values clipped as EAGLE clips them); the target's embedding and output layer are
+shared and stay frozen.
 
 Held-out acceptance (:func:`held_out_alpha`): on the held-out prompts' answers, at every
 answer position, alpha = sum_x min(p(x), q(x)) of the head's next-token distribution q
@@ -69,8 +71,9 @@ class TrainSettings:
     max_new: int = MAX_NEW
     rows: int = GEN_ROWS
     batch: int = 8  # sequences per training step
-    lr: float = 5e-4
-    warmup: int = 20  # steps of linear warm-up
+    lr: float = 1e-3  # the peak: after a linear warm-up, lr / sqrt(1 + step / decay)
+    warmup: int = 20  # steps
+    decay: int = 100  # steps
     clip: float = 0.5  # gradient values clipped to +-clip, as EAGLE does
     p_weight: float = 0.1  # the cross-entropy's weight (EAGLE's)
     checkpoint_every: int = 25  # steps
@@ -307,12 +310,12 @@ def eagle_loss(
     pred = head(feats, nxt)
     m = mask.float()
     count = m.sum().clamp(min=1.0)
-    v = (F.smooth_l1_loss(pred, target, reduction="none").mean(-1) * m).sum() / count
+    l1 = (F.smooth_l1_loss(pred, target, reduction="none").mean(-1) * m).sum() / count
     with torch.no_grad():
         p = torch.softmax(head.logits(target[mask])[..., :vocab].float(), dim=-1)
     logq = torch.log_softmax(head.logits(pred[mask])[..., :vocab].float(), dim=-1)
     ce = -(p * logq).sum(-1).sum() / count
-    return v + p_weight * ce, float(v.detach()), float(ce.detach())
+    return l1 + p_weight * ce, float(l1.detach()), float(ce.detach())
 
 
 @torch.inference_mode()
@@ -374,7 +377,7 @@ class TrainState:
 def save_checkpoint(path: Path, head: FeatureHead, opt: Any, state: TrainState, key: str) -> None:
     """The head's own state, the optimiser's and the TrainState, written whole or not at all."""
     blob = {
-        "head": {k: v.detach().clone() for k, v in head.own_state().items()},
+        "head": {k: t.detach().clone() for k, t in head.own_state().items()},
         "optim": opt.state_dict(),
         "state": asdict(state),
         "key": key,
@@ -421,6 +424,12 @@ def load_checkpoint(path: Path, head: FeatureHead, opt: Any, key: str) -> TrainS
     head.load_own_state(blob["head"])
     opt.load_state_dict(blob["optim"])
     return TrainState(**blob["state"])
+
+
+def learning_rate(s: TrainSettings, step: int) -> float:
+    """The step's learning rate: a linear warm-up to s.lr, then an inverse square root
+    decay (a function of the step alone, so a resumed run continues it)."""
+    return s.lr * min(1.0, (step + 1) / max(s.warmup, 1)) / math.sqrt(1 + step / s.decay)
 
 
 def make_optimizer(head: FeatureHead, s: TrainSettings) -> torch.optim.Optimizer:
@@ -471,9 +480,9 @@ def train(
             pace()
         t0 = time.perf_counter()
         for g in opt.param_groups:
-            g["lr"] = s.lr * min(1.0, (state.step + 1) / max(s.warmup, 1))
+            g["lr"] = learning_rate(s, state.step)
         batch = collate(data, batch_rows(len(data.ids), s.seed, state.step, s.batch))
-        loss, v, ce = eagle_loss(head, batch, vocab, s.p_weight)
+        loss, l1, ce = eagle_loss(head, batch, vocab, s.p_weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_value_([p for _, p in own_parameters(head)], s.clip)
@@ -482,7 +491,7 @@ def train(
         state.tokens += int(batch[3].sum())
         state.seconds += time.perf_counter() - t0
         state.last_loss = float(loss.detach())
-        say(state, f"loss {state.last_loss:.4f} (SmoothL1 {v:.4f}, CE {ce:.3f})")
+        say(state, f"loss {state.last_loss:.4f} (SmoothL1 {l1:.4f}, CE {ce:.3f})")
         if state.tokens >= next_eval:
             measure()
             next_eval = (state.tokens // s.eval_every + 1) * s.eval_every
@@ -585,9 +594,11 @@ def train_head(
     held = _load_corpus(held_path) or Corpus()
     if not held.complete:
 
-        def held_batch(c: Corpus) -> None:
-            done = len(c.ids) / len(held_prompts)
-            show.show(f"train-head: held-out answers {bar(done)} {len(c.ids)}/{len(held_prompts)}")
+        def held_batch(corpus: Corpus) -> None:
+            done = len(corpus.ids) / len(held_prompts)
+            show.show(
+                f"train-head: held-out answers {bar(done)} {len(corpus.ids)}/{len(held_prompts)}"
+            )
 
         fill_corpus(
             held,
@@ -604,14 +615,14 @@ def train_head(
     data = _load_corpus(data_path) or Corpus()
     gen_s = 0.0
 
-    def generated(c: Corpus) -> None:
-        done = c.answer_tokens / settings.tokens
+    def generated(corpus: Corpus) -> None:
+        done = corpus.answer_tokens / settings.tokens
         show.show(
-            f"train-head: answers {bar(done)} {c.answer_tokens}/{settings.tokens} tokens, "
-            f"{len(c.ids)} answers, {time.monotonic() - t_gen:.0f} s"
+            f"train-head: answers {bar(done)} {corpus.answer_tokens}/{settings.tokens} tokens, "
+            f"{len(corpus.ids)} answers, {time.monotonic() - t_gen:.0f} s"
         )
-        if c.batches_done % 25 == 0:  # kept as it grows: a run cut short loses little
-            _save_whole(data_path, c.to_dict())
+        if corpus.batches_done % 25 == 0:  # kept as it grows: a run cut short loses little
+            _save_whole(data_path, corpus.to_dict())
 
     if not data.complete:
         fill_corpus(
@@ -662,7 +673,7 @@ def train_head(
     show.done()
     from safetensors.torch import save_file
 
-    own = {k: v.detach().contiguous().clone() for k, v in head.own_state().items()}
+    own = {k: t.detach().contiguous().clone() for k, t in head.own_state().items()}
     fd, tmp = tempfile.mkstemp(prefix=f".{HEAD_NAME}.", suffix=".tmp", dir=d)
     os.close(fd)
     try:
@@ -713,7 +724,7 @@ def train_head(
 
 
 def _str_params(s: TrainSettings) -> dict[str, str]:
-    return {k: str(v) for k, v in asdict(s).items()}
+    return {k: str(x) for k, x in asdict(s).items()}
 
 
 def _eval_estimate(head: FeatureHead, held: Corpus, vocab: int) -> float:
