@@ -64,7 +64,9 @@ CHECKPOINT_NAME = "checkpoint.pt"
 
 @dataclass(frozen=True)
 class TrainSettings:
-    """What a head's training depends on; the data and the checkpoint are keyed by it."""
+    """What a head's training depends on. The data and the checkpoint are keyed by the
+    seed, the tokens, max_new and the prompts (:meth:`data_key`); the rest may change
+    between runs that continue one training."""
 
     seed: int = 0
     tokens: int = DEFAULT_TOKENS  # answer tokens of the training data
@@ -599,6 +601,7 @@ def train_head(
             show.show(
                 f"train-head: held-out answers {bar(done)} {len(corpus.ids)}/{len(held_prompts)}"
             )
+            _save_whole(held_path, corpus.to_dict())  # a run cut short keeps them
 
         fill_corpus(
             held,
