@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from types import SimpleNamespace
 
 import pytest
@@ -302,7 +303,16 @@ class TinyTok:
 
 @pytest.fixture()
 def cache(tmp_path, monkeypatch):
+    # the kernel library the set-up step built (the same sources, flags and torch: the same
+    # file name), so that the set-up runs here find it as they would on this machine rather
+    # than compile it again (about 20 s; tests/test_kernels.py tests its build)
+    from specviz.backend import kernels
+
+    library = kernels.library_path()
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    if library.is_file():
+        kernels.library_path().parent.mkdir(parents=True)
+        shutil.copy2(library, kernels.library_path())
     monkeypatch.delenv(draft_choice.ENV, raising=False)
     # a tiny network's copies are no cheaper than itself: keep its choice all the same
     monkeypatch.setattr(draft_choice, "MIN_KEPT_PREDICTION", 0.0)
