@@ -101,6 +101,9 @@ class ModelPair:
     # Under "auto", a model the compiled path cannot run, by name, with why: it runs eager
     # beside the other, compiled, model.
     eager_models: dict[str, str] = field(default_factory=dict)
+    # An EAGLE head given with the pair (a published one: --eagle-head); None: the eagle
+    # drafter looks for one train-head saved for the target (specviz.drafters.head.head_for).
+    head: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         n = len(self.tokenizer)

@@ -305,3 +305,26 @@ def test_a_hub_id_not_in_the_cache_is_refused_offline():
     with pytest.raises(ValueError, match="could not read config.json") as info:
         load_published("yuhuili/EAGLE-LLaMA3.1-Instruct-8B", tiny_pair(vocab=VOCAB).target.model)
     assert "\n" not in str(info.value)
+
+
+def test_the_eagle_head_flag_gives_the_pair_a_published_head(tmp_path, monkeypatch):
+    """--eagle-head SRC: the command's pair carries the release's head, kept through the
+    pair's compiled and end-of-text variants, and a run with the eagle drafter uses it."""
+    from specviz import models
+    from specviz.cli.args import load_pair_from_args
+    from specviz.cli.main import build_parser
+    from specviz.config import Settings
+    from specviz.engine import generate
+
+    pair = tiny_pair(vocab=VOCAB)
+    release(tmp_path / "plain")
+    monkeypatch.setattr(models, "load_pair", lambda *a, **k: pair)
+    monkeypatch.setattr(models, "resolve_pair", lambda *a, **k: None)
+    argv = ["generate", "--prompt", "1 2", "--drafter", "eagle", "--compile", "off"]
+    args = build_parser().parse_args([*argv, "--eagle-head", str(tmp_path / "plain")])
+    got = load_pair_from_args(args)
+    assert got.head is not None and got.without_eos().head is got.head
+    assert got.with_compile("off").head is got.head
+    s = Settings(drafter="eagle", gamma=3, max_new_tokens=8, temperature=0.0)
+    spec = generate(got, "1 2 3", s)
+    assert spec.stats.drafted > 0 and "EAGLE head" in spec.models["draft"]

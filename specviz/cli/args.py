@@ -33,6 +33,14 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
         "eager; default auto: inductor on CUDA, on a CPU the packages the set-up step built, "
         "else eager)",
     )
+    p.add_argument(
+        "--eagle-head",
+        default=None,
+        metavar="SRC",
+        help="for --drafter eagle: a published EAGLE-1 head for the target (a directory or a "
+        "hub id in the EAGLE authors' layout), in place of one python -m specviz train-head "
+        "saved",
+    )
 
 
 # A range a setting's help already states ("in (0, 1)", "in [0, 1]", "1..32", ">= 0"): the
@@ -91,6 +99,10 @@ def load_pair_from_args(args: argparse.Namespace, compiled: bool = True) -> Any:
     pair = load_pair(
         args.pair, draft=args.draft, target=args.target, dtype=args.dtype, device=args.device
     )
+    if getattr(args, "eagle_head", None):
+        from specviz.head_published import load_published
+
+        pair.head = load_published(args.eagle_head, pair.target.model)
     backend = getattr(args, "compile", None)
     if backend == "auto" and getattr(args, "tree", None) is not None:
         backend = "off"  # trees run on the eager path only (specviz.backend.policy)
