@@ -209,33 +209,42 @@ def browser():
         chromium.close()
 
 
-# The modules that take longest, longest first (seconds of setup, calls and teardown in one
-# run of the suite on 2 cores of an AMD EPYC, --durations=0), run first: xdist hands a free
-# worker the next module, so the last ones to start are short and the two workers finish
-# close together. Every other module keeps its place after them.
+# The modules that take longest, about longest first (seconds of setup, calls and teardown
+# in one run of the suite on 2 cores of an AMD EPYC, SPECVIZ_TEST_TIMELINE, with other work
+# beside it: the order is what counts), run first: xdist hands a free worker the next
+# module, so the last ones to start are short and the workers finish close together. Near
+# the top a module that computes (package builds, sampling) alternates with a browser
+# module, which mostly waits on its page, so that the two at once keep both cores busy
+# more often. Every other module keeps its place after them.
 SLOWEST_FIRST = (
-    "test_distribution",  # 84 s
-    "test_lesson_browser",  # 72 s
-    "test_browser",  # 66 s
-    "test_packages",  # 54 s
-    "test_engine",  # 49 s
-    "test_load",  # 48 s
-    "test_kernels",  # 47 s
-    "test_verify_contract",  # 43 s
-    "test_share_browser",  # 38 s
-    "test_display_browser",  # 38 s
-    "test_queue_lost_browser",  # 30 s
-    "test_layout_browser",  # 27 s
-    "test_faults",  # 26 s
-    "test_cli",  # 22 s
-    "test_queue_browser",  # 21 s
-    "test_compiled",  # 20 s
-    "test_bench",  # 19 s
-    "test_ui",  # 17 s
-    "test_deploy",  # 17 s
-    "test_report",  # 16 s
-    "test_gpu_check",  # 14 s
-    "test_tree",  # 14 s
+    "test_packages",  # 132 s
+    "test_layout_browser",  # 100 s
+    "test_distribution",  # 102 s
+    "test_browser",  # 93 s
+    "test_engine",  # 99 s
+    "test_lesson_link_browser",  # 79 s
+    "test_lesson_browser",  # 78 s
+    "test_load",  # 42 s
+    "test_display_browser",  # 71 s
+    "test_gpu_check",  # 37 s
+    "test_share_browser",  # 58 s
+    "test_kernels",  # 36 s
+    "test_queue_lost_browser",  # 31 s
+    "test_bench",  # 30 s
+    "test_take_prompt",  # 29 s
+    "test_verify_contract",  # 28 s
+    "test_compiled",  # 25 s
+    "test_report",  # 24 s
+    "test_tree",  # 23 s
+    "test_check",  # 22 s
+    "test_cli",  # 21 s
+    "test_faults",  # 18 s
+    "test_tree_browser",  # 17 s
+    "test_ui",  # 16 s
+    "test_queue_browser",  # 16 s
+    "test_layering",  # 16 s
+    "test_costs",  # 15 s
+    "test_deploy",  # 13 s
 )
 
 
