@@ -33,7 +33,13 @@ import torch
 from specviz import metrics
 from specviz.clock import clock
 from specviz.config import Settings
-from specviz.drafters import Drafter, check_drafter, describe_drafter, drafter_for
+from specviz.drafters import (
+    Drafter,
+    check_drafter,
+    describe_drafter,
+    drafter_for,
+    gives_features,
+)
 from specviz.drafters import entry as drafter_entry
 from specviz.lm import ModelCache
 from specviz.pair import RAN_EAGER, LoadedModel, ModelPair
@@ -130,17 +136,27 @@ class Run:
         """A cache for one model, as the pair opens it (ModelPair.open_cache: eager, or on
         the pair's compiled path with calls after the prefill padded to one of widths).
         A model that runs eager although the compiled path was asked for says so, and why,
-        in the trace's description of it, in place of the pair's compiled path."""
+        in the trace's description of it, in place of the pair's compiled path.
+
+        A drafter that reads the target's features gets them from the target's calls: on
+        the aoti packages, which return them, the target runs packaged; on a compiled path
+        whose calls give none (torch.compile's; a named one is refused by check_drafter),
+        or a cache that turns out to give none, it runs eager, and the trace says why."""
         s = self.settings
         role = "target" if m is self.pair.target else "draft"
-        # A drafter that reads the target's features needs its eager forward: the compiled
-        # calls return logits only (a named backend is refused for it by check_drafter).
         features = role == "target" and s.method != "ar" and drafter_entry(s.drafter).reads_hidden
-        eager = s.drafts_tree or features
-        lm = self.pair.open_cache(m, widths, self.cache_positions(widths), eager=eager)
+        backend = self.pair.compile_backend
+        lacks = f"the {s.drafter} drafter reads its hidden states, which compiled calls lack"
+        eager = s.drafts_tree or (features and not gives_features(backend))
+        positions = self.cache_positions(widths)
+        lm = self.pair.open_cache(m, widths, positions, eager=eager)
+        fell_back = features and not eager and not getattr(lm, "gives_hidden", False)
+        if fell_back:  # a compiled cache whose forwards return logits only
+            lm.close()
+            lm = self.pair.open_cache(m, widths, positions, eager=True)
         why = None if s.drafts_tree else self.pair.ran_eager(m, lm)
-        if features and self.pair.compile_backend is not None:
-            why = f"the {s.drafter} drafter reads its hidden states, which compiled calls lack"
+        if features and backend is not None and (fell_back or not gives_features(backend)):
+            why = lacks
         if why and role in self.trace.models and RAN_EAGER not in self.trace.models[role]:
             self.trace.models[role] = m.describe() + RAN_EAGER + why
         return lm

@@ -58,7 +58,8 @@ class ModelCache(Protocol):
     calls: int  # forwards so far
     busy_s: float  # seconds inside the model's forward so far
     # whether it can keep the model's last hidden state of its calls (want_hidden): the
-    # eager cache can, the compiled path's cannot
+    # eager cache can, and the compiled path's where its forwards return it (the aoti
+    # packages; not torch.compile's)
     gives_hidden: bool
 
     def logits(self, seq: list[int], keep: int = 1) -> torch.Tensor:

@@ -634,3 +634,105 @@ def test_greedy_speculative_on_packages_equals_autoregressive_at_gamma_8_and_ada
         assert "ran eager" not in run.trace.models["target"], run.trace.models
         assert type(run.target_lm).__name__ == "StaticLM"
         assert run.trace.stats.target_calls < len(want)  # it did speculate
+
+
+# --- the target's features (an EAGLE head's input) from its packages --------------------------
+
+
+def test_a_packaged_cache_keeps_the_eager_targets_features_at_every_row_it_reads(store):
+    """Every package returns the model's last hidden state beside its logits: a cache on the
+    packages asked for it keeps it at every row a call read (the eager prefill's, a
+    one-position step's, a padded verification's without its padding), as the eager
+    target computes them, with logits that agree with the eager ones."""
+    from specviz.backend import StaticLM
+    from specviz.drafters.head import target_features
+
+    pair, _ = store
+    model, length = pair.target.model, _length(pair)
+    fw = packages.packaged(pair.with_compile("aoti").target, (1, GAMMA + 1), length)
+    lm = StaticLM(model, "t", pair.vocab_size, fw, (1, GAMMA + 1), length)
+    try:
+        assert lm.gives_hidden
+        lm.want_hidden = True
+        seq = [1, 5, 2, 7]
+        want = target_features(model, torch.tensor([seq + [3, 9, 4, 4, 11]]))[0]
+        calls = fw.calls
+        # (tokens after the call, logit rows kept): the prefill, one step, a 3-position
+        # verification, and a 2-position one padded to 3
+        for upto, keep in ((4, 1), (5, 1), (8, 3), (9, 1)):
+            full = (seq + [3, 9, 4, 4, 11])[:upto]
+            start = lm.cached
+            logits = lm.logits(full, keep)
+            assert lm.hidden_at == start and lm.hidden_all.shape[0] == upto - start
+            torch.testing.assert_close(lm.hidden_all, want[start:upto], rtol=1e-5, atol=1e-5)
+            assert torch.equal(lm.hidden, lm.hidden_all[-keep:])
+            eager = model(input_ids=torch.tensor([full])).logits[0, -keep:, : pair.vocab_size]
+            torch.testing.assert_close(logits, eager, rtol=1e-4, atol=1e-4)
+        assert fw.calls - calls == 3 and fw.eager_calls == 0
+    finally:
+        lm.close()
+
+
+def test_a_package_with_features_gives_the_logits_of_one_without_bit_for_bit(
+    store, tmp_path, monkeypatch
+):
+    """The features are an extra output of the same call: the logits of a package that
+    returns them equal, bit for bit, those of a package built without them (the same code
+    as before they were added), at every row of a prefilled cache."""
+    from specviz.backend.aoti import AotiStep, state_of
+    from specviz.backend.static_lm import acquire_cache, release_cache
+
+    pair, _ = store
+    model, length = pair.target.model, _length(pair)
+    with_features = packages.load(model, 1, length)
+    monkeypatch.setattr(packages, "store", lambda: tmp_path)
+    monkeypatch.setattr(packages, "AotiStep", lambda m, w, n, features=True: AotiStep(m, w, n))
+    packages.build(model, 1, length)
+    without = packages.load(model, 1, length)
+    assert with_features is not None and without is not None
+    cache = acquire_cache(model, length)
+    try:
+        with torch.inference_mode():
+            model(input_ids=torch.tensor([[1, 5, 2, 7, 3]]), past_key_values=cache, use_cache=True)
+            for t in (9, 4, 11):
+                ids = torch.tensor([[t]])
+                pos = int(cache.layers[0].cumulative_length)
+                logits, hidden = with_features(ids, *state_of(cache))
+                for layer in cache.layers:
+                    layer.cumulative_length.fill_(pos)
+                plain = without(ids, *state_of(cache))
+                assert isinstance(plain, torch.Tensor) and torch.equal(logits, plain)
+                assert hidden.shape == (1, model.config.hidden_size)
+    finally:
+        release_cache(model, length, cache)  # the next StaticLM moves its position to 0
+
+
+def test_the_eagle_drafter_runs_on_the_packaged_target(store, capsys):
+    """A drafter that reads the target's features runs with its target on the packages
+    (named or chosen by auto): nothing runs eager, its drafts are both kept and not, and
+    greedy speculative output equals the packaged greedy autoregressive output. On
+    torch.compile's path, which gives no features, the run still opens its target eager
+    (tests/test_head.py)."""
+    from specviz.backend import StaticLM
+    from specviz.drafters.head import NAME
+    from tests.head_check import trained_head
+
+    pair, _ = store
+    head = trained_head(pair, 3)
+    settings = _greedy(drafter=NAME)
+    for backend in ("aoti", "auto"):
+        compiled = pair.with_compile(backend)
+        compiled.head = head  # type: ignore[attr-defined]
+        want = generate(compiled, PROMPT, _greedy(method="ar")).token_ids
+        run = Run(compiled, PROMPT, settings)
+        for _ in run:
+            pass
+        assert isinstance(run.target_lm, StaticLM) and run.target_lm.gives_hidden
+        assert "ran eager" not in run.trace.models["target"]
+        assert "compiled ahead of time" in run.trace.models["target"]
+        assert run.trace.token_ids == want and len(want) == TOKENS
+        statuses = {d.status for r in run.trace.rounds for d in r.drafted}
+        assert {"accepted", "rejected"} <= statuses
+    fw = packages.packaged(compiled.target, (1, GAMMA + 1), _length(pair))
+    assert fw is not None and fw.eager_calls == 0
+    assert "no compiled package" not in capsys.readouterr().err

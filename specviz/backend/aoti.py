@@ -63,18 +63,30 @@ def bind(config: Any, length: int, state: Sequence[torch.Tensor]) -> StaticCache
 
 class AotiStep(torch.nn.Module):
     """A model's call over `width` new tokens on a static cache of `length` positions, the
-    cache given as tensors (see state_of), returning the logits [width, V]. This is what is
+    cache given as tensors (see state_of), returning the logits [width, V]; with features,
+    the pair (logits [width, V], last hidden state [width, H]), the hidden state after the
+    final norm (what the output layer reads: an EAGLE head's features), from the same call
+    (``output_hidden_states``: the logits' computation is unchanged). This is what is
     exported and compiled; its parameters are the model's own."""
 
-    def __init__(self, model: torch.nn.Module, width: int, length: int) -> None:
+    def __init__(
+        self, model: torch.nn.Module, width: int, length: int, features: bool = False
+    ) -> None:
         super().__init__()
         self.model, self.width, self.length = model, width, length
+        self.features = features
 
-    def forward(self, ids: torch.Tensor, *state: torch.Tensor) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, *state: torch.Tensor) -> Any:
         cache = bind(self.model.config, self.length, state)
         out = self.model(
-            input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=self.width
+            input_ids=ids,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=self.width,
+            output_hidden_states=self.features,
         )
+        if self.features:
+            return out.logits[0], out.hidden_states[-1][0, -self.width :]
         return out.logits[0]
 
     def example_args(self, device: torch.device | None = None) -> tuple[torch.Tensor, ...]:
@@ -112,8 +124,11 @@ class Shell(torch.nn.Module):
 class AotiForwards:
     """The compiled path's compiler (the interface StaticLM calls) for forwards compiled
     ahead of time: per model, one callable per (width, cache length), each taking
-    (ids, *state_of(cache)) and returning logits [width, V]. Nothing compiles at run time;
-    a call of any other shape runs the model eagerly on the same cache and says so once."""
+    (ids, *state_of(cache)) and returning logits [width, V], or, where it was added with
+    features (a package: specviz.backend.packages), (logits, last hidden state [width, H]).
+    Nothing compiles at run time; a call of any other shape runs the model eagerly on the
+    same cache and says so once. :meth:`call` gives the hidden state beside the logits
+    where asked and given (the eager calls give it too); calling the object gives logits."""
 
     def __init__(self, report: Callable[[str], None] = say) -> None:
         self.report = report
@@ -121,15 +136,33 @@ class AotiForwards:
         self._forwards: weakref.WeakKeyDictionary[
             torch.nn.Module, dict[tuple[int, int], Callable[..., torch.Tensor]]
         ] = weakref.WeakKeyDictionary()
+        # the (width, length) of each model's forwards that return its last hidden state too
+        self._features: weakref.WeakKeyDictionary[torch.nn.Module, set[tuple[int, int]]] = (
+            weakref.WeakKeyDictionary()
+        )
         self._told: set[tuple[str, int, int]] = set()
         self.calls = 0  # calls that ran a compiled forward
         self.eager_calls = 0
 
     def add(
-        self, model: torch.nn.Module, width: int, length: int, fn: Callable[..., torch.Tensor]
+        self,
+        model: torch.nn.Module,
+        width: int,
+        length: int,
+        fn: Callable[..., Any],
+        features: bool = False,
     ) -> None:
+        """fn: the forward of this shape; features: it returns (logits, hidden state)."""
         with self.lock:
             self._forwards.setdefault(model, {})[width, length] = fn
+            mine = self._features.setdefault(model, set())
+            (mine.add if features else mine.discard)((width, length))
+
+    def features(self, model: torch.nn.Module) -> bool:
+        """Whether every forward this model has here returns its last hidden state (then
+        every call gives it: a shape without a forward runs eager, which gives it too)."""
+        shapes = set(self._forwards.get(model, {}))
+        return bool(shapes) and shapes <= self._features.get(model, set())
 
     def has(self, model: torch.nn.Module) -> bool:
         return bool(self._forwards.get(model))
@@ -144,6 +177,7 @@ class AotiForwards:
     def clear(self) -> None:
         with self.lock:
             self._forwards.clear()
+            self._features.clear()
             self._told.clear()
 
     @property
@@ -156,11 +190,26 @@ class AotiForwards:
     def __call__(
         self, name: str, model: torch.nn.Module, ids: torch.Tensor, cache: StaticCache
     ) -> torch.Tensor:
+        return self.call(name, model, ids, cache)[0]
+
+    def call(
+        self,
+        name: str,
+        model: torch.nn.Module,
+        ids: torch.Tensor,
+        cache: StaticCache,
+        hidden: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(logits [width, V], the last hidden state [width, H] where hidden is asked and
+        the forward gives it, else None) for ids [1, width] on cache."""
         width, length = int(ids.shape[1]), int(cache.layers[0].max_cache_len)
         fn = self._forwards.get(model, {}).get((width, length))
         if fn is not None:
             self.calls += 1
-            return fn(ids, *state_of(cache))
+            out = fn(ids, *state_of(cache))
+            if isinstance(out, (list, tuple)):
+                return out[0], (out[1] if hidden and len(out) > 1 else None)
+            return out, None
         if (name, width, length) not in self._told:
             self._told.add((name, width, length))
             self.report(
@@ -168,8 +217,14 @@ class AotiForwards:
                 f"{length}: those calls run eager"
             )
         self.eager_calls += 1
-        out = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=width)
-        return out.logits[0]
+        out = model(
+            input_ids=ids,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=width,
+            output_hidden_states=hidden,
+        )
+        return out.logits[0], (out.hidden_states[-1][0] if hidden else None)
 
 
 # The process's forwards compiled ahead of time (filled at start-up on ZeroGPU).

@@ -2,7 +2,10 @@
 
 A package is one model's decode call at one width on a static cache of one length
 (specviz.backend.aoti.AotiStep), exported with ``torch.export`` and compiled by AOTInductor into a
-``.pt2`` file of generated code only: the weights stay out of it
+``.pt2`` file of generated code only. Every package returns the call's logits and, beside
+them, the model's last hidden state at its rows (``features``: what an EAGLE head reads, so
+that a drafter that reads the target's features runs on the packaged target; the
+autoregressive step ignores it: docs/compiled.md, Features). The weights stay out of it
 (``aot_inductor.package_constants_in_so`` off) and a loaded package reads the model's own
 tensors (``load_constants(..., user_managed=True)``), so a package is a few MB, loads in
 milliseconds, and holds no second copy of the weights in memory.
@@ -48,7 +51,7 @@ from specviz.backend import kernels
 from specviz.backend.aoti import AotiForwards, AotiStep, export_step, say
 from specviz.backend.kernels import capability  # a package's key names it
 
-FORMAT = 11  # bump when a package's layout, calling convention or generated code changes
+FORMAT = 12  # bump when a package's layout, calling convention or generated code changes
 # bump when the code of a call wider than kernels.STREAMED_ROWS changes (those calls only)
 WIDE_ROWS = 2
 PROBE_TOKEN = 1
@@ -341,7 +344,7 @@ def build(model: torch.nn.Module, width: int, length: int) -> Path:
     k = key(model, width, length)
     path = path_of(k)
     path.parent.mkdir(parents=True, exist_ok=True)
-    step = AotiStep(model, width, length)
+    step = AotiStep(model, width, length, features=True)
     fd, tmp = tempfile.mkstemp(prefix=path.stem + ".", suffix=".pt2", dir=path.parent)
     os.close(fd)
     try:
@@ -368,7 +371,8 @@ def build(model: torch.nn.Module, width: int, length: int) -> Path:
 
 def _probe(model: torch.nn.Module, width: int, length: int, fn: Callable[..., Any]) -> bool:
     """Whether the package's call agrees with the eager model on one probe call: the same
-    shape, finite, and at each row the token it ranks first is the eager model's first or
+    shape (and a finite hidden state of one row per position, where it returns one),
+    finite, and at each row the token it ranks first is the eager model's first or
     within 2 % of the eager row's logit range of it (a low-precision draft's fused kernels
     may swap a near tie; a broken package ranks at random)."""
     step = AotiStep(model, width, length)
@@ -377,7 +381,12 @@ def _probe(model: torch.nn.Module, width: int, length: int, fn: Callable[..., An
     with torch.inference_mode():
         got = fn(ids, *[t.clone() for t in args[1:]])
         want = step(ids, *[t.clone() for t in args[1:]])
-    got = got[0] if isinstance(got, (list, tuple)) else got
+    if isinstance(got, (list, tuple)):
+        if len(got) > 1:
+            h = got[1]
+            if h.shape[0] != width or not bool(torch.isfinite(h).all()):
+                return False
+        got = got[0]
     if tuple(got.shape) != tuple(want.shape) or not bool(torch.isfinite(got).all()):
         return False
     want = want.float()
@@ -709,6 +718,6 @@ def packaged(
         _why_eager.pop(m.model, None)
         fw = AotiForwards()
         for w, fn in fns.items():
-            fw.add(m.model, w, length, fn)
+            fw.add(m.model, w, length, fn, features=True)  # every package returns them
         mine[k] = fw
     return mine[k]

@@ -44,11 +44,14 @@ class StaticLM:
     """One request's view of a model on the compiled path (see CachedLM for the contract).
 
     widths: the padded shapes of the calls after the prefill; max_len: the most positions
-    the request writes (prompt, new tokens and the widest padding)."""
+    the request writes (prompt, new tokens and the widest padding).
 
-    # its compiled calls return logits only: no hidden state for a drafter that reads the
-    # target's features (the request check refuses such a run: specviz.drafters)
-    gives_hidden = False
+    gives_hidden (per cache): whether its calls can give the model's last hidden state, as
+    CachedLM's do: where the compiler's forwards return it (``features(model)``: the aoti
+    packages, specviz.backend.packages), not torch.compile's, whose forwards return logits
+    only. With want_hidden set, every call then keeps it at every row it read (hidden_all
+    [n, H], padding rows dropped, the first at position hidden_at; hidden: the last keep
+    rows), the eager prefill's from the same forward (``output_hidden_states``)."""
 
     def __init__(
         self,
@@ -74,6 +77,12 @@ class StaticLM:
         self.tokens: list[int] = []  # the tokens whose keys and values the cache holds
         self.calls = 0
         self.busy_s = 0.0  # seconds inside the model's forward (specviz.costs reads it)
+        features = getattr(compiler, "features", None)
+        self.gives_hidden = bool(features is not None and features(model))
+        self.want_hidden = False  # as CachedLM's: asked by a drafter that reads features
+        self.hidden: torch.Tensor | None = None
+        self.hidden_all: torch.Tensor | None = None
+        self.hidden_at = 0
 
     def close(self) -> None:
         """The request is over: hand the cache back for the next one (once)."""
@@ -135,23 +144,40 @@ class StaticLM:
         self._crop(start)
         new = seq[start:]
         m = len(new)
+        hidden = self.want_hidden and self.gives_hidden
         t0 = time.perf_counter()
         if start == 0 or m > self.widths[-1]:  # the prefill: eager, any length
             ids = torch.tensor([new], dtype=torch.long, device=self.device)
-            out = self.model(
-                input_ids=ids, past_key_values=self.cache, use_cache=True, logits_to_keep=keep
-            ).logits[0]  # [keep, V]
+            res = self.model(
+                input_ids=ids,
+                past_key_values=self.cache,
+                use_cache=True,
+                logits_to_keep=keep,
+                output_hidden_states=hidden,
+            )
+            out = res.logits[0]  # [keep, V]
+            h = res.hidden_states[-1][0] if hidden else None  # [m, H]
             self._precompile(start + m)
         else:
             w = self.width(m)
             ids = torch.tensor([new + [0] * (w - m)], dtype=torch.long, device=self.device)
-            out = self.compiler(self.name, self.model, ids, self.cache)[m - keep : m]  # [keep, V]
+            if hidden:
+                full, h = self.compiler.call(self.name, self.model, ids, self.cache, hidden=True)
+                h = None if h is None else h[:m]  # the padding's rows dropped
+            else:
+                full, h = self.compiler(self.name, self.model, ids, self.cache), None
+            out = full[m - keep : m]  # [keep, V]
             # the padding's keys lie beyond the position: never read. A torch.compile'd
             # forward advances every layer's position in its graph (transformers' static
             # layers), so an unpadded call leaves it where it belongs
             if w > m or not isinstance(self.compiler, Compiler):
                 self._move(start + m)
         logits = out[:, : self.vocab_size].to(self.out_device)
+        if hidden:
+            if h is None:
+                raise RuntimeError(f"{self.name}: a compiled call gave no hidden state")
+            self.hidden_all = h.to(self.out_device)  # [m, H]
+            self.hidden, self.hidden_at = self.hidden_all[-keep:], start
         self.busy_s += clock(logits.device) - t0
         self.tokens.extend(new)
         self.calls += 1

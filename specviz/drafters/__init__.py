@@ -13,9 +13,11 @@ Adding a drafter: one module with its class (the protocol of specviz.drafters.ba
 :class:`Entry`. A drafter that reads the target's features (EAGLE, Medusa) gets the
 target's outputs of each verify call (its logit rows, and its last hidden state at every
 position the call read where the backend gives it) through ``after_round``; its entry says
-``reads_hidden``, and a run whose target would run on the compiled path, which gives no
-hidden state, is refused before any model call. The built-in one is "eagle"
-(specviz.drafters.head).
+``reads_hidden``. The compiled path's ahead-of-time packages (``aoti``) return the hidden
+state beside the logits, so such a run's target runs packaged there; torch.compile's
+forwards give none, so a run whose target would run on them is refused before any model
+call where the request named the backend, and opens its target eager where "auto" chose it
+(:func:`gives_features`). The built-in one is "eagle" (specviz.drafters.head).
 """
 
 from __future__ import annotations
@@ -41,6 +43,17 @@ class Entry:
 
 
 ENTRIES: dict[str, Entry] = {}
+
+# The compiled paths whose calls give the target's last hidden state beside its logits: the
+# ahead-of-time packages (specviz.backend.packages; a shape without one runs eager, which
+# gives it too). torch.compile's forwards return logits only.
+FEATURE_BACKENDS = frozenset({"aoti"})
+
+
+def gives_features(backend: str | None) -> bool:
+    """Whether a target opened on this compiled path (None: the eager path) gives its last
+    hidden state at every row it reads."""
+    return backend is None or backend in FEATURE_BACKENDS
 
 
 def register(entry: Entry) -> None:
@@ -102,8 +115,9 @@ def check_settings(settings: Any) -> None:
 def check_drafter(pair: Any, settings: Any) -> None:
     """Refuse (ValueError, one line) a drafter this pair cannot run: one check_settings
     refuses, one that needs a draft model on a pair without one, one that reads the
-    target's hidden state where the target would run on the compiled path (which gives
-    none; under "auto" the run opens its target eager instead, and its trace says so), or
+    target's hidden state where the target would run on a compiled path that gives none
+    (torch.compile's; under "auto" the run opens its target eager instead, and its trace
+    says so; the aoti packages give it), or
     one its own class refuses (a ``check(pair, settings)`` class method: the
     EAGLE drafter's head missing). Before any model call."""
     check_settings(settings)
@@ -115,11 +129,17 @@ def check_drafter(pair: Any, settings: Any) -> None:
             f"{' or '.join(f'the {o} drafter' for o in others)}"
         )
     named = not getattr(pair, "compile_auto", False)  # a backend the request named
-    if e.reads_hidden and named and _target_compiled(pair, settings):
+    backend = getattr(pair, "compile_backend", None)
+    if (
+        e.reads_hidden
+        and named
+        and _target_compiled(pair, settings)
+        and not gives_features(backend)
+    ):
         raise ValueError(
             f"the {e.name} drafter reads the target's hidden states, which the compiled "
-            f"path ({pair.compile_backend}) does not give: run the pair eager (--compile off "
-            "or auto, which runs its target eager)"
+            f"path ({backend}) does not give: run the pair eager (--compile off, or auto, "
+            "which runs its target eager or on the aoti packages, which give them)"
         )
     check = getattr(_drafter_class(e), "check", None)
     if check is not None:
@@ -129,8 +149,7 @@ def check_drafter(pair: Any, settings: Any) -> None:
 def _target_compiled(pair: Any, settings: Any) -> bool:
     """Whether a run of these settings opens the pair's target on the compiled path: the
     pair has one, the target is not left eager beside it, and the run drafts no tree (a
-    tree runs eager). An aoti target that finds no package for a call's shape runs eager
-    all the same, but is refused here too: what it will find is known only once opened."""
+    tree runs eager). Whether its calls give the hidden state is gives_features's."""
     backend = getattr(pair, "compile_backend", None)
     eager = getattr(pair, "eager_models", None) or {}
     return backend is not None and not settings.drafts_tree and pair.target.name not in eager

@@ -56,7 +56,8 @@ def target_out(
 ) -> TargetOut:
     """The target's outputs of its verify call, whose logits [k, V] are the last k rows it
     read: at rows (those that scored the new tokens), its logits, and its last hidden state
-    where its cache kept one (an eager cache asked for it; a compiled one gives none).
+    where its cache kept one (asked for it: an eager cache, or one on the aoti packages;
+    torch.compile's give none).
     path: the logit rows of the round's root and of its accepted drafts, in order (default
     rows); the features are the hidden state at the rows the call read before its logit
     rows (the sequence's tail) and at path's."""

@@ -30,9 +30,12 @@ bonus one) has no feature yet, since the target has not read it; its head input 
 target's feature of the position before it, which the verify call gave, so the next round
 drafts at once.
 
-The compiled path gives no hidden state: a run of a drafter that reads features on a target
-that would run compiled is refused in one line before any model call (the request check,
-specviz.drafters.check_drafter; run it with ``--compile off``). A target's cache that
+The target's features come from its own calls: eager, or on the compiled path's
+ahead-of-time packages (``aoti``, what ``auto`` takes on a CPU), which return them beside
+the logits. torch.compile's forwards give none: a run on a backend of theirs that the
+request named is refused in one line before any model call (the request check,
+specviz.drafters.check_drafter; run it with ``--compile off``), and one "auto" chose opens
+its target eager (specviz.engine.Run.open_lm, which says so in the trace). A target's cache that
 still gives none (a cache shared by the distribution check hands out stored rows without
 features) is refused in one line at its first round's end, before any draft. Where the
 head comes from: :func:`head_for` (one attached to the pair, or the one
@@ -465,10 +468,11 @@ class HeadDrafter(ModelDrafter):
     """Drafts from an EAGLE head over the target's features (this module's docstring): the
     model drafter's chains, confidence stop, trees and dynamic trees, on :class:`HeadLM`.
 
-    The compiled calls give no hidden state: on a backend the request named, the run is
-    refused before any model call (check_drafter); on one "auto" chose, the run opens its
-    target eager and its trace says so (specviz.engine.Run.open_lm). A cache that gave no
-    features ends the first round in one line (nothing is drafted before then)."""
+    The target's packaged calls (aoti) give its features; torch.compile's give none: on
+    such a backend the request named, the run is refused before any model call
+    (check_drafter); on one "auto" chose, the run opens its target eager and its trace says
+    so (specviz.engine.Run.open_lm). A cache that gave no features ends the first round in
+    one line (nothing is drafted before then)."""
 
     name = NAME
 
