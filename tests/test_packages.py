@@ -673,6 +673,7 @@ def test_a_packaged_cache_keeps_the_eager_targets_features_at_every_row_it_reads
         lm.close()
 
 
+@pytest.mark.variants  # one more package build: CI's second step
 def test_a_package_with_features_gives_the_logits_of_one_without_bit_for_bit(
     store, tmp_path, monkeypatch
 ):
