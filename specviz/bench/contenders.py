@@ -28,6 +28,7 @@ import torch
 from specviz.bench.options import SAMPLE_TEMPERATURE, SAMPLE_TOP_P, BenchOptions, reference_gamma
 from specviz.clock import clock
 from specviz.config import Settings
+from specviz.drafters import gives_features
 from specviz.engine import generate
 from specviz.pair import ModelPair
 from specviz.trace import Trace
@@ -58,7 +59,7 @@ NAMES = {  # (side, kind): name, with the contender's gamma for {g}
 NAMES.update(
     {
         ("specviz", f"{k}-compiled"): f"{NAMES['specviz', k]} compiled"
-        for k in ("ar", "spec", "minimal")
+        for k in ("ar", "spec", "minimal", "eagle")
     }
 )
 
@@ -161,6 +162,8 @@ def _compiled_variants(
         out.append(_specviz(cp, mode, "spec-compiled", g, gamma=g))
         if g == g_ref:
             out.append(_specviz(cp, mode, "minimal-compiled", g, gamma=g, trace_level="minimal"))
+    if gives_features(cp.compile_backend) and has_head(cp):  # a package gives them
+        out.append(_specviz(cp, mode, "eagle-compiled", g_ref, drafter="eagle", gamma=g_ref))
     return out
 
 
