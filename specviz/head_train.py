@@ -653,11 +653,16 @@ def train_head(
 
     def said(state: TrainState, what: str) -> None:
         left = max(deadline - reserve - time.monotonic(), 0.0)
-        alpha = f", held-out alpha {state.curve[-1]['alpha']:.3f}" if state.curve else ""
+        fresh_alpha = "held-out" in what  # the measurement itself: said once
+        alpha = (
+            f", held-out alpha {state.curve[-1]['alpha']:.3f}"
+            if state.curve and not fresh_alpha
+            else ""
+        )
         show.show(
             f"train-head: step {state.step}, {state.tokens} tokens, {what}{alpha}, "
             f"{left / 60:.1f} min left",
-            force="held-out" in what,
+            force=fresh_alpha,
         )
 
     state = train(
