@@ -390,7 +390,9 @@ def test_a_cancelled_check_frees_the_model_thread(app_url, served) -> None:
         summaries = [str(o) for out in job.outputs() for o in out]
         assert not any("PASS" in x or "FAIL" in x for x in summaries)  # it never finished
         stopped_at = len(calls)
-        nxt = client.submit(*client_args(max_new_tokens=4), api_name="/step")
+        # a client of its own: the cancelled job's stream may end its client's other jobs
+        other = Client(app_url, verbose=False)
+        nxt = other.submit(*client_args(max_new_tokens=4), api_name="/step")
         wait_for(lambda: nxt.done() or nxt.status().code == Status.PROCESSING, 5, "the next waited")
         out = nxt.result(timeout=60)
         assert any(isinstance(x, str) and "step mode: round 1 done" in x for x in out)
