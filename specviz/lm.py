@@ -241,13 +241,7 @@ class CachedLM:
         """Keep only these cache slots, in this order (a prefix, then the accepted path):
         DynamicCache has no gather, so each layer's keys and values are index_select'ed
         along the sequence dimension. The cache is linear again afterwards."""
-        index = torch.tensor(slots, dtype=torch.long)
-        for layer in self.cache.layers:
-            if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
-                continue
-            at = index.to(layer.keys.device)
-            layer.keys = layer.keys.index_select(-2, at)
-            layer.values = layer.values.index_select(-2, at)
+        keep_slots(self.cache, slots)
         self.tokens = [self.tokens[s] for s in slots]
         self.branched = False
 
@@ -304,3 +298,15 @@ def tree_refusal(model: torch.nn.Module) -> str | None:
     if impl not in ("sdpa", "eager"):
         return f"trees need sdpa or eager attention; this model uses {impl}"
     return None
+
+
+def keep_slots(cache: Any, slots: list[int]) -> None:
+    """Keep only these positions of a DynamicCache, in this order, in every layer (it has
+    no gather: each layer's keys and values are index_select'ed along the sequence)."""
+    index = torch.tensor(slots, dtype=torch.long)
+    for layer in cache.layers:
+        if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
+            continue
+        at = index.to(layer.keys.device)
+        layer.keys = layer.keys.index_select(-2, at)
+        layer.values = layer.values.index_select(-2, at)

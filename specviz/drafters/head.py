@@ -59,7 +59,7 @@ from specviz.clock import clock
 from specviz.config import Warp
 from specviz.drafters.base import Draft, TargetOut
 from specviz.drafters.model import ModelDrafter
-from specviz.lm import attention_mask_4d, common_prefix, input_device
+from specviz.lm import attention_mask_4d, common_prefix, input_device, keep_slots
 from specviz.tree import TreeDraft
 
 NAME = "eagle"  # its name in the drafter registry (specviz.drafters)
@@ -426,14 +426,7 @@ class HeadLM:
     def keep(self, slots: list[int]) -> None:
         """Keep only these slots, in this order (a prefix, then the accepted path); the
         cache is linear again afterwards."""
-        entries = [s - 1 for s in slots if s >= 1]
-        index = torch.tensor(entries, dtype=torch.long)
-        for layer in self.cache.layers:
-            if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
-                continue
-            at = index.to(layer.keys.device)
-            layer.keys = layer.keys.index_select(-2, at)
-            layer.values = layer.values.index_select(-2, at)
+        keep_slots(self.cache, [s - 1 for s in slots if s >= 1])
         self.tokens = [self.tokens[s] for s in slots]
         self.out = self.out[torch.tensor(slots, dtype=torch.long, device=self.out.device)]
         self.known = min(self.known, len(slots))
