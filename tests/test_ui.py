@@ -661,3 +661,24 @@ def test_counts_of_one_are_singular_in_the_speed_line_and_the_step_status() -> N
     one = html.unescape(markup.speedline_html(story(1, 1)))
     assert "1 token in 1 call: 0 saved" in one and "tokens in" not in one, one
     assert "9 tokens in 2 calls: 7 saved" in html.unescape(markup.speedline_html(story(9, 2)))
+
+
+def test_no_event_of_an_opening_page_writes_a_state_another_one_reads() -> None:
+    """The events a page fires when it opens run at once. gr.State given a function writes
+    it in a load event of gradio's; the page's own load event reads and fills the session:
+    whichever finished last won, and a lesson's link opened on a busy machine forgot its
+    lesson (its first Step started a run of the visitor's own). Each visitor's session is
+    made by gradio's session store when an event first reads it, one per visitor."""
+    from gradio.state_holder import SessionState
+
+    demo = ui.build_app(loader=lambda pair, dtype: None)
+    states = {b._id: b for b in demo.blocks.values() if isinstance(b, gr.State)}
+    loads = [fn for fn in demo.fns.values() if any(t[1] == "load" for t in fn.targets)]
+    written = {o._id for fn in loads for o in fn.outputs if o._id in states}
+    read = {i._id for fn in loads for i in fn.inputs if i._id in states}
+    assert read, "the page's load event reads the session"
+    assert not written & read, [states[i] for i in written & read]
+    (sid,) = [i for i, b in states.items() if b.value is ui.new_session]
+    first, second = (SessionState(demo)[sid] for _ in range(2))  # two visitors
+    assert isinstance(first, ui.Session) and isinstance(second, ui.Session)
+    assert first is not second and first.voter != second.voter and first.lock is not second.lock

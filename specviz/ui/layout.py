@@ -113,13 +113,6 @@ def build_app(
         for section in SECTIONS:
             section.wire(page)
         lesson_panel.wire(page, lesson_state)
-    for fn in demo.fns.values():  # the per-visitor state's initialiser is no API either
-        if fn.fn is new_session:
-            fn.api_visibility = "private"
-            # nor does it wait in the queue: an opening page's events must not count
-            # against the queue's size (SPECVIZ_QUEUE_SIZE), or a page opened while the
-            # queue is nearly full fails to load its pair
-            fn.queue = False
     return demo
 
 
@@ -129,6 +122,12 @@ def compose(
     """Every component of the page, inside the Blocks being built, by name; and the lesson's
     per-visitor state. Wires nothing."""
     session = gr.State(new_session, time_to_live=3600)
+    # gradio's session store makes a visitor's session, by calling new_session, when one of
+    # the visitor's events first reads it. gr.State would also run the function in a load
+    # event of its own, which raced the page's load event (specviz.ui.share) and, finishing
+    # last, put a blank session over the one the page's load had filled: on a busy machine
+    # a lesson's link forgot its lesson, and the first Step started a run instead.
+    session.load_event_to_attach = None
     gr.HTML(HEADER, js_on_load=None, elem_id="sv-header")
     with gr.Row(elem_id="sv-main"):
         with gr.Column(scale=1, min_width=320, elem_id="sv-left"):
