@@ -43,6 +43,7 @@ from specviz.backend.offline import (
 )
 from specviz.config.deployment import max_pairs
 from specviz.pair import LoadedModel, ModelPair, token_width
+from specviz.paths import cache_root
 
 log = logging.getLogger(__name__)
 
@@ -459,7 +460,54 @@ def _release(key: tuple[str, ...], spare: list[str]) -> None:
 
 def prepare_offline_pair(device: str = "auto", remeasure: bool = False, say: Any = None) -> Any:
     """The set-up step: convert the offline GGUF (once) and choose this machine's offline
-    draft (measured once, or again with remeasure); returns the DraftChoice."""
+    draft (measured once, or again with remeasure), with the EAGLE head cached for the
+    offline target measured beside it (_with_head); returns the DraftChoice."""
+    choice = _choose_draft(device, remeasure, say)
+    return _with_head(choice, resolve_device(device), remeasure, say)
+
+
+def _with_head(choice: Any, dev: torch.device, remeasure: bool, say: Any = None) -> Any:
+    """The choice with the EAGLE head that `python -m specviz train-head` cached for the
+    offline target measured beside its draft (specviz.backend.draft_choice.measure_head),
+    once per head file (again with remeasure) and kept in its record; a head no longer
+    cached leaves the record. A forced variant's choice is kept as it is. The target is
+    loaded only where some head is cached."""
+    import dataclasses
+    import hashlib
+
+    from specviz.backend import draft_choice
+    from specviz.drafters.head import load_head
+    from specviz.head_cache import HEAD_NAME, head_file
+
+    if choice.forced:
+        return choice
+    path = None
+    if any((cache_root() / "heads").glob(f"*/{HEAD_NAME}")):
+        with _lock:
+            base = _get_model(OFFLINE_TARGET, dev, torch.float32)
+            tokenizer = _get_tokenizer(OFFLINE_TARGET)
+        files = (head_file(base.model, bias) for bias in (False, True))
+        path = next((f for f in files if f.is_file()), None)
+    if path is None:
+        if choice.head is None:
+            return choice
+        choice = dataclasses.replace(choice, head=None, head_id=None)
+        draft_choice.keep(choice)
+        return choice
+    head_id = hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest()
+    if choice.head is not None and choice.head_id == head_id and not remeasure:
+        return choice
+    length = default_cache_len(tokenizer) if packages_on(dev) else None
+    head = load_head(base.model, path)
+    choice = draft_choice.measure_head(
+        choice, base.model, tokenizer, dev, head, head_id, length, say=say
+    )
+    draft_choice.keep(choice)
+    return choice
+
+
+def _choose_draft(device: str, remeasure: bool, say: Any) -> Any:
+    """The offline draft's choice (prepare_offline_pair without the head)."""
     from specviz.backend import draft_choice
 
     draft_choice.requested()  # a bad SPECVIZ_OFFLINE_DRAFT fails before any work

@@ -613,3 +613,112 @@ def test_setup_reads_a_recorded_choice_without_loading_a_model(
     monkeypatch.setenv("SPECVIZ_AOTI", "off")
     off = models.prepare_offline_pair("cpu", remeasure=True)
     assert len(calls) == 4 and len(ranks) == 3 and off.decided_by == "eager"
+
+
+# --- the EAGLE head beside the draft ------------------------------------------------------
+
+
+def _save_head(base, seed: int):
+    """A random head for base, saved where train-head keeps one; the head."""
+    from safetensors.torch import save_file
+
+    from specviz.drafters.head import FeatureHead
+    from specviz.head_cache import head_file
+
+    torch.manual_seed(seed)
+    head = FeatureHead.for_target(base)
+    path = head_file(base)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file({k: t.contiguous() for k, t in head.own_state().items()}, str(path))
+    return head
+
+
+def test_the_heads_alpha_is_what_its_drafting_cache_gives(base, one_thread):
+    """head_alpha's batched one-step computation against the head's own drafting cache
+    (HeadLM, fed the target's features position by position as a run feeds them)."""
+    from specviz.drafters.head import FeatureHead, HeadLM, target_features
+    from specviz.sampling import warp
+
+    torch.manual_seed(3)
+    head = FeatureHead.for_target(base)
+    ids = TinyTok()("")["input_ids"]
+    n, w = len(ids), Settings().target_warp()
+    got = draft_choice.head_alpha(base, head, ids, torch.device("cpu"), 32)
+    features = target_features(base, torch.tensor([ids]))[0]
+    lm = HeadLM(head, 32)
+    rows = []
+    for i in range(1, n):  # slot i reads the target's feature at i - 1: q of token i + 1
+        lm.feed_known(ids[: i + 1], features[:i], 0)
+        rows.append(lm.logits(ids[: i + 1])[-1])
+    with torch.inference_mode():
+        p = warp(base(input_ids=torch.tensor([ids])).logits[0, 1:, :32].float(), w)
+    q = warp(torch.stack(rows), w)
+    want = float(torch.minimum(p, q).sum(-1).mean())
+    assert got == pytest.approx(want, abs=1e-5) and 0.0 < got < 1.0
+
+
+def test_a_cached_head_is_measured_beside_the_draft_once_per_head_file(
+    cache, base, monkeypatch, one_thread
+):
+    """The set-up step measures the head cached for the offline target beside the chosen
+    draft and keeps it in the record; it measures it again only when the head file changes
+    (or with remeasure), and a head no longer cached leaves the record. The measurement
+    picks the drafter whose prediction is larger."""
+    from specviz import models
+
+    monkeypatch.setattr(models, "_get_model", lambda name, *a: SimpleNamespace(model=base))
+    monkeypatch.setattr(models, "_get_tokenizer", lambda name: TinyTok())
+    monkeypatch.setattr(models, "default_cache_len", lambda tok: 256)
+    measured(monkeypatch)
+    heads: list[str] = []
+    real = draft_choice.measure_head
+
+    def spy(choice, *a, **k):
+        heads.append(a[4])
+        return real(choice, *a, **{**k, "reps": 3})
+
+    monkeypatch.setattr(draft_choice, "measure_head", spy)
+    monkeypatch.setenv("SPECVIZ_AOTI", "off")
+    first = models.prepare_offline_pair("cpu")
+    assert first.head is None and heads == []  # no head cached: none measured
+    _save_head(base, 1)
+    choice = models.prepare_offline_pair("cpu")
+    assert len(heads) == 1 and choice.head is not None and choice.head_id == heads[0]
+    head = choice.head
+    assert head.variant == draft_choice.HEAD and 0.0 < head.alpha < 1.0
+    assert head.c == pytest.approx(head.step_ms * head.c2 / head.step2_ms)
+    assert head.gamma == draft_choice.judge_gamma() and head.predicted > 0.0
+    kept = draft_choice.load_record(draft_choice.machine_key(torch.device("cpu")))
+    assert kept is not None and kept.head == head and kept.head_id == choice.head_id
+    assert choice.drafter == ("eagle" if head.ranked > choice.chosen.ranked else "model")
+    assert "EAGLE head" in choice.summary()
+    models.prepare_offline_pair("cpu")
+    assert len(heads) == 1  # the same file: read from the record
+    _save_head(base, 2)
+    again = models.prepare_offline_pair("cpu")
+    assert len(heads) == 2 and again.head_id != choice.head_id
+    models.prepare_offline_pair("cpu", remeasure=True)
+    assert len(heads) == 3
+    from specviz.head_cache import head_file
+
+    head_file(base).unlink()
+    gone = models.prepare_offline_pair("cpu")
+    assert gone.head is None and len(heads) == 3
+    kept = draft_choice.load_record(draft_choice.machine_key(torch.device("cpu")))
+    assert kept is not None and kept.head is None
+
+
+def test_the_measurement_picks_the_head_only_where_it_predicts_more():
+    cand = draft_choice.Candidate("w8-fp32", 5.0, 6.0, 0.25, 0.3, 0.95, 1.8, 4, 1.8)
+    choice = draft_choice.DraftChoice("w8-fp32", False, [cand], 20.0, {5: 1.3}, {}, 1.0)
+    assert choice.drafter == "model" and "EAGLE" not in choice.summary()
+    head = dataclasses.replace(cand, variant=draft_choice.HEAD, alpha=0.3, predicted=0.7)
+    slower = dataclasses.replace(choice, head=head, head_id="x")
+    assert slower.drafter == "model" and "the draft model is picked" in slower.summary()
+    faster = dataclasses.replace(choice, head=dataclasses.replace(head, predicted=2.2))
+    assert faster.drafter == "eagle" and "the head is picked" in faster.summary()
+    back = draft_choice.DraftChoice.from_dict(json.loads(json.dumps(faster.to_dict())))
+    assert back.head == faster.head and back.drafter == "eagle"
+    bad = faster.to_dict() | {"head": dataclasses.asdict(cand)}
+    with pytest.raises(ValueError, match="unknown head"):
+        draft_choice.DraftChoice.from_dict(bad)

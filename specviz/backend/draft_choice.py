@@ -62,6 +62,7 @@ log = logging.getLogger(__name__)
 
 ENV = "SPECVIZ_OFFLINE_DRAFT"
 VARIANTS = ("w8-bf16", "w8-fp16", "w8-fp32", "bf16", "fp16", "dyn8", "w4-bf16", "w4-fp32")
+HEAD = "eagle"  # the head's candidate: the drafter of that name (specviz.drafters.head)
 GAMMAS = range(1, 9)  # the gammas a choice is judged at (verify widths 2..9 are measured)
 RECORD_FORMAT = 3
 # How many candidates, the best by their eager prediction, are compiled ahead of time and
@@ -232,18 +233,46 @@ class DraftChoice:
     decided_by: str = "eager"
     packaged_target_ms: float | None = None  # the target's packaged step
     packaged_verify_steps: float | None = None  # its packaged verification, in steps
+    # The EAGLE head cached for this target (specviz.drafters.head), measured beside the
+    # target on the path that runs (measure_head; None: no head was cached when the choice
+    # was made), and the digest of the head file it measured
+    head: Candidate | None = None
+    head_id: str | None = None
 
     @property
     def chosen(self) -> Candidate:
         return next(cand for cand in self.candidates if cand.variant == self.variant)
 
+    @property
+    def drafter(self) -> str:
+        """The drafter the measurement picks for a run on this pair: "eagle" where the
+        head's prediction on the path that runs beats the chosen draft's, else "model"."""
+        if self.head is not None and self.head.ranked > self.chosen.ranked:
+            return HEAD
+        return "model"
+
     def summary(self) -> str:
-        """'w8-bf16 chosen by measurement: c 0.33, alpha 0.960' (or 'forced by ...')."""
+        """'w8-bf16 chosen by measurement: c 0.33, alpha 0.960' (or 'forced by ...'), and
+        where a head was measured, its prediction beside the draft's."""
         cand = self.chosen
         how = f"forced by {ENV}" if self.forced else "chosen by measurement"
         if self.decided_by == "packaged" and not self.forced:
             how += " of the compiled path"
-        return f"{self.variant} {how}: c {self.c:.2f}, alpha {metrics.alpha_text(cand.alpha)}"
+        line = f"{self.variant} {how}: c {self.c:.2f}, alpha {metrics.alpha_text(cand.alpha)}"
+        return line if self.head is None else f"{line}; {self.head_summary()}"
+
+    def head_summary(self) -> str:
+        """The head's prediction against the draft's, and which the measurement picks."""
+        head, g = self.head, judge_gamma()
+        assert head is not None
+        said = (
+            f"EAGLE head: c {head.c:.2f}, one-step alpha {metrics.alpha_text(head.alpha)}, "
+            f"predicted {head.ranked:.2f}x at gamma {g} against the draft's "
+            f"{self.chosen.ranked:.2f}x"
+        )
+        if self.drafter == HEAD:
+            return f"{said}: the head is picked (--drafter eagle)"
+        return f"{said}: the draft model is picked"
 
     @property
     def c(self) -> float:
@@ -275,7 +304,11 @@ class DraftChoice:
             decided_by=str(d.get("decided_by", "eager")),
             packaged_target_ms=d.get("packaged_target_ms"),
             packaged_verify_steps=d.get("packaged_verify_steps"),
+            head=Candidate(**d["head"]) if d.get("head") else None,
+            head_id=d.get("head_id"),
         )
+        if choice.head is not None and choice.head.variant != HEAD:
+            raise ValueError("unknown head")
         if choice.variant not in VARIANTS or not choice.candidates:
             raise ValueError("unknown variant")
         choice.chosen  # noqa: B018 - raises StopIteration when the chosen one is missing
@@ -576,6 +609,115 @@ def rerank(
         packaged_target_ms=t_ms[1],
         packaged_verify_steps=v,
     )
+
+
+def head_alpha(
+    base: torch.nn.Module, head: Any, ids: list[int], device: torch.device, vocab: int
+) -> float:
+    """The head's alpha on ids as the variants' is measured (mean sum_x min(p(x), q(x)),
+    both warped as the default settings warp them), one step from the target's own
+    features: at position i the head reads the target's feature at i - 1 and token i, and
+    q is its distribution of token i + 1, p the target's. A chain's later drafts read the
+    head's predicted features, so this is an upper bound on what they are accepted at."""
+    from specviz.config import Settings
+    from specviz.sampling import warp
+
+    w = Settings().target_warp()
+    x = torch.tensor([ids], dtype=torch.long, device=device)
+    with torch.inference_mode():
+        out = base(input_ids=x, output_hidden_states=True)
+        p = warp(out.logits[0, 1:, :vocab].float(), w)  # [n - 1, V]: tokens 2..n
+        features = out.hidden_states[-1].float()  # after the final norm: lm_head's input
+        pred = head(features[:, :-1], x[:, 1:])  # [1, n - 1, H]
+        q = warp(head.logits(pred)[0, :, :vocab], w)
+    return float(torch.minimum(p, q).sum(-1).mean())
+
+
+def measure_head(
+    choice: DraftChoice,
+    base: torch.nn.Module,
+    tokenizer: Any,
+    device: torch.device,
+    head: Any,
+    head_id: str,
+    length: int | None = None,
+    reps: int = 7,
+    say: Callable[[str], None] | None = None,
+) -> DraftChoice:
+    """The choice with the EAGLE head measured beside it: its one-token and two-token draft
+    calls (specviz.drafters.head.HeadLM, eager: the head has no packages) timed together
+    with the target's step and verification at judge_gamma() + 1, repetition by repetition,
+    on the path the target runs (its packages where the choice was made on them and
+    `length` names their cache, else eager), its alpha one step from the target's features
+    (head_alpha), and its refined prediction, which DraftChoice.drafter compares with the
+    chosen draft's."""
+    import dataclasses
+
+    from specviz.costs import Timer, interleaved_medians
+    from specviz.drafters.head import HeadLM
+    from specviz.lm import CachedLM
+
+    say = say or log.info
+    t0 = time.perf_counter()
+    g, vocab = judge_gamma(), len(tokenizer)
+    ids = list(tokenizer(ALPHA_TEXT)["input_ids"])
+    context = (ids * (TIMING_CONTEXT // max(1, len(ids)) + 1))[:TIMING_CONTEXT]
+    alpha = head_alpha(base, head, ids, device, vocab)
+    target, on_packages = None, choice.decided_by == "packaged" and length is not None
+    if on_packages:
+        target = _packaged_target(base, vocab, device, (1, g + 1), int(length or 0), context)
+        on_packages = target is not None
+    if target is None:
+        target = Timer(CachedLM(base, vocab, device), context)
+    drafts = Timer(HeadLM(head, vocab), context)
+    timed = interleaved_medians({"target": (target, [1, g + 1]), HEAD: (drafts, [1, 2])}, reps, 1)
+    if hasattr(target.lm, "close"):
+        target.lm.close()
+    t_ms, h_ms = timed["target"], timed[HEAD]
+    c, c2, v = h_ms[1] / t_ms[1], h_ms[2] / t_ms[1], t_ms[g + 1] / t_ms[1]
+    pred = metrics.refined_speedup(alpha, g, c, v, c2=c2)
+    cand = Candidate(
+        HEAD,
+        h_ms[1],
+        h_ms[2],
+        c,
+        c2,
+        alpha,
+        pred,
+        g,
+        pred,
+        packaged_predicted=pred if on_packages else None,
+        packaged_why="the head runs eager beside the packaged target" if on_packages else None,
+    )
+    path = "the packaged target" if on_packages else "the eager target"
+    say(
+        f"EAGLE head beside {path}: step {h_ms[1]:.1f} ms against the target's "
+        f"{t_ms[1]:.1f} ms (c {c:.2f}), one-step alpha {alpha:.3f}, predicted {pred:.2f}x "
+        f"at gamma {g}"
+    )
+    measured = choice.measured_s + time.perf_counter() - t0
+    return dataclasses.replace(choice, head=cand, head_id=head_id, measured_s=measured)
+
+
+def _packaged_target(
+    base: torch.nn.Module,
+    vocab: int,
+    device: torch.device,
+    widths: tuple[int, ...],
+    length: int,
+    context: list[int],
+) -> Any:
+    """A Timer on the target's packages at these widths and cache length, or None where
+    they are not built."""
+    from specviz.backend import StaticLM
+    from specviz.backend.packages import packaged
+    from specviz.costs import Timer
+    from specviz.pair import LoadedModel
+
+    fw = packaged(LoadedModel("target", base, device, "", vocab, 0.0, "derived"), widths, length)
+    if fw is None:
+        return None
+    return Timer(StaticLM(base, "target", vocab, fw, widths, length - 1, device), context)
 
 
 def _logits(model: torch.nn.Module, ids: list[int], device: torch.device, vocab: int) -> Any:

@@ -66,6 +66,15 @@ def _prepare(args: argparse.Namespace) -> int:
             f"decided on the compiled path: target step {choice.packaged_target_ms:.1f} ms, "
             f"verification at {g + 1} positions {choice.packaged_verify_steps:.2f} steps"
         )
+    if choice.head is not None:
+        head = choice.head
+        print(
+            f"  {'eagle':8s} eager step {head.step_ms:6.1f} ms (2 tokens {head.step2_ms:6.1f})"
+            f"  c {head.c:.2f}  alpha {metrics.alpha_text(head.alpha):>12s}  predicted "
+            f"{head.ranked:.2f}x at gamma {g} (the EAGLE head; alpha one step from the "
+            "target's features)"
+        )
+        print(f"drafter by measurement: {choice.drafter} ({choice.head_summary()})")
     built = prepare_offline_packages(args.device, say=say)
     if built is not None:
         took = ", ".join(f"{k} {s:.0f} s" for k, s in built.items()) or "none needed"
