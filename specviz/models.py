@@ -498,7 +498,18 @@ def _with_head(choice: Any, dev: torch.device, remeasure: bool, say: Any = None)
     if choice.head is not None and choice.head_id == head_id and not remeasure:
         return choice
     length = default_cache_len(tokenizer) if packages_on(dev) else None
-    head = load_head(base.model, path)
+    try:
+        head = load_head(base.model, path)
+    except Exception as exc:  # a damaged file (safetensors raises its own error type)
+        line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        (say or log.warning)(
+            f"specviz: the EAGLE head at {path} could not be read ({line}): not measured; "
+            "`python -m specviz train-head` trains it again"
+        )
+        if choice.head is not None:  # measured on another file: it no longer says this one
+            choice = dataclasses.replace(choice, head=None, head_id=None)
+            draft_choice.keep(choice)
+        return choice
     choice = draft_choice.measure_head(
         choice, base.model, tokenizer, dev, head, head_id, length, say=say
     )

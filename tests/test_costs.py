@@ -697,10 +697,15 @@ def test_a_cached_head_is_measured_beside_the_draft_once_per_head_file(
     _save_head(base, 2)
     again = models.prepare_offline_pair("cpu")
     assert len(heads) == 2 and again.head_id != choice.head_id
-    models.prepare_offline_pair("cpu", remeasure=True)
+    remeasured = models.prepare_offline_pair("cpu", remeasure=True)
     assert len(heads) == 3
     from specviz.head_cache import head_file
 
+    head_file(base).write_bytes(b"not a head")  # a damaged file: said, not measured
+    said: list[str] = []
+    damaged = models.prepare_offline_pair("cpu", say=said.append)
+    assert len(heads) == 3 and damaged.variant == remeasured.variant and damaged.head is None
+    assert any("could not be read" in line and "train-head" in line for line in said)
     head_file(base).unlink()
     gone = models.prepare_offline_pair("cpu")
     assert gone.head is None and len(heads) == 3
