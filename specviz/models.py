@@ -471,9 +471,8 @@ def _with_head(choice: Any, dev: torch.device, remeasure: bool, say: Any = None)
     offline target measured beside its draft (specviz.backend.draft_choice.measure_head),
     once per head file (again with remeasure) and kept in its record; a head no longer
     cached leaves the record. A forced variant's choice is kept as it is. The target is
-    loaded only where some head is cached."""
+    loaded only where some head is cached and none is the file the record measured."""
     import dataclasses
-    import hashlib
 
     from specviz.backend import draft_choice
     from specviz.drafters.head import load_head
@@ -481,8 +480,15 @@ def _with_head(choice: Any, dev: torch.device, remeasure: bool, say: Any = None)
 
     if choice.forced:
         return choice
+    cached = sorted((cache_root() / "heads").glob(f"*/{HEAD_NAME}"))
+    if (
+        not remeasure
+        and choice.head is not None
+        and any(_digest(f) == choice.head_id for f in cached)
+    ):
+        return choice  # the head the record measured is still there: nothing to load
     path = None
-    if any((cache_root() / "heads").glob(f"*/{HEAD_NAME}")):
+    if cached:
         with _lock:
             base = _get_model(OFFLINE_TARGET, dev, torch.float32)
             tokenizer = _get_tokenizer(OFFLINE_TARGET)
@@ -494,7 +500,7 @@ def _with_head(choice: Any, dev: torch.device, remeasure: bool, say: Any = None)
         choice = dataclasses.replace(choice, head=None, head_id=None)
         draft_choice.keep(choice)
         return choice
-    head_id = hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest()
+    head_id = _digest(path)
     if choice.head is not None and choice.head_id == head_id and not remeasure:
         return choice
     length = default_cache_len(tokenizer) if packages_on(dev) else None
@@ -515,6 +521,13 @@ def _with_head(choice: Any, dev: torch.device, remeasure: bool, say: Any = None)
     )
     draft_choice.keep(choice)
     return choice
+
+
+def _digest(path: Path) -> str:
+    """A head file's digest (the record's head_id)."""
+    import hashlib
+
+    return hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest()
 
 
 def _choose_draft(device: str, remeasure: bool, say: Any) -> Any:

@@ -666,7 +666,10 @@ def test_a_cached_head_is_measured_beside_the_draft_once_per_head_file(
     picks the drafter whose prediction is larger."""
     from specviz import models
 
-    monkeypatch.setattr(models, "_get_model", lambda name, *a: SimpleNamespace(model=base))
+    loads: list[str] = []
+    monkeypatch.setattr(
+        models, "_get_model", lambda name, *a: loads.append(name) or SimpleNamespace(model=base)
+    )
     monkeypatch.setattr(models, "_get_tokenizer", lambda name: TinyTok())
     monkeypatch.setattr(models, "default_cache_len", lambda tok: 256)
     measured(monkeypatch)
@@ -692,8 +695,9 @@ def test_a_cached_head_is_measured_beside_the_draft_once_per_head_file(
     assert kept is not None and kept.head == head and kept.head_id == choice.head_id
     assert choice.drafter == ("eagle" if head.ranked > choice.chosen.ranked else "model")
     assert "EAGLE head" in choice.summary()
+    before = len(loads)
     models.prepare_offline_pair("cpu")
-    assert len(heads) == 1  # the same file: read from the record
+    assert len(heads) == 1 and len(loads) == before  # the same file: the record, no load
     _save_head(base, 2)
     again = models.prepare_offline_pair("cpu")
     assert len(heads) == 2 and again.head_id != choice.head_id
