@@ -294,3 +294,26 @@ def test_a_head_comes_from_the_pair_or_this_machines_cache(tmp_path, monkeypatch
     with pytest.raises(ValueError) as e:
         head_for(pair)
     assert "does not fit tiny-target" in one_line(e)
+
+
+def test_the_heads_cache_counts_its_output_layer_in_its_busy_time(pairs, monkeypatch):
+    """busy_s is what a timer reads as a draft step's cost (specviz.costs.Timer, the draft
+    choice's measure_head): it holds the head's calls and the target's output layer on
+    their rows, the larger part of a step. An output layer made 50 ms slower shows there."""
+    import time
+
+    pair = pairs[0]
+    head = pair.head
+    lm = HeadLM(head, pair.target.vocab_size)
+    seq = pair.encode_prompt("1 2 3")
+    lm.logits(seq)
+    real = head.logits
+
+    def slow(features):
+        time.sleep(0.05)
+        return real(features)
+
+    monkeypatch.setattr(head, "logits", slow)
+    before = lm.busy_s
+    lm.logits(seq + [seq[-1]])  # one token more: one head call, one output row
+    assert lm.busy_s - before >= 0.05

@@ -335,7 +335,7 @@ class HeadLM:
         self.known = 0  # leading slots whose inputs are the target's features
         self.branched = False
         self.calls = 0
-        self.busy_s = 0.0
+        self.busy_s = 0.0  # seconds in the head's calls and the output layer on their rows
 
     @property
     def cached(self) -> int:
@@ -388,7 +388,10 @@ class HeadLM:
         """q's logits at slots first..last - 1: [n, V]."""
         if first < 1:
             raise RuntimeError("slot 0 has no head entry: it cannot give a draft's row")
-        return self.head.logits(self.out[first:last])[:, : self.vocab_size]
+        t0 = time.perf_counter()
+        rows = self.head.logits(self.out[first:last])[:, : self.vocab_size]
+        self.busy_s += clock(rows.device) - t0  # the output layer is most of a draft step
+        return rows
 
     @torch.inference_mode()
     def logits(self, seq: list[int], keep: int = 1) -> torch.Tensor:
