@@ -511,11 +511,10 @@ def rank_packaged(
     has no packages, the eager choice stands."""
     import dataclasses
 
-    from specviz.backend import StaticLM
-    from specviz.backend.packages import failed, packaged
+    from specviz.backend.packages import failed
     from specviz.costs import Timer, interleaved_medians
     from specviz.lm import CachedLM
-    from specviz.pair import LoadedModel, token_width
+    from specviz.pair import token_width
 
     say = say or log.info
     t0 = time.perf_counter()
@@ -532,10 +531,9 @@ def rank_packaged(
         target without packages)."""
         m = models[role]
         vocab = token_width(m) if role != "target" else len(tokenizer)
-        fw = packaged(LoadedModel(role, m, device, "", vocab, 0.0, "derived"), widths[role], length)
-        if fw is not None:
-            lm = StaticLM(m, role, vocab, fw, widths[role], length - 1, device)
-            return Timer(lm, context), None
+        on_packages = _packaged_timer(m, role, vocab, device, widths[role], length, context)
+        if on_packages is not None:
+            return on_packages, None
         if role == "target":
             return None
         why = next((r for w in widths[role] if (r := failed(m, w, length))), None)
@@ -665,7 +663,9 @@ def measure_head(
     alpha = head_alpha(base, head, ids, device, vocab)
     target, on_packages = None, choice.decided_by == "packaged" and length is not None
     if on_packages:
-        target = _packaged_target(base, vocab, device, (1, g + 1), int(length or 0), context)
+        target = _packaged_timer(
+            base, "target", vocab, device, (1, g + 1), int(length or 0), context
+        )
         on_packages = target is not None
     if target is None:
         target = Timer(CachedLM(base, vocab, device), context)
@@ -699,25 +699,26 @@ def measure_head(
     return dataclasses.replace(choice, head=cand, head_id=head_id, measured_s=measured)
 
 
-def _packaged_target(
-    base: torch.nn.Module,
+def _packaged_timer(
+    model: torch.nn.Module,
+    role: str,
     vocab: int,
     device: torch.device,
     widths: tuple[int, ...],
     length: int,
     context: list[int],
 ) -> Any:
-    """A Timer on the target's packages at these widths and cache length, or None where
-    they are not built."""
+    """A Timer on the model's packages at these widths and cache length, or None where they
+    are not built."""
     from specviz.backend import StaticLM
     from specviz.backend.packages import packaged
     from specviz.costs import Timer
     from specviz.pair import LoadedModel
 
-    fw = packaged(LoadedModel("target", base, device, "", vocab, 0.0, "derived"), widths, length)
+    fw = packaged(LoadedModel(role, model, device, "", vocab, 0.0, "derived"), widths, length)
     if fw is None:
         return None
-    return Timer(StaticLM(base, "target", vocab, fw, widths, length - 1, device), context)
+    return Timer(StaticLM(model, role, vocab, fw, widths, length - 1, device), context)
 
 
 def _logits(model: torch.nn.Module, ids: list[int], device: torch.device, vocab: int) -> Any:
