@@ -79,3 +79,10 @@ def head_file(target_model: Any, bias: bool = False) -> Path:
 def record_file(target_model: Any, bias: bool = False) -> Path:
     """The JSON record of the head's training (it may not exist yet)."""
     return head_dir(target_model, bias) / RECORD_NAME
+
+
+def cached_head(target_model: Any) -> Path | None:
+    """The head file `train-head` saved for this target on this machine (fc with or without
+    a bias), or None."""
+    files = (head_file(target_model, bias) for bias in (False, True))
+    return next((f for f in files if f.is_file()), None)

@@ -476,7 +476,7 @@ def _with_head(choice: Any, dev: torch.device, remeasure: bool, say: Any = None)
 
     from specviz.backend import draft_choice
     from specviz.drafters.head import load_head
-    from specviz.head_cache import HEAD_NAME, head_file
+    from specviz.head_cache import HEAD_NAME, cached_head
 
     if choice.forced:
         return choice
@@ -492,8 +492,7 @@ def _with_head(choice: Any, dev: torch.device, remeasure: bool, say: Any = None)
         with _lock:
             base = _get_model(OFFLINE_TARGET, dev, torch.float32)
             tokenizer = _get_tokenizer(OFFLINE_TARGET)
-        files = (head_file(base.model, bias) for bias in (False, True))
-        path = next((f for f in files if f.is_file()), None)
+        path = cached_head(base.model)
     if path is None:
         if choice.head is None:
             return choice

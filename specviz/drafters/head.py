@@ -290,11 +290,10 @@ def head_for(pair: Any) -> FeatureHead:
     head = getattr(pair, "head", None)
     if head is not None:
         return head
-    from specviz.head_cache import head_file
+    from specviz.head_cache import cached_head
 
     target = pair.target
-    files = (head_file(target.model, bias) for bias in (False, True))
-    path = next((f for f in files if f.is_file()), None)
+    path = cached_head(target.model)
     if path is None:
         raise ValueError(f"no EAGLE head for {target.name} on this machine: {TRAIN_HINT}")
     stat = path.stat()
