@@ -81,6 +81,7 @@ def test_one_round_played_with_clicks_and_keys(browser, ui_url) -> None:
             if board.get_attribute("data-phase") == "done":
                 break
             at += 1
+        assert "blur" not in page.evaluate(VEILED)  # the round decided: the colours are back
         final = page.locator(f"{BOARD} .sv-play-final")
         assert final.inner_text().startswith(f"Score {board.get_attribute('data-points')} of ")
         assert at >= 1 and f"of {at + 1}" in final.inner_text()

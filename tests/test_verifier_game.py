@@ -290,6 +290,8 @@ def test_the_handlers_play_a_round_of_the_sessions_run(ctx, one_thread) -> None:
     assert out["play_view"].visible is True and out["insp_view"].visible is False
     assert out["play_mode"] == verifier_tab.PLAY and out["play_guess"] is None
     assert out["play_kept"].interactive and 'data-phase="guess"' in out["play_board"]
+    veiled = [verifier_tab.VEIL_CLASS]  # the token view, while a draft is decided
+    assert out["token_row"].elem_classes == veiled
     for i, d in enumerate(game.drafts):
         a = vg.keep_probability(d, session.spec.settings)
         out = (
@@ -298,6 +300,7 @@ def test_the_handlers_play_a_round_of_the_sessions_run(ctx, one_thread) -> None:
             else verifier_tab.call_changes(out["play_state"], a >= 0.5)
         )
         assert out["play_next"].value == "Show the verdict (N)" and not out["play_kept"].interactive
+        assert out["token_row"].elem_classes == veiled
         assert f"u = {d.u:.3f}" in html.unescape(out["play_board"])
         out = verifier_tab.next_changes(out["play_state"])
         verdict = "Kept" if d.status == "accepted" else "Rejected"
@@ -307,13 +310,18 @@ def test_the_handlers_play_a_round_of_the_sessions_run(ctx, one_thread) -> None:
         out = verifier_tab.next_changes(out["play_state"])
     game = out["play_state"]
     assert game.phase == "done" and out["play_next"].value == "Next round (N)"
+    assert out["token_row"].elem_classes == []  # the round decided: the colours are shown
     numbers = len(game.drafts) // 2
     assert game.score().numbers == numbers and game.score().close == numbers  # exact answers
     assert f'data-played="{len(game.drafts)}"' in out["play_board"]
     chosen = verifier_tab.deal_changes(session, vg.playable_rounds(session.spec)[-1] + 1)
     assert chosen["play_state"].index == vg.playable_rounds(session.spec)[-1]
-    mode = verifier_tab.mode_changes(verifier_tab.INSPECT)
+    mode = verifier_tab.mode_changes(verifier_tab.INSPECT, chosen["play_state"])
     assert mode["insp_view"].visible and not mode["play_view"].visible
+    assert chosen["token_row"].elem_classes == veiled and mode["token_row"].elem_classes == []
+    back = verifier_tab.mode_changes(verifier_tab.PLAY, chosen["play_state"])
+    assert back["token_row"].elem_classes == veiled  # the game on the board, shown again
+    assert verifier_tab.mode_changes(verifier_tab.PLAY, game)["token_row"].elem_classes == []
 
 
 def test_the_handlers_refuse_in_one_line(ctx, one_thread) -> None:

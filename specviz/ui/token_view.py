@@ -41,7 +41,8 @@ def layout(views: dict[str, Any]) -> None:
             min_width=180,
         )
     views["overlap_legend"] = gr.HTML("", js_on_load=None, elem_id="sv-overlap-legend")
-    with gr.Row(elem_id="sv-token-row"):
+    with gr.Row(elem_id="sv-token-row") as row:  # veiled by the verifier game (its class)
+        views["token_row"] = row
         views["tokens"] = view("tokens", markup.tokens_html([]), scale=3)
         # beside the tokens: the selected decision above the round table
         with gr.Column(scale=2, min_width=300, elem_id="sv-side"):

@@ -42,6 +42,12 @@ NEXT_LABELS = {
     "done": "Next round (N)",
 }
 BUTTONS = {"kept": "sv-play-kept", "rejected": "sv-play-rejected", "next": "sv-play-next"}
+# The phases in which the token view is veiled (its colours would give the verdicts away),
+# and the class that veils it (assets/specviz.css). The server sets the class on the token
+# row as the mode and the game change: a stylesheet rule that found the phase itself (a
+# `:has()` on the page) made the browser restyle the whole page on every update.
+VEILED = ("guess", "drawn", "verdict")
+VEIL_CLASS = "sv-veiled"
 POOL = ClassPool()  # the class's answers, per link (anonymous, bounded, in memory)
 
 
@@ -122,14 +128,21 @@ def layout(views: dict[str, Any], inspector: Callable[[dict[str, Any]], None]) -
     views["play_view"] = play_view
 
 
-def mode_changes(mode: str) -> Changes:
-    """The inspector or the game, as the mode switch says."""
+def mode_changes(mode: str, game: Game | None = None) -> Changes:
+    """The inspector or the game, as the mode switch says (the token view veiled while the
+    game on the board is deciding a draft)."""
     play = mode == PLAY
     return {
         "play_mode": PLAY if play else INSPECT,
         "insp_view": gr.Column(visible=not play),
         "play_view": gr.Column(visible=play),
+        "token_row": veil(play and game is not None and game.phase in VEILED),
     }
+
+
+def veil(on: bool) -> Any:
+    """The token row's update: veiled or not."""
+    return gr.Row(elem_classes=[VEIL_CLASS] if on else [])
 
 
 def next_label(game: Game) -> str:
@@ -149,6 +162,7 @@ def game_changes(game: Game, clear: bool = False) -> Changes:
         "play_rejected": gr.Button(interactive=guessing),
         "play_next": gr.Button(value=next_label(game), interactive=True),
         "play_round": round_number(game.index),
+        "token_row": veil(game.phase in VEILED),  # the board is on screen
     }
     if clear:
         out["play_guess"] = None
@@ -160,7 +174,11 @@ def deal_changes(session: Session, shown_round: Any) -> Changes:
     rejection; an empty number box sends 0)."""
     n = None if shown_round is None or shown_round == 0 else int(shown_round)
     game = deal(session.spec, n)
-    return {**game_changes(game, clear=True), **mode_changes(PLAY), **class_changes(game, session)}
+    return {
+        **game_changes(game, clear=True),
+        **mode_changes(PLAY, game),
+        **class_changes(game, session),
+    }
 
 
 def draft_key(game: Game) -> tuple[str, int, int]:
@@ -248,14 +266,15 @@ def wire(page: Page) -> None:
         "play_view",
         "play_class",
         "play_class_show",
+        "token_row",
     )
     outputs = [views[k] for k in names]
     sess = page.session
     options = {**page.quiet, **INTERNAL}
     views["play_mode"].input(
         page.once(mode_changes),
-        [views["play_mode"]],
-        [views["play_mode"], views["insp_view"], views["play_view"]],
+        [views["play_mode"], game],
+        [views["play_mode"], views["insp_view"], views["play_view"], views["token_row"]],
         **options,
     )
     views["play_deal"].click(
