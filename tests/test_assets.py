@@ -88,3 +88,26 @@ def test_no_script_is_written_in_the_python() -> None:
         text = path.read_text(encoding="utf-8")
         for sign in ("=> {", "addEventListener", "document.", "<script"):
             assert sign not in text, f"{path.relative_to(ROOT)}: {sign!r}; scripts go in assets/"
+
+
+ROOT_HAS = re.compile(r"(?:^|[\s,>~+(}])(?:html|body|:root)(?:[.#\[:][^\s{,]*?)?:has\(")
+
+
+def root_has_rules(css: str) -> list[str]:
+    """The stylesheet's selectors with a `:has()` on the page's root (html, body, :root)."""
+    css = re.sub(r"/\*.*?\*/", "", css, flags=re.S)
+    return [m.group(0).strip() for m in ROOT_HAS.finditer(css)]
+
+
+def test_no_style_rule_restyles_the_whole_page_on_each_update() -> None:
+    """A `:has()` on the page's root makes the browser restyle the whole page each time an
+    element its argument names changes, and gradio changes classes on every update: such a
+    rule (the verifier game's veil, once) cost a run about a second of the browser's style
+    recalculation. The veil is a class the server sets (specviz.ui.verifier_tab.veil); a
+    `:has()` on one element restyles that element alone."""
+    assert root_has_rules((ROOT / "assets" / "specviz.css").read_text(encoding="utf-8")) == []
+    assert root_has_rules(ui.launch_options()["css"]) == []
+    # the check finds such a rule where one is written
+    assert root_has_rules("a {}\nbody:has(#x .y) #z { filter: blur(6px); }") == ["body:has("]
+    assert root_has_rules("html.dark:has(.a) b {}") == ["html.dark:has("]
+    assert root_has_rules("#sv-speedline:not(:has(.sv-speedline)) {}") == []
