@@ -37,7 +37,7 @@ def phase(page, name: str, at: int) -> None:
 def test_one_round_played_with_clicks_and_keys(browser, ui_url) -> None:
     with opened(browser, ui_url, 1280, 720, "?view=present") as page:  # the older URL spelling
         # a hot draft against the target's 0.7 makes a rejection in some round near certain
-        generate(page, "The capital of France is", 16, draft_temperature="1.8")
+        generate(page, "The capital of France is", 40, draft_temperature="1.8")
         open_tab(page, "Decision")
         page.get_by_label("Play the verifier").check()
         page.click("#sv-play-deal")
