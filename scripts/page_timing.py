@@ -9,6 +9,9 @@ run of N tokens with Compare on. Reported, from the browser's own clock:
   stream, and the page's own server-side "page update per round" figure;
 - the final frame: from the status turning "done" (the frame applying) to the DOM settled
   (no mutation for 1 s), and the longest task meanwhile;
+- the renderer's main thread over each run, from the click to the DOM settled (Chrome's
+  Performance.getMetrics): seconds busy, and of them script, style recalculation and
+  layout;
 - clicks on the overlap-shading switch, Replay race at 2x and Load run 2 from the log:
   from the click to the DOM settled, and the longest task.
 
@@ -53,6 +56,20 @@ def settle(page, quiet_ms: int = 1000) -> float:
 def longest(page, t0: float, t1: float) -> float:
     tasks = page.evaluate("window.sv.long")
     return max((d for s, d in tasks if s + d >= t0 and s <= t1), default=0.0)
+
+
+METRICS = {
+    "TaskDuration": "busy",
+    "ScriptDuration": "script",
+    "RecalcStyleDuration": "style",
+    "LayoutDuration": "layout",
+}
+
+
+def main_thread(cdp) -> dict[str, float]:
+    """The renderer's main-thread seconds so far, by kind (METRICS)."""
+    got = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
+    return {name: got[key] for key, name in METRICS.items()}
 
 
 def run(page, n: int) -> tuple[float, float, float]:
@@ -102,19 +119,27 @@ def main(n: int) -> None:
             executable_path="/usr/bin/chromium", args=["--headless", "--no-sandbox"]
         )
         page = browser.new_page(viewport={"width": 1500, "height": 1100})
+        cdp = page.context.new_cdp_session(page)
+        cdp.send("Performance.enable")
         page.goto(demo.local_url)
         page.wait_for_selector("#sv-models table", timeout=300_000)
         page.fill("#sv-prompt textarea", PROMPT)
         page.evaluate(OBSERVE)
         for tokens in (16, n):
+            before = main_thread(cdp)
             settled, task, live = run(page, tokens)
+            spent = {k: v - before[k] for k, v in main_thread(cdp).items()}
             print(f"{tokens} tokens: {page.inner_text('#sv-status')}")
             print(
                 f"  final frame: done -> DOM settled {settled:.0f} ms, longest task "
                 f"{task:.0f} ms; longest task while live {live:.0f} ms"
             )
+            print(
+                "  main thread, click -> settled:",
+                ", ".join(f"{k} {v:.2f} s" for k, v in spent.items()),
+            )
         print("  token spans:", page.locator("#sv-tokens [data-pos]").count())
-        open_tab(page, "Live speedup")
+        open_tab(page, "Speed")
         line = [s for s in page.inner_text("#sv-summary").splitlines() if "page update" in s]
         print(" ", *line)
         page.locator("#sv-race-speed label", has_text="2x").click()
@@ -122,7 +147,7 @@ def main(n: int) -> None:
             ms, task = click(page, selector)
             print(f"  {name}: click -> DOM settled {ms:.0f} ms, longest task {task:.0f} ms")
         print("  race token spans:", page.locator("#sv-race .sv-race-tok").count())
-        open_tab(page, "Runs and calibration")
+        open_tab(page, "Acceptance")
         page.click("#sv-log-pick input")
         page.get_by_role("option", name="2", exact=True).click()
         ms, task = click(page, "#sv-log-load")
@@ -132,4 +157,10 @@ def main(n: int) -> None:
 
 
 if __name__ == "__main__":
+    from specviz.threads import cpu_info
+
+    name, flags = cpu_info()
+    print(
+        f"CPU: {name} ({os.cpu_count()} cores; avx512f {'avx512f' in flags}, amx {'amx_tile' in flags})"
+    )
     main(int(sys.argv[1]) if len(sys.argv) > 1 else 512)
