@@ -160,7 +160,6 @@ if __name__ == "__main__":
     from specviz.threads import cpu_info
 
     name, flags = cpu_info()
-    print(
-        f"CPU: {name} ({os.cpu_count()} cores; avx512f {'avx512f' in flags}, amx {'amx_tile' in flags})"
-    )
+    isa = f"avx512f {'avx512f' in flags}, amx {'amx_tile' in flags}"
+    print(f"CPU: {name} ({os.cpu_count()} cores; {isa})")
     main(int(sys.argv[1]) if len(sys.argv) > 1 else 512)
