@@ -419,8 +419,7 @@ def measure(
     say = say or log.info
     t0 = time.perf_counter()
     vocab = len(tokenizer)
-    ids = list(tokenizer(ALPHA_TEXT)["input_ids"])
-    context = (ids * (TIMING_CONTEXT // max(1, len(ids)) + 1))[:TIMING_CONTEXT]
+    ids, context = _texts(tokenizer)
     w = Settings().target_warp()
     widths = list(range(1, max(GAMMAS) + 2))
     with torch.inference_mode():
@@ -523,8 +522,7 @@ def rank_packaged(
     models = {"target": base} | {name: build(base, name).to(device) for name in names}
     widths = {"target": (1, g + 1)} | dict.fromkeys(names, (1, 2))
     compile_packages(models, widths)
-    ids = list(tokenizer(ALPHA_TEXT)["input_ids"])
-    context = (ids * (TIMING_CONTEXT // max(1, len(ids)) + 1))[:TIMING_CONTEXT]
+    ids, context = _texts(tokenizer)
 
     def timer(role: str) -> tuple[Timer, str | None] | None:
         """The role's timer on its packages, or eager with why it has none (None for a
@@ -658,8 +656,7 @@ def measure_head(
     say = say or log.info
     t0 = time.perf_counter()
     g, vocab = judge_gamma(), len(tokenizer)
-    ids = list(tokenizer(ALPHA_TEXT)["input_ids"])
-    context = (ids * (TIMING_CONTEXT // max(1, len(ids)) + 1))[:TIMING_CONTEXT]
+    ids, context = _texts(tokenizer)
     alpha = head_alpha(base, head, ids, device, vocab)
     target, on_packages = None, choice.decided_by == "packaged" and length is not None
     if on_packages:
@@ -719,6 +716,13 @@ def _packaged_timer(
     if fw is None:
         return None
     return Timer(StaticLM(model, role, vocab, fw, widths, length - 1, device), context)
+
+
+def _texts(tokenizer: Any) -> tuple[list[int], list[int]]:
+    """The fixed text's token ids (alpha is measured on them) and the cached context a
+    timing runs on: those ids repeated to TIMING_CONTEXT tokens."""
+    ids = list(tokenizer(ALPHA_TEXT)["input_ids"])
+    return ids, (ids * (TIMING_CONTEXT // max(1, len(ids)) + 1))[:TIMING_CONTEXT]
 
 
 def _logits(model: torch.nn.Module, ids: list[int], device: torch.device, vocab: int) -> Any:
