@@ -86,3 +86,8 @@ def cached_head(target_model: Any) -> Path | None:
     a bias), or None."""
     files = (head_file(target_model, bias) for bias in (False, True))
     return next((f for f in files if f.is_file()), None)
+
+
+def file_digest(path: Path) -> str:
+    """A head file's digest: what the draft choice's record names the head it measured by."""
+    return hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest()

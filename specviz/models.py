@@ -476,7 +476,7 @@ def _with_head(choice: Any, dev: torch.device, remeasure: bool, say: Any = None)
 
     from specviz.backend import draft_choice
     from specviz.drafters.head import load_head
-    from specviz.head_cache import HEAD_NAME, cached_head
+    from specviz.head_cache import HEAD_NAME, cached_head, file_digest
 
     if choice.forced:
         return choice
@@ -484,7 +484,7 @@ def _with_head(choice: Any, dev: torch.device, remeasure: bool, say: Any = None)
     if (
         not remeasure
         and choice.head is not None
-        and any(_digest(f) == choice.head_id for f in cached)
+        and any(file_digest(f) == choice.head_id for f in cached)
     ):
         return choice  # the head the record measured is still there: nothing to load
     path = None
@@ -499,9 +499,7 @@ def _with_head(choice: Any, dev: torch.device, remeasure: bool, say: Any = None)
         choice = dataclasses.replace(choice, head=None, head_id=None)
         draft_choice.keep(choice)
         return choice
-    head_id = _digest(path)
-    if choice.head is not None and choice.head_id == head_id and not remeasure:
-        return choice
+    head_id = file_digest(path)  # not the record's: that case returned above
     length = default_cache_len(tokenizer) if packages_on(dev) else None
     try:
         head = load_head(base.model, path)
@@ -520,13 +518,6 @@ def _with_head(choice: Any, dev: torch.device, remeasure: bool, say: Any = None)
     )
     draft_choice.keep(choice)
     return choice
-
-
-def _digest(path: Path) -> str:
-    """A head file's digest (the record's head_id)."""
-    import hashlib
-
-    return hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest()
 
 
 def _choose_draft(device: str, remeasure: bool, say: Any) -> Any:
