@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 from tests.conftest import slow_target
 from tests.test_browser import open_tab, opened, press_run, wait_text
@@ -304,7 +305,12 @@ def test_the_smaller_defects_read_from_the_page(browser, ui_url) -> None:
         for line in lines[:-1]:
             assert line.endswith("·"), lines  # a line ends at a word's end
         # p and q beside min(1, p/q) with three significant figures
+        # from another tab: the click's answer brings the Decision tab back, so that the
+        # tab opened next is not switched away by an answer still on its way
+        open_tab(page, "Speed")
         page.locator("#sv-tokens [data-status=rejected]").first.click()
+        decision = page.get_by_role("tab", name="Decision", exact=True)
+        expect(decision).to_have_attribute("aria-selected", "true", timeout=30_000)
         page.wait_for_selector("#sv-decision .sv-dp-keep", timeout=30_000)
         values = (
             page.locator("#sv-decision .sv-dp-part").first.locator(".sv-dp-val").all_inner_texts()
