@@ -6,16 +6,15 @@ shown as "imported from a file, not run on this server", and shared as such."""
 
 from __future__ import annotations
 
-import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import gradio as gr
 
 from specviz import metrics
 from specviz.trace import Trace
+from specviz.ui import downloads
 from specviz.ui.errors import failure, user_errors
 from specviz.ui.frames import final_frame, sync_rounds
 from specviz.ui.page import HIDDEN, Page
@@ -91,7 +90,7 @@ def export_files(session: Session) -> list[str]:
     """The speculative trace as JSON and CSV, and the baseline trace as JSON."""
     if session.spec is None and session.ar is None:
         raise ValueError("nothing to export yet: press Run first")
-    out = Path(tempfile.mkdtemp(prefix="specviz-export-"))
+    out = downloads.new_folder("export-")
     files = []
     if session.spec is not None:
         files.append(out / "specviz-trace.json")

@@ -35,6 +35,7 @@ from specviz.ui import (
     api,
     check_tab,
     controls,
+    downloads,
     inspector_tab,
     io_tab,
     lesson_panel,
@@ -108,7 +109,11 @@ def build_app(
     dep = deployment or Deployment.from_env()
     dep = replace(dep, limits=limits) if limits is not None else dep
     ctx, menu = app_context(dep, loader, pairs, custom_loader, runner, shared)
-    with Blocks(title="specviz: speculative decoding, decision by decision") as demo:
+    with Blocks(
+        title="specviz: speculative decoding, decision by decision",
+        # gradio's copies of the files the page offers (specviz.ui.downloads)
+        delete_cache=downloads.GRADIO_CACHE,
+    ) as demo:
         page, lesson_state = compose(ctx, menu, dep, demo)
         for section in SECTIONS:
             section.wire(page)

@@ -17,10 +17,8 @@ page shows: the recorded lesson it plays or has just recorded, else the session'
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterator
 from contextlib import closing
-from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -52,7 +50,7 @@ from specviz.report import handout
 from specviz.sharestore import SharedRuns
 from specviz.threads import cpu_info
 from specviz.trace import Trace
-from specviz.ui import lesson_replay, share
+from specviz.ui import downloads, lesson_replay, share
 from specviz.ui.context import AppContext
 from specviz.ui.errors import user_errors
 from specviz.ui.lesson_panel import StepRun, act
@@ -221,7 +219,7 @@ def handout_file(session: Session) -> str:
             measured = f"measured on this server ({machine}); handout written {now()}"
         text = handout.run_handout(session.spec, session.ar, measured)
         name = "specviz-handout.html"
-    folder = Path(tempfile.mkdtemp(prefix="specviz-handout-"))
+    folder = downloads.new_folder("handout-")
     return str(write_text(folder / name, text))
 
 

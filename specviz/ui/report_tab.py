@@ -12,7 +12,6 @@ event, its files) is per visitor, in a gr.State of this tab.
 
 from __future__ import annotations
 
-import tempfile
 import threading
 from collections.abc import Generator, Iterator
 from pathlib import Path
@@ -36,6 +35,7 @@ from specviz.report.prompts import (
 )
 from specviz.report.records import Record
 from specviz.report.run import Plan, Progress, ReportRun, check_prompts, report_meta
+from specviz.ui import downloads
 from specviz.ui.context import AppContext
 from specviz.ui.errors import failure
 from specviz.ui.frames import FRAME_S
@@ -227,7 +227,7 @@ def _report(
     yield {"report_status": markup.status_html(f"loading pair {form.pair!r} ...", "busy")}
     pair = ctx.pair(form)
     check_prompts(pair, plan)
-    out = Path(tempfile.mkdtemp(prefix="specviz-report-"))
+    out = downloads.new_folder("report-")
     state.out = out
     run = ReportRun(out, plan, pair, about={"pair": pair.describe(), "command": "app"})
     meta = report_meta(plan.manifest(run.about), [])

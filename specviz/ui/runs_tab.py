@@ -13,12 +13,11 @@ Live runs show specviz.ui.frames.runs_changes after Session.record; nothing here
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import gradio as gr
 
+from specviz.ui import downloads
 from specviz.ui.errors import user_errors
 from specviz.ui.frames import final_frame, log_display
 from specviz.ui.page import Page
@@ -81,7 +80,7 @@ def log_file(session: Session) -> str:
     """The log as a CSV file."""
     if not session.log.rows:
         raise ValueError("nothing logged yet: press Run first")
-    path = Path(tempfile.mkdtemp(prefix="specviz-log-")) / "specviz-runs.csv"
+    path = downloads.new_folder("log-") / "specviz-runs.csv"
     path.write_text(session.log.csv(), encoding="utf-8")
     return str(path)
 
