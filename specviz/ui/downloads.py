@@ -6,8 +6,8 @@ A Space serves for weeks: a folder made per download and never removed fills its
 one export or report at a time. gradio copies a file an event returns into its own cache
 before the page fetches it, and deletes those copies by the page's ``delete_cache``
 (specviz.ui.layout), so the folders here only need to outlive the event that wrote them
-(a report's folder is written to for as long as the report runs, and read again by its
-later events: its age counts from its newest file).
+(a report's folder is written to for as long as the report runs: a folder's age counts
+from its newest file).
 """
 
 from __future__ import annotations
