@@ -11,6 +11,7 @@ ops' tests run on any x86 CPU with a compiler."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -518,3 +519,21 @@ def test_the_library_s_digest_reads_the_code_not_its_comments():
     assert kernels.code_of("/* a\nblock */\n" + src + "\n\n// trailing\n") == base
     assert kernels.code_of(src.replace("float tau", "float tau2", 1)) != base
     assert "//" not in base
+
+
+def test_the_one_translation_unit_compiles_every_source_and_keys_the_library(tmp_path, monkeypatch):
+    """build() gives the compiler kernels.cpp alone: it includes each source, and a changed
+    line of it changes the digest as a source's does."""
+    included = re.findall(r'^#include "([^"]+)"$', kernels.UNIT.read_text(), flags=re.M)
+    assert included == [s.name for s in kernels.SOURCES]
+    unit = tmp_path / "kernels.cpp"
+    unit.write_text(kernels.UNIT.read_text())
+    monkeypatch.setattr(kernels, "UNIT", unit)
+    kernels.digest.cache_clear()
+    try:
+        before = kernels.digest()
+        unit.write_text(unit.read_text() + '#include "another.cpp"\n')
+        kernels.digest.cache_clear()
+        assert kernels.digest() != before
+    finally:
+        kernels.digest.cache_clear()
