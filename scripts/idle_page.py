@@ -1,0 +1,87 @@
+"""What an open page of the app costs its browser while it does nothing: the app served on
+the tests' tiny pair over the offline pair's tokenizer, one page opened in Debian's
+chromium (headless, through Playwright), and the CPU seconds of every chromium process over
+SECONDS of idling once the pair is ready, with the requestAnimationFrame calls the page made
+meanwhile by their caller. With --drop-tracker-loop, a script run before gradio's drops the
+frames gradio's status tracker asks for while no tracker is shown (a measurement of that
+loop's share only: the app cannot do this, see docs/app.md).
+
+    PYTHONPATH=. .venv/bin/python scripts/idle_page.py [SECONDS] [--drop-tracker-loop]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+COUNT = """
+  window.__frames = {};
+  const raf = window.requestAnimationFrame.bind(window);
+  window.requestAnimationFrame = (cb) => {
+    const line = (new Error().stack || '').split('\\n')[2] || '?';
+    const at = line.replace(/https?:\\/\\/[^/]+/g, '');
+    const stale = at.includes('statustracker') &&
+      !document.querySelector('[data-testid=status-tracker]:not(.hide)');
+    if (DROP && stale) return 0;
+    window.__frames[at.trim()] = (window.__frames[at.trim()] || 0) + 1;
+    return raf(cb);
+  };
+"""
+
+
+def chromium_cpu_s() -> float:
+    """The CPU seconds of every chromium process now running."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = open(f"/proc/{pid}/cmdline").read()
+            raw = open(f"/proc/{pid}/stat").read()
+        except OSError:
+            continue
+        if "chrom" in cmd:
+            fields = raw[raw.rindex(")") + 2 :].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def main() -> None:
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    seconds = float(args[0]) if args else 10.0
+    drop = "--drop-tracker-loop" in sys.argv
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+    from playwright.sync_api import sync_playwright
+
+    from specviz.threads import cpu_info
+    from tests.conftest import CHROMIUM, CHROMIUM_ARGS, serve
+    from tests.tiny import text_pair
+
+    torch.set_num_threads(1)
+    demo = serve(text_pair())
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            page = browser.new_context(viewport={"width": 1500, "height": 1000}).new_page()
+            page.add_init_script(COUNT.replace("DROP", "true" if drop else "false"))
+            page.goto(demo.local_url)
+            page.wait_for_selector("#sv-models table", timeout=120_000)
+            time.sleep(2)  # the page's first drawing is over
+            page.evaluate("() => { window.__frames = {}; }")
+            before = chromium_cpu_s()
+            time.sleep(seconds)
+            used = chromium_cpu_s() - before
+            frames = page.evaluate("() => window.__frames")
+            browser.close()
+    finally:
+        demo.close()
+    print(f"CPU: {cpu_info()[0]}, {len(os.sched_getaffinity(0))} cores")
+    loop = "dropped" if drop else "kept"
+    print(f"idle page, gradio's tracker loop {loop}: chromium {used:.2f} core-s over {seconds:g} s")
+    for at, n in sorted(frames.items(), key=lambda kv: -kv[1])[:5]:
+        print(f"  {n:5d} animation frames asked by {at}")
+
+
+if __name__ == "__main__":
+    main()
