@@ -87,3 +87,21 @@ def test_no_other_module_of_the_page_makes_a_folder_of_its_own() -> None:
     assert makers == []
     users = {p.name for p in here.glob("*.py") if "downloads.new_folder(" in p.read_text()}
     assert {"io_tab.py", "runs_tab.py", "report_tab.py", "lesson_recorder.py"} <= users
+
+
+def test_a_process_s_folder_goes_when_it_exits(tmp_path) -> None:
+    """A process that made downloads leaves no folder behind when it ends normally."""
+    import subprocess
+    import sys
+
+    # the module alone, by its path: it imports nothing of specviz, and gradio is not needed
+    code = (
+        f"import importlib.util as u; s = u.spec_from_file_location('d', {downloads.__file__!r}); "
+        "d = u.module_from_spec(s); s.loader.exec_module(d); f = d.new_folder('export-'); "
+        "(f / 'x.json').write_text('{}'); print(f.parent)"
+    )
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    made = Path(done.stdout.strip())
+    assert made.parent == tmp_path and not made.exists()

@@ -1,6 +1,7 @@
 """Where the page writes the files it offers for download (an exported trace, the run log, a
-report, a handout): a folder of their own under one folder per process, and the ones left
-alone for KEEP_S seconds removed each time a new one is made.
+report, a handout): a folder of their own under one folder per process (removed when the
+process exits normally), and the ones left alone for KEEP_S seconds removed each time a new
+one is made.
 
 A Space serves for weeks: a folder made per download and never removed fills its disk,
 one export or report at a time. gradio copies a file an event returns into its own cache
@@ -12,6 +13,7 @@ from its newest file).
 
 from __future__ import annotations
 
+import atexit
 import shutil
 import tempfile
 import threading
@@ -31,6 +33,7 @@ def root() -> Path:
     with _lock:
         if _root is None or not _root.is_dir():
             _root = Path(tempfile.mkdtemp(prefix="specviz-downloads-"))
+            atexit.register(shutil.rmtree, _root, ignore_errors=True)  # on a normal exit
         return _root
 
 
