@@ -30,20 +30,17 @@ COUNT = """
 """
 
 
-def chromium_cpu_s() -> float:
-    """The CPU seconds of every chromium process now running."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmd = open(f"/proc/{pid}/cmdline").read()
-            raw = open(f"/proc/{pid}/stat").read()
-        except OSError:
-            continue
-        if "chrom" in cmd:
-            fields = raw[raw.rindex(")") + 2 :].split()
-            total += (int(fields[11]) + int(fields[12])) / tick
-    return total
+def chromium_cpu_s(seen: dict[str, tuple[str, float, float]]) -> float:
+    """The CPU seconds chromium's processes gained since seen was first sampled (read again
+    now; scripts/cpu_by_process.py's reading of /proc)."""
+    from scripts.cpu_by_process import sample
+
+    sample(seen, first=False)
+    return sum(
+        last - at_first
+        for kind, at_first, last in seen.values()
+        if kind.startswith("chromium") or "--type=" in kind
+    )
 
 
 def main() -> None:
@@ -54,6 +51,7 @@ def main() -> None:
     import torch
     from playwright.sync_api import sync_playwright
 
+    from scripts.cpu_by_process import sample
     from specviz.threads import cpu_info
     from tests.conftest import CHROMIUM, CHROMIUM_ARGS, serve
     from tests.tiny import text_pair
@@ -69,9 +67,10 @@ def main() -> None:
             page.wait_for_selector("#sv-models table", timeout=120_000)
             time.sleep(2)  # the page's first drawing is over
             page.evaluate("() => { window.__frames = {}; }")
-            before = chromium_cpu_s()
+            seen: dict[str, tuple[str, float, float]] = {}
+            sample(seen, first=True)
             time.sleep(seconds)
-            used = chromium_cpu_s() - before
+            used = chromium_cpu_s(seen)
             frames = page.evaluate("() => window.__frames")
             browser.close()
     finally:
