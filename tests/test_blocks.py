@@ -1,17 +1,20 @@
 """specviz.ui.blocks.Blocks sends what gradio's own Blocks sends, for frames that set some
-outputs and leave the rest alone, without rebuilding a component for each one left alone."""
+outputs and leave the rest alone, without rebuilding a component for each one left alone;
+and its queue, served, looks for work at most every QUEUE_POLL_S seconds while idle."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import time
 
 import gradio as gr
 import plotly.graph_objects as go
 import pytest
 from gradio.state_holder import SessionState
 
-from specviz.ui.blocks import SKIP, Blocks
+from specviz import ui
+from specviz.ui.blocks import QUEUE_POLL_S, SKIP, Blocks
 
 
 def run_coroutine(coro):
@@ -94,3 +97,39 @@ def test_an_output_left_alone_builds_no_component(monkeypatch) -> None:
     assert out[0] == SKIP and out[2:] == [SKIP, SKIP, None, SKIP]
     run_coroutine(gr.Blocks.postprocess_data(demo, fn, {comps["number"]: 3}, SessionState(demo)))
     assert sorted(built) == ["Button", "Dropdown", "HTML", "Plot"]
+
+
+def looks_for_work(monkeypatch, demo, seconds: float) -> float:
+    """How often a second the served demo's queue looked for an event to start (its loop
+    asks len(queue) once a look) over `seconds` of idling."""
+    from gradio import queueing
+
+    looks = [0]
+    own = queueing.Queue.__len__
+
+    def counted(queue) -> int:
+        looks[0] += queue is demo._queue
+        return own(queue)
+
+    monkeypatch.setattr(queueing.Queue, "__len__", counted)
+    time.sleep(0.3)  # the loop is running
+    start, t0 = looks[0], time.perf_counter()
+    time.sleep(seconds)
+    return (looks[0] - start) / (time.perf_counter() - t0)
+
+
+def test_an_idle_queue_looks_for_work_every_poll_not_every_millisecond(monkeypatch) -> None:
+    """An idle app's queue wakes at most 1 / QUEUE_POLL_S times a second (gradio's own
+    waits a millisecond between looks: the same count with its wait put back fails)."""
+    with Blocks() as demo:
+        gr.HTML("idle")
+    assert isinstance(ui.build_app(pairs=["default"], loader=lambda *_: None), Blocks)
+    demo.queue(max_size=4).launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
+    try:
+        assert demo._queue.sleep_when_free == QUEUE_POLL_S
+        rate = looks_for_work(monkeypatch, demo, 1.0)
+        assert 0 < rate <= 1.5 / QUEUE_POLL_S
+        demo._queue.sleep_when_free = 0.001  # gradio's own wait
+        assert looks_for_work(monkeypatch, demo, 1.0) > 3 / QUEUE_POLL_S
+    finally:
+        demo.close()

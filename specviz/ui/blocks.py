@@ -13,6 +13,13 @@ sets nothing). :meth:`Blocks.postprocess_data` sends exactly that for each such
 output and hands gradio the outputs the frame does set, so every other path (values,
 property updates, state, files) is gradio's own. tests/test_blocks.py checks the result
 against gradio's for mixed frames.
+
+The queue also waits between its looks for work: gradio 6.31 looks every millisecond while
+it has nothing to start (no event waiting, or every event waiting on a busy slot), and every
+10 ms for progress to send, so a server with nothing to do woke a thousand times a second
+on a machine the model shares (a Space, a lecturer's laptop). :meth:`Blocks.queue` sets the
+looks to QUEUE_POLL_S and PROGRESS_POLL_S: an event waits at most 20 ms more to start, and
+an idle server with a page open uses about a third of the CPU it did (docs/deploying.md).
 """
 
 from __future__ import annotations
@@ -25,13 +32,28 @@ from gradio.blocks import Block, BlockFunction, convert_component_dict_to_list
 
 SKIP: dict[str, str] = {"__type__": "update"}  # what gr.skip() returns, and gradio sends
 
+QUEUE_POLL_S = 0.02  # between the queue's looks for an event it can start (gradio: 0.001)
+PROGRESS_POLL_S = 0.1  # between its looks for progress to send (gradio: 0.01)
+POLLS = {"sleep_when_free": QUEUE_POLL_S, "progress_update_sleep_when_free": PROGRESS_POLL_S}
+
 
 def is_bare_skip(value: Any) -> bool:
     return isinstance(value, dict) and value == SKIP
 
 
 class Blocks(gr.Blocks):
-    """The page's Blocks: gradio's, with bare skips sent as they are (see the module)."""
+    """The page's Blocks: gradio's, with bare skips sent as they are and a queue that looks
+    for work less often (see the module)."""
+
+    def queue(self, *args: Any, **kwargs: Any) -> Blocks:
+        """gradio's queue (every call: Blocks makes one when built, the app another with
+        its limits), with its looks for work spaced as POLLS says."""
+        super().queue(*args, **kwargs)
+        for name, seconds in POLLS.items():
+            if not hasattr(self._queue, name):  # a gradio without this wait: left as it is
+                continue
+            setattr(self._queue, name, seconds)
+        return self
 
     async def postprocess_data(
         self, block_fn: BlockFunction, predictions: Any, state: Any
