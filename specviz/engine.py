@@ -41,6 +41,7 @@ from specviz.drafters import (
     gives_features,
 )
 from specviz.drafters import entry as drafter_entry
+from specviz.drafters import resolve as resolve_drafter
 from specviz.lm import ModelCache
 from specviz.pair import RAN_EAGER, LoadedModel, ModelPair
 from specviz.rounds import ChainRounds, RoundStrategy, TreeRounds, check_tree_request
@@ -85,6 +86,8 @@ class Run:
     """One generation. Iterate for live updates; read ``trace`` at any point."""
 
     def __init__(self, pair: ModelPair, prompt: str, settings: Settings, raw: bool = False) -> None:
+        if settings.method == "spec":
+            settings = resolve_drafter(settings, pair)  # "auto": the drafter it picks here
         self.pair, self.settings = pair, settings
         self.prompt_ids = check_request(pair, prompt, settings, raw)
         self.device = pair.device

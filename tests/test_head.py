@@ -317,3 +317,42 @@ def test_the_heads_cache_counts_its_output_layer_in_its_busy_time(pairs, monkeyp
     before = lm.busy_s
     lm.logits(seq + [seq[-1]])  # one token more: one head call, one output row
     assert lm.busy_s - before >= 0.05
+
+
+def _measured(pair, head_faster: bool):
+    """The pair with a draft choice record in its draft (as the offline pair's draft
+    carries one) whose head predicts more, or less, than its draft."""
+    from specviz.backend import draft_choice
+
+    cand = draft_choice.Candidate("w8-fp32", 5.0, 6.0, 0.25, 0.3, 0.95, 1.8, 4, 1.8)
+    head = dataclasses.replace(
+        cand, variant=draft_choice.HEAD, predicted=2.2 if head_faster else 0.7
+    )
+    choice = draft_choice.DraftChoice("w8-fp32", False, [cand], 20.0, {5: 1.3}, {}, 1.0)
+    choice = dataclasses.replace(choice, head=head, head_id="x")
+    return dataclasses.replace(pair, draft=dataclasses.replace(pair.draft, choice=choice))
+
+
+def test_auto_drafts_with_what_the_pairs_measurement_picks(pairs):
+    """The default drafter, auto, drafts with the head where the pair's draft choice picks
+    it and with the draft model where it does not (or where there is no choice, or no head
+    to pick), and with n-gram lookup on a pair without a draft model; each trace names the
+    drafter that drafted, and the head's run is the one --drafter eagle gives."""
+    base = pairs[1]
+    s = Settings(greedy=True, gamma=3, max_new_tokens=16)
+    assert s.drafter == drafters.AUTO and drafters.AUTO in drafters.CHOICES["drafter"]
+    for pair, want in (
+        (_measured(base, True), NAME),
+        (_measured(base, False), "model"),
+        (base, "model"),
+        (dataclasses.replace(base, draft=None), "ngram"),
+    ):
+        trace = generate(pair, "1 2 3", s)
+        assert trace.settings.drafter == want and trace.models["drafter"] == want
+        assert trace.token_ids == generate(pair, "1 2 3", s.with_(drafter=want)).token_ids
+    head_run = generate(_measured(base, True), "1 2 3", s)
+    assert (
+        head_run.models["draft"] == generate(base, "1 2 3", s.with_(drafter=NAME)).models["draft"]
+    )
+    with pytest.raises(ValueError, match="auto picks is ngram, which proposes one chain"):
+        check_request(dataclasses.replace(base, draft=None), "1 2 3", s.with_(tree=(2, 1)))

@@ -295,6 +295,7 @@ class Sampler:
         reuse_rows: bool = True,
     ) -> None:
         probe = Run(pair, prompt, settings.with_(max_new_tokens=length), raw=raw)  # validates
+        settings = probe.settings.with_(max_new_tokens=settings.max_new_tokens)  # "auto" resolved
         if budget is None:
             budget = run_budget(pair, probe.prompt_ids, settings, length)
         self.pair, self.prompt, self.length, self.raw = pair, prompt, length, raw

@@ -187,13 +187,15 @@ def sweep(pair: ModelPair, plan: SweepPlan) -> Iterator[SweepEvent]:
     """Warm up once, then per temperature and repetition the baseline and every gamma's
     run interleaved; one event per finished run."""
     from specviz.costs import measure_costs
+    from specviz.drafters import resolve as resolve_drafter
     from specviz.engine import Run, interleave, warm_up
 
     sv = pair.without_eos()
     cells = plan.cells()
     warm_up(sv, plan.prompt, cells[-1], raw=plan.raw)
     costs = None
-    if plan.costs and plan.settings.drafter == "model" and pair.draft is not None:
+    drafter = resolve_drafter(plan.settings, pair).drafter  # "auto": what it picks here
+    if plan.costs and drafter == "model" and pair.draft is not None:
         costs = measure_costs(sv, cells[0], plan.gammas, plan.prompt)
     done = 0
     for t in plan.temperatures:

@@ -271,7 +271,7 @@ class DraftChoice:
             f"{self.chosen.ranked:.2f}x"
         )
         if self.drafter == HEAD:
-            return f"{said}: the head is picked (--drafter eagle)"
+            return f"{said}: the head is picked (a run's default drafter, auto, drafts with it)"
         return f"{said}: the draft model is picked"
 
     @property

@@ -202,11 +202,17 @@ def _transformers(
 
 
 def mode_settings(mode: str, tokens: int, seed: int) -> Settings:
-    """The sampling settings both sides use in one mode."""
+    """The sampling settings both sides use in one mode; specviz drafts with the draft
+    model, as transformers' assisted generation does (the other drafters are contenders of
+    their own)."""
     if mode == "greedy":
-        return Settings(greedy=True, max_new_tokens=tokens, seed=seed)
+        return Settings(greedy=True, max_new_tokens=tokens, seed=seed, drafter="model")
     return Settings(
-        temperature=SAMPLE_TEMPERATURE, top_p=SAMPLE_TOP_P, max_new_tokens=tokens, seed=seed
+        temperature=SAMPLE_TEMPERATURE,
+        top_p=SAMPLE_TOP_P,
+        max_new_tokens=tokens,
+        seed=seed,
+        drafter="model",
     )
 
 

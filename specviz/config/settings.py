@@ -85,12 +85,15 @@ class Settings:
     )
     # a drafter's name: specviz.drafters registers them (drafters may be added at run time),
     # the front ends offer its names (specviz.drafters.CHOICES) and the request check
-    # refuses one it does not know, or a tree from a drafter that proposes chains
+    # refuses one it does not know, or a tree from a drafter that proposes chains; "auto"
+    # is the one the pair's measurement picks, resolved per run (specviz.drafters.resolve)
     drafter: str = setting(
-        "model",
+        "auto",
         "drafter",
         group="models",
-        help="what proposes the drafts: the draft model, or n-gram lookup in the text so far",
+        help="what proposes the drafts: auto (the pair's measured pick: the draft model, or "
+        "an EAGLE head where one is cached and measures faster), the draft model, n-gram "
+        "lookup in the text so far, or the EAGLE head",
     )
     gamma: int = setting(
         4,

@@ -18,6 +18,13 @@ state beside the logits, so such a run's target runs packaged there; torch.compi
 forwards give none, so a run whose target would run on them is refused before any model
 call where the request named the backend, and opens its target eager where "auto" chose it
 (:func:`gives_features`). The built-in one is "eagle" (specviz.drafters.head).
+
+"auto" (:data:`AUTO`, the default) is no drafter of its own: a run resolves it on its pair
+(:func:`resolve`) to the drafter the pair's measured draft choice picks (the offline pair's
+record, specviz.backend.draft_choice: the EAGLE head where one is cached and its prediction
+beats the draft's, else the draft model), to the draft model on a pair with no such record,
+and to the n-gram drafter on a pair without a draft model. A run's trace names the drafter
+that drafted, never "auto".
 """
 
 from __future__ import annotations
@@ -86,9 +93,50 @@ class Names(Sequence[str]):
 
 
 DRAFTERS = Names()
+
+AUTO = "auto"  # the drafter the pair's measurement picks (resolve)
+
+
+class Offered(Names):
+    """What the front ends offer for Settings.drafter: AUTO, then the registered names."""
+
+    def __getitem__(self, i: Any) -> Any:
+        return (AUTO, *ENTRIES)[i]
+
+    def __len__(self) -> int:
+        return len(ENTRIES) + 1
+
+    def __iter__(self) -> Iterator[str]:
+        return iter((AUTO, *ENTRIES))
+
+    def __contains__(self, name: object) -> bool:
+        return name == AUTO or name in ENTRIES
+
+    def __repr__(self) -> str:
+        return repr((AUTO, *ENTRIES))
+
+
 # The settings whose values this registry names, as the front ends offer them (the CLI's
 # choices, the app's radio buttons)
-CHOICES: dict[str, Sequence[str]] = {"drafter": DRAFTERS}
+CHOICES: dict[str, Sequence[str]] = {"drafter": Offered()}
+
+
+def picked(pair: Any) -> str:
+    """The drafter AUTO stands for on this pair: the n-gram drafter without a draft model,
+    else what the draft's measured choice picks (its ``drafter``: "eagle" or "model"), else
+    the draft model."""
+    if pair.draft is None:
+        return "ngram"
+    name = getattr(getattr(pair.draft, "choice", None), "drafter", None)
+    return name if isinstance(name, str) and name in ENTRIES else "model"
+
+
+def resolve(settings: Any, pair: Any) -> Any:
+    """The settings with AUTO replaced by the drafter it picks on this pair (picked);
+    other settings as they are."""
+    if settings.drafter != AUTO:
+        return settings
+    return settings.with_(drafter=picked(pair))
 
 
 def entry(name: str) -> Entry:
@@ -101,7 +149,10 @@ def entry(name: str) -> Entry:
 
 def check_settings(settings: Any) -> None:
     """Refuse (ValueError, one line) a drafter the settings cannot run on any pair: one not
-    registered, or a tree from a drafter that proposes chains."""
+    registered, or a tree from a drafter that proposes chains (AUTO is checked once its
+    pair has resolved it: check_drafter)."""
+    if settings.drafter == AUTO:
+        return
     e = entry(settings.drafter)
     if settings.drafts_tree and not e.tree:
         trees = [n for n, o in ENTRIES.items() if o.tree]
@@ -119,7 +170,16 @@ def check_drafter(pair: Any, settings: Any) -> None:
     (torch.compile's; under "auto" the run opens its target eager instead, and its trace
     says so; the aoti packages give it), or
     one its own class refuses (a ``check(pair, settings)`` class method: the
-    EAGLE drafter's head missing). Before any model call."""
+    EAGLE drafter's head missing). Before any model call; AUTO is checked as the drafter
+    it picks on this pair."""
+    if settings.drafter == AUTO:
+        settings = resolve(settings, pair)
+        if settings.drafts_tree and not entry(settings.drafter).tree:
+            raise ValueError(
+                f"a tree needs a drafter that drafts trees: pair {pair.name!r} has no draft "
+                f"model, so the drafter auto picks is {settings.drafter}, which proposes one "
+                "chain"
+            )
     check_settings(settings)
     e = entry(settings.drafter)
     if e.needs_draft_model and pair.draft is None:
@@ -164,7 +224,7 @@ def describe_drafter(settings: Any, pair: Any) -> str | None:
     """What drafts for these settings where it is not the pair's draft model, as a trace
     names it in the draft's place (the class's ``describe(pair, settings)``, or its name);
     None for a drafter that drafts with the draft model."""
-    e = entry(settings.drafter)
+    e = entry(resolve(settings, pair).drafter)
     if e.needs_draft_model:
         return None
     describe = getattr(_drafter_class(e), "describe", None)
@@ -175,6 +235,7 @@ def describe_drafter(settings: Any, pair: Any) -> str | None:
 def drafter_for(settings: Any, pair: Any, open_lm: Callable[..., Any]) -> Drafter:
     """The drafter a run's settings choose, built for this pair; open_lm(model, widths)
     opens a model's cache as the run opens the target's."""
+    settings = resolve(settings, pair)
     return _drafter_class(entry(settings.drafter)).build(settings, pair, open_lm)
 
 
