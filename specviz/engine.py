@@ -86,8 +86,11 @@ class Run:
     """One generation. Iterate for live updates; read ``trace`` at any point."""
 
     def __init__(self, pair: ModelPair, prompt: str, settings: Settings, raw: bool = False) -> None:
+        # the trace keeps the settings as asked ("auto" included) and names the drafter
+        # that drafted in its models; the run itself goes by the drafter "auto" picks here
+        asked = settings
         if settings.method == "spec":
-            settings = resolve_drafter(settings, pair)  # "auto": the drafter it picks here
+            settings = resolve_drafter(settings, pair)
         self.pair, self.settings = pair, settings
         self.prompt_ids = check_request(pair, prompt, settings, raw)
         self.device = pair.device
@@ -102,7 +105,7 @@ class Run:
             method=settings.method,
             prompt=prompt,
             prompt_ids=list(self.prompt_ids),
-            settings=settings.stored(),
+            settings=asked.stored(),
             models=models,
             verification=self.verification.label if self.verification is not None else "",
         )

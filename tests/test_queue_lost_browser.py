@@ -161,5 +161,14 @@ def test_each_queued_run_completes_or_says_why(browser, served, text_pair) -> No
         # pressed again, the Run that the broken stream lost completes
         broken.wait_for_selector("#sv-models table", timeout=60_000)
         press(broken)
-        broken.locator("#sv-status").filter(has_text="done").wait_for(timeout=60_000)
+        try:
+            broken.locator("#sv-status").filter(has_text="done").wait_for(timeout=60_000)
+        except Exception as e:  # what the page showed instead, for the failure's line
+            tracker = broken.locator("#sv-status [data-testid=status-tracker]")
+            shown = broken.inner_text("#sv-status").replace("\n", " ")[:200]
+            pending = tracker.count() and "hide" not in (tracker.get_attribute("class") or "")
+            raise AssertionError(
+                f"the Run pressed again never ended: status {shown!r}, tracker pending "
+                f"{bool(pending)}, notes {broken.locator(f'#{NOTE_ID}').count()}"
+            ) from e
         assert broken.locator(f"#{NOTE_ID}").count() == 0

@@ -112,7 +112,9 @@ def test_a_link_opens_the_run_and_step_walks_it_with_no_model_call(tmp_path, tra
     calls = MODEL_THREAD.calls
     out = share.open_page(store, session, form, run_id)
     assert "pair_go" not in out and f"shared run {run_id}" in out["status"]
-    assert out["tokens"] == final_frame(Session(spec=spec, ar=ar), spec.settings.gamma)["tokens"]
+    # the frame a shared page shows measures nothing (measure=False: no model-thread call)
+    mine = final_frame(Session(spec=spec, ar=ar), spec.settings.gamma, measure=False)
+    assert out["tokens"] == mine["tokens"]
     assert session.mode == "shared" and session.spec.token_ids == spec.token_ids
     n = len(spec.rounds)
     for i in range(1, n + 2):

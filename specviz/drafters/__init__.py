@@ -23,8 +23,8 @@ call where the request named the backend, and opens its target eager where "auto
 (:func:`resolve`) to the drafter the pair's measured draft choice picks (the offline pair's
 record, specviz.backend.draft_choice: the EAGLE head where one is cached and its prediction
 beats the draft's, else the draft model), to the draft model on a pair with no such record,
-and to the n-gram drafter on a pair without a draft model. A run's trace names the drafter
-that drafted, never "auto".
+and to the n-gram drafter on a pair without a draft model. A run's trace keeps its settings
+as asked ("auto") and names the drafter that drafted among its models.
 """
 
 from __future__ import annotations
