@@ -351,6 +351,9 @@ def test_auto_drafts_with_what_the_pairs_measurement_picks(pairs):
         trace = generate(pair, "1 2 3", s)
         assert trace.settings.drafter == drafters.AUTO and trace.models["drafter"] == want
         assert trace.token_ids == generate(pair, "1 2 3", s.with_(drafter=want)).token_ids
+    says = [drafters.auto_says(p) for p in (_measured(base, True), base)]
+    assert says == ["eagle (the set-up's measured pick)", "model (no measured pick for this pair)"]
+    assert drafters.auto_says(dataclasses.replace(base, draft=None)) == "ngram (no draft model)"
     head_run = generate(_measured(base, True), "1 2 3", s)
     assert (
         head_run.models["draft"] == generate(base, "1 2 3", s.with_(drafter=NAME)).models["draft"]

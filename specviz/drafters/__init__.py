@@ -131,6 +131,16 @@ def picked(pair: Any) -> str:
     return name if isinstance(name, str) and name in ENTRIES else "model"
 
 
+def auto_says(pair: Any) -> str:
+    """What AUTO drafts with on this pair, and why, for the page's models table."""
+    name = picked(pair)
+    if pair.draft is None:
+        return f"{name} (no draft model)"
+    if getattr(pair.draft, "choice", None) is not None:
+        return f"{name} (the set-up's measured pick)"
+    return f"{name} (no measured pick for this pair)"
+
+
 def resolve(settings: Any, pair: Any) -> Any:
     """The settings with AUTO replaced by the drafter it picks on this pair (picked);
     other settings as they are."""

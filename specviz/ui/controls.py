@@ -16,7 +16,7 @@ from typing import Any
 import gradio as gr
 
 from specviz.config import Deployment, Limits, Setting, Settings, form_defaults, offered
-from specviz.drafters import CHOICES
+from specviz.drafters import CHOICES, auto_says
 from specviz.ui import lesson_recorder, share
 from specviz.ui.content import HOW_TO_READ, PRESET_FIELDS, PRESETS, apply_preset
 from specviz.ui.context import AppContext
@@ -162,7 +162,7 @@ def pair_updates(ctx: AppContext, form: Form) -> Iterator[Changes]:
         pass  # the form is not valid yet; the first Run warms the pair instead
     yield {
         "status": markup.status_html(f"pair {pair!r} ready: press Run or Step"),
-        "models": markup.models_html(loaded.describe()),
+        "models": markup.models_html({**loaded.describe(), "auto drafts with": auto_says(loaded)}),
     }
 
 

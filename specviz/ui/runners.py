@@ -38,6 +38,12 @@ from specviz.views import markup
 StepKey = tuple[Any, ...]  # what a Step's run was started with (a change starts a new one)
 
 
+def models_html(trace: Trace) -> str:
+    """The models table of a run as it starts: the pair's models and the drafter that
+    drafts (what "auto" picked, where it was asked for)."""
+    return markup.models_html({k: str(v) for k, v in trace.models.items()})
+
+
 class Runner(Protocol):
     """How this app runs the models: a live Run, one Step, a whole run for the named API."""
 
@@ -106,7 +112,7 @@ class LocalRunner:
         # so that each meets the same load and the speedup compares equal lengths
         worker = Worker([interleave([spec_run, ar_run]) if ar_run else spec_run], session.stop)
         yield {
-            "models": markup.models_html(pair.describe()),
+            "models": models_html(spec_run.trace),
             "tokens": markup.tokens_html([]),
             "exact_note": exact_note(spec_run.trace),
         }
@@ -135,7 +141,7 @@ class LocalRunner:
             session.start(run.trace, None, "step")
             session.stepper, session.step_key = iter(run), key
             session.decode = decoder(pair)
-            out["models"] = markup.models_html(pair.describe())
+            out["models"] = models_html(run.trace)
         assert session.stepper is not None and session.spec is not None
         with model_failures(running(form), lambda: session.start(None, None, "idle")):
             upd = MODEL_THREAD.call(lambda: _next_round(session, settings))
