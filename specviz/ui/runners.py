@@ -41,7 +41,7 @@ StepKey = tuple[Any, ...]  # what a Step's run was started with (a change starts
 def models_html(trace: Trace) -> str:
     """The models table of a run as it starts: the pair's models and the drafter that
     drafts (what "auto" picked, where it was asked for)."""
-    return markup.models_html({k: str(v) for k, v in trace.models.items()})
+    return markup.models_html({k: str(value) for k, value in trace.models.items()})
 
 
 class Runner(Protocol):
