@@ -74,51 +74,37 @@ register(Entry("eagle", "specviz.drafters.head:HeadDrafter", False, True, reads_
 
 
 class Names(Sequence[str]):
-    """The registered drafters' names, read live (Settings.drafter's choices)."""
+    """The registered drafters' names, read live, after the fixed names `first`."""
+
+    def __init__(self, first: tuple[str, ...] = ()) -> None:
+        self.first = first
+
+    def _all(self) -> tuple[str, ...]:
+        return (*self.first, *ENTRIES)
 
     def __getitem__(self, i: Any) -> Any:
-        return tuple(ENTRIES)[i]
+        return self._all()[i]
 
     def __len__(self) -> int:
-        return len(ENTRIES)
+        return len(self._all())
 
     def __iter__(self) -> Iterator[str]:
-        return iter(tuple(ENTRIES))
+        return iter(self._all())
 
     def __contains__(self, name: object) -> bool:
-        return name in ENTRIES
+        return name in self._all()
 
     def __repr__(self) -> str:
-        return repr(tuple(ENTRIES))
+        return repr(self._all())
 
 
 DRAFTERS = Names()
 
 AUTO = "auto"  # the drafter the pair's measurement picks (resolve)
 
-
-class Offered(Names):
-    """What the front ends offer for Settings.drafter: AUTO, then the registered names."""
-
-    def __getitem__(self, i: Any) -> Any:
-        return (AUTO, *ENTRIES)[i]
-
-    def __len__(self) -> int:
-        return len(ENTRIES) + 1
-
-    def __iter__(self) -> Iterator[str]:
-        return iter((AUTO, *ENTRIES))
-
-    def __contains__(self, name: object) -> bool:
-        return name == AUTO or name in ENTRIES
-
-    def __repr__(self) -> str:
-        return repr((AUTO, *ENTRIES))
-
-
 # The settings whose values this registry names, as the front ends offer them (the CLI's
-# choices, the app's radio buttons)
-CHOICES: dict[str, Sequence[str]] = {"drafter": Offered()}
+# choices, the app's radio buttons): AUTO, then the registered drafters
+CHOICES: dict[str, Sequence[str]] = {"drafter": Names((AUTO,))}
 
 
 def picked(pair: Any) -> str:
@@ -234,7 +220,7 @@ def describe_drafter(settings: Any, pair: Any) -> str | None:
     """What drafts for these settings where it is not the pair's draft model, as a trace
     names it in the draft's place (the class's ``describe(pair, settings)``, or its name);
     None for a drafter that drafts with the draft model."""
-    e = entry(resolve(settings, pair).drafter)
+    e = entry(settings.drafter)
     if e.needs_draft_model:
         return None
     describe = getattr(_drafter_class(e), "describe", None)
@@ -243,9 +229,9 @@ def describe_drafter(settings: Any, pair: Any) -> str | None:
 
 
 def drafter_for(settings: Any, pair: Any, open_lm: Callable[..., Any]) -> Drafter:
-    """The drafter a run's settings choose, built for this pair; open_lm(model, widths)
-    opens a model's cache as the run opens the target's."""
-    settings = resolve(settings, pair)
+    """The drafter a run's settings choose (AUTO already resolved: Run resolves it once),
+    built for this pair; open_lm(model, widths) opens a model's cache as the run opens the
+    target's."""
     return _drafter_class(entry(settings.drafter)).build(settings, pair, open_lm)
 
 

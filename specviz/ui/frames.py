@@ -43,6 +43,12 @@ NARRATION_HINT = (
 NEEDS_COMPARE = "the race replay needs a compared run: tick Compare and press Run"
 
 
+def models_html(trace: Trace) -> str:
+    """The models table of a run: the pair's models as its trace names them, the drafter
+    that drafted included (what "auto" picked, where it was asked for)."""
+    return markup.models_html({k: str(value) for k, value in trace.models.items()})
+
+
 def narration_hint() -> str:
     return markup.status_html(NARRATION_HINT)
 
@@ -147,7 +153,7 @@ def final_frame(session: Session, gamma: int, measure: bool = True) -> Changes:
     if session.imported:  # said beside the speed as long as the run is shown
         out["speedline"] = imported_html() + out["speedline"]
     if main is not None:
-        out["models"] = markup.models_html({k: str(value) for k, value in main.models.items()})
+        out["models"] = models_html(main)
         out["exact_note"] = exact_note(main)
     out.update(charts(spec, ar, gamma))
     out.update(default_inspection(spec))

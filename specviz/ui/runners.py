@@ -29,19 +29,13 @@ from specviz.threads import Load, policy
 from specviz.trace import Round, Trace
 from specviz.ui import pairs, zerogpu
 from specviz.ui.errors import model_failures
-from specviz.ui.frames import exact_note, live_frame, logged_frame
+from specviz.ui.frames import exact_note, live_frame, logged_frame, models_html
 from specviz.ui.state import Changes, Form, Session
 from specviz.ui.warm import Models, running, warmed_pair
 from specviz.ui.worker import Worker
 from specviz.views import markup
 
 StepKey = tuple[Any, ...]  # what a Step's run was started with (a change starts a new one)
-
-
-def models_html(trace: Trace) -> str:
-    """The models table of a run as it starts: the pair's models and the drafter that
-    drafts (what "auto" picked, where it was asked for)."""
-    return markup.models_html({k: str(value) for k, value in trace.models.items()})
 
 
 class Runner(Protocol):
